@@ -1,0 +1,361 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lease"
+)
+
+// MaxOwnerLen bounds an owner (execution id).
+const MaxOwnerLen = 256
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Key keyspace.Key
+	// Owner is the caller's execution id; NewOwner() makes one when empty.
+	Owner string
+	// TTL is how long the lock may be held before the sidecar releases it;
+	// 0 means Config.DefaultTTL; at most Config.MaxHold.
+	TTL time.Duration
+	// Wait is how long to queue for the lock; 0 tries once.
+	Wait time.Duration
+}
+
+// Grant is a lock held by a local owner.
+type Grant struct {
+	Key        keyspace.Key
+	Owner      string
+	Fence      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	// Done is closed when the lock ends, however it ends.
+	Done <-chan struct{}
+}
+
+// errWaitOver is the cause of a wait's context when the wait runs out.
+var errWaitOver = errors.New("wait over")
+
+// Acquire grants req.Key to req.Owner, or tells who holds it. A try (Wait
+// 0) costs one etcd transaction, granted or refused, and leaves no key
+// behind when refused. A wait queues in create-revision order across
+// sidecars and deletes its contender key when it gives up.
+func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if err := c.checkAcquire(&req); err != nil {
+		return Grant{}, err
+	}
+	start := c.now()
+	if req.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, req.Wait, errWaitOver)
+		defer cancel()
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+	}
+	e := c.refLocked(req.Key)
+	defer c.unref(e)
+	if h := e.held; h != nil {
+		if h.owner == req.Owner {
+			g := grantOf(e, h)
+			c.mu.Unlock()
+			return g, nil // idempotent
+		}
+		if req.Wait == 0 {
+			err := &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence}
+			c.mu.Unlock()
+			return Grant{}, err
+		}
+	}
+	if req.Wait == 0 {
+		if !c.tryTurnLocked(e) {
+			c.mu.Unlock()
+			// A local caller is queued in etcd or a key of ours is being
+			// deleted: whoever holds the lock, it is not this caller.
+			return Grant{}, c.refusal(ctx, req.Key, false, 0)
+		}
+		c.mu.Unlock()
+		return c.try(ctx, e, req)
+	}
+	if c.waiting >= c.cfg.MaxWaiters {
+		c.mu.Unlock()
+		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar (--max-waiters)", req.Key, ErrTooManyWaiters, c.waiting)
+	}
+	c.waiting++
+	defer func() {
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+	}()
+	if err := c.waitTurnLocked(ctx, e); err != nil {
+		c.mu.Unlock()
+		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
+	}
+	c.mu.Unlock()
+	return c.wait(ctx, e, req, start)
+}
+
+func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
+	if req.Key.IsZero() {
+		return invalid("key", "no key")
+	}
+	if req.Owner == "" {
+		req.Owner = NewOwner()
+	} else if err := CheckOwner(req.Owner); err != nil {
+		return err
+	}
+	ttl, err := c.checkTTL(req.TTL)
+	if err != nil {
+		return err
+	}
+	req.TTL = ttl
+	switch {
+	case req.Wait < 0:
+		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
+	case req.Wait > c.cfg.MaxWait:
+		return invalid("wait", "%v is longer than the sidecar's maximum wait %v (--max-wait)", req.Wait, c.cfg.MaxWait)
+	}
+	return nil
+}
+
+func (c *Coordinator) checkTTL(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case ttl == 0:
+		return c.cfg.DefaultTTL, nil
+	case ttl < 0:
+		return 0, invalid("ttl", "%v is negative", ttl)
+	case ttl < time.Second:
+		return 0, invalid("ttl", "%v is shorter than 1s", ttl)
+	case ttl > c.cfg.MaxHold:
+		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v (--max-hold)", ttl, c.cfg.MaxHold)
+	}
+	return ttl, nil
+}
+
+// CheckOwner validates an owner: 1 to MaxOwnerLen bytes of printable UTF-8.
+func CheckOwner(owner string) error {
+	switch {
+	case owner == "":
+		return invalid("owner", "is empty")
+	case len(owner) > MaxOwnerLen:
+		return invalid("owner", "is %d bytes long, at most %d are allowed", len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return invalid("owner", "is not valid UTF-8")
+	}
+	for _, r := range owner {
+		if !unicode.IsPrint(r) || r == ' ' {
+			return invalid("owner", "%q has %q; use printable characters without spaces", owner, r)
+		}
+	}
+	return nil
+}
+
+// try makes one attempt in one etcd transaction; the caller has the turn.
+func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+	sess, err := c.session()
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+
+	// The outcome must not depend on the caller hanging up mid-call.
+	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID()))).
+		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	cancel()
+	if err != nil {
+		c.retire(e, key, 0, sess) // the put may have committed
+		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+	}
+	if !resp.Succeeded {
+		c.leaveTurn(e)
+		return Grant{}, heldFrom(req.Key, resp.Responses[0].GetResponseRange().Kvs, false, 0)
+	}
+	return c.grant(e, req, sess, key, resp.Header.Revision, rec)
+}
+
+// wait queues in etcd behind the contenders created before it; the caller
+// has the turn.
+func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	sess, err := c.session()
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+
+	w := c.hub.register(pfx) // before any read, so no delete goes unseen
+	defer c.hub.unregister(pfx, w)
+
+	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID())), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	cancel()
+	if err != nil {
+		c.retire(e, key, 0, sess)
+		return Grant{}, unavailable(op, err)
+	}
+	if !resp.Succeeded {
+		// Only this sidecar writes this key and it has the turn: a key left
+		// by an earlier call whose outcome was unknown. Remove it.
+		c.retire(e, key, 0, sess)
+		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
+	}
+	myRev := resp.Header.Revision
+	first := resp.Responses[1].GetResponseRange().Kvs
+	if len(first) == 1 && first[0].CreateRevision == myRev {
+		return c.grant(e, req, sess, key, myRev, rec)
+	}
+
+	for {
+		pred, readRev, err := c.predecessor(ctx, pfx, myRev)
+		if err != nil {
+			c.retire(e, key, myRev, sess)
+			if isContextErr(ctx, err) {
+				return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+			}
+			return Grant{}, unavailable(op, err)
+		}
+		if pred == nil {
+			break
+		}
+		for !w.deleted(string(pred.Key), readRev) {
+			select {
+			case <-w.notify:
+			case <-ctx.Done():
+				c.retire(e, key, myRev, sess)
+				return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+			case <-sess.Done():
+				c.leaveTurn(e) // the key went with the lease
+				return Grant{}, fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
+			case <-c.stop.Done():
+				c.retire(e, key, myRev, sess)
+				return Grant{}, fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
+			}
+		}
+	}
+
+	// First in line. Write the grant time and deadline into the record; the
+	// compare also proves the key (and so the session) is still there
+	// (etcd issue #11456).
+	now = c.now()
+	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	tctx, cancel = c.etcdCtx(context.WithoutCancel(ctx))
+	upd, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID()))).
+		Commit()
+	cancel()
+	if err != nil {
+		c.retire(e, key, myRev, sess)
+		return Grant{}, unavailable(op, err)
+	}
+	if !upd.Succeeded {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
+	}
+	return c.grant(e, req, sess, key, myRev, rec)
+}
+
+// predecessor returns the contender created last before myRev, nil when
+// there is none, and the revision the read saw.
+func (c *Coordinator) predecessor(ctx context.Context, pfx string, myRev int64) (*mvccpb.KeyValue, int64, error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(tctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, resp.Header.Revision, nil
+	}
+	return resp.Kvs[0], resp.Header.Revision, nil
+}
+
+// grant records a lock granted in etcd; the caller has the turn, which the
+// holder keeps until the lock ends.
+func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !sess.Alive() {
+		// The lease is being revoked or is gone: the key goes with it.
+		c.passTurnLocked(e)
+		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
+	}
+	h := &held{
+		owner: req.Owner, fence: fence, etcdKey: key, sess: sess,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{}),
+	}
+	h.timer = time.AfterFunc(req.TTL, func() { c.expire(e, h) })
+	e.held = h
+	e.refs++
+	if l, ok := c.ended[req.Key.String()]; ok && l.owner == req.Owner {
+		delete(c.ended, req.Key.String())
+	}
+	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
+	return grantOf(e, h), nil
+}
+
+// waitFailed turns the end of a wait into the caller's error: a wait that
+// ran out is a refusal naming the holder.
+func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time.Time, err error) error {
+	if errors.Is(context.Cause(ctx), errWaitOver) {
+		return c.refusal(context.WithoutCancel(ctx), k, true, c.now().Sub(start))
+	}
+	return fmt.Errorf("acquire %q: %w", k, err)
+}
+
+// refusal reads who holds k (a read, no write) for a refused caller.
+func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, wait time.Duration) error {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return unavailable(fmt.Sprintf("acquire %q", k), err)
+	}
+	return heldFrom(k, resp.Kvs, waited, wait)
+}
+
+func heldFrom(k keyspace.Key, kvs []*mvccpb.KeyValue, waited bool, wait time.Duration) error {
+	he := &HeldError{Key: k, Waited: waited, Wait: wait.Round(time.Millisecond)}
+	if len(kvs) > 0 {
+		he.Holder = keyspace.DecodeHolder(kvs[0].Value)
+		he.Fence = kvs[0].CreateRevision
+	}
+	return he
+}
+
+func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holder {
+	id := c.cfg.Identity
+	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
+}
+
+func (c *Coordinator) recordOf(h *held) keyspace.Holder {
+	return c.record(h.owner, h.acquiredAt, h.expiresAt)
+}
+
+func grantOf(e *entry, h *held) Grant {
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, Done: h.done}
+}

@@ -1,0 +1,358 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+func TestTryAcquire(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	k := key(t, "terraform-prod")
+
+	txns := a.calls.Txns()
+	g := a.mustAcquire(t, k, "exec-1")
+	if got := a.calls.Txns() - txns; got != 1 {
+		t.Errorf("a granted try cost %d transactions, want 1", got)
+	}
+	if g.Fence <= 0 || g.Owner != "exec-1" || !g.ExpiresAt.After(g.AcquiredAt) {
+		t.Fatalf("grant = %+v", g)
+	}
+	if got := g.ExpiresAt.Sub(g.AcquiredAt); got != Default().DefaultTTL {
+		t.Errorf("deadline %v after grant, want the default TTL %v", got, Default().DefaultTTL)
+	}
+
+	t.Run("same owner again is idempotent", func(t *testing.T) {
+		again := a.mustAcquire(t, k, "exec-1")
+		if again.Fence != g.Fence || !again.ExpiresAt.Equal(g.ExpiresAt) {
+			t.Errorf("second grant %+v, want the first %+v", again, g)
+		}
+	})
+
+	t.Run("another owner of the same sidecar is refused locally", func(t *testing.T) {
+		_, err := a.acquire(t, k, "exec-2", 0)
+		var he *HeldError
+		if !errors.As(err, &he) || !errors.Is(err, ErrHeld) || errors.Is(err, ErrWaitTimeout) {
+			t.Fatalf("err = %v, want a HeldError", err)
+		}
+		if he.Holder.Owner != "exec-1" || he.Holder.Pod != "pod-a" || he.Fence != g.Fence {
+			t.Errorf("holder = %+v fence %d", he.Holder, he.Fence)
+		}
+	})
+
+	t.Run("another sidecar is refused in one transaction, leaving no key", func(t *testing.T) {
+		b := newSidecar(t, "pod-b")
+		txns, ranges := b.calls.Txns(), b.calls.Ranges()
+		_, err := b.acquire(t, k, "exec-3", 0)
+		var he *HeldError
+		if !errors.As(err, &he) {
+			t.Fatalf("err = %v, want a HeldError", err)
+		}
+		if he.Holder.Owner != "exec-1" || he.Holder.Pod != "pod-a" || he.Fence != g.Fence || he.Holder.ExpiresAt.IsZero() {
+			t.Errorf("holder = %+v fence %d", he.Holder, he.Fence)
+		}
+		want := fmt.Sprintf("lock %q is held by exec-1 (pod pod-a) until %s", "terraform-prod", g.ExpiresAt.UTC().Format(time.RFC3339))
+		if he.Error() != want {
+			t.Errorf("message %q, want %q", he.Error(), want)
+		}
+		if got := b.calls.Txns() - txns; got != 1 {
+			t.Errorf("refusal cost %d transactions, want 1", got)
+		}
+		if got := b.calls.Ranges() - ranges; got != 0 {
+			t.Errorf("refusal cost %d extra reads, want 0", got)
+		}
+		if keys := a.contenders(t, k); len(keys) != 1 {
+			t.Errorf("contenders after refusal = %v, want only the holder", keys)
+		}
+	})
+}
+
+func TestOwnerGeneratedAndValidated(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	g, err := a.acquire(t, key(t, "gen"), "", 0)
+	if err != nil || len(g.Owner) < 8 {
+		t.Fatalf("grant %+v, %v: want a generated owner", g, err)
+	}
+	for name, req := range map[string]AcquireRequest{
+		"owner with space":   {Key: key(t, "v"), Owner: "a b"},
+		"owner too long":     {Key: key(t, "v"), Owner: string(make([]byte, MaxOwnerLen+1))},
+		"negative ttl":       {Key: key(t, "v"), TTL: -time.Second},
+		"ttl below a second": {Key: key(t, "v"), TTL: time.Millisecond},
+		"ttl over max hold":  {Key: key(t, "v"), TTL: 25 * time.Hour},
+		"negative wait":      {Key: key(t, "v"), Wait: -1},
+		"wait over max wait": {Key: key(t, "v"), Wait: time.Hour},
+		"no key":             {},
+	} {
+		txns := a.calls.Txns()
+		if _, err := a.c.Acquire(context.Background(), req); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+		if a.calls.Txns() != txns {
+			t.Errorf("%s: invalid input reached etcd", name)
+		}
+	}
+}
+
+func TestKeysAreIndependent(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	a.mustAcquire(t, key(t, "x"), "o1")
+	a.mustAcquire(t, key(t, "x/y"), "o2")
+	a.mustAcquire(t, key(t, "x.y"), "o3")
+	b := newSidecar(t, "pod-b")
+	b.mustAcquire(t, key(t, "x/y/z"), "o4")
+	if _, err := b.acquire(t, key(t, "x"), "o5", 0); !errors.Is(err, ErrHeld) {
+		t.Errorf("x: err = %v, want ErrHeld", err)
+	}
+}
+
+// TestNeverTwoHolders runs 4 sidecars x 6 callers acquiring one lock with
+// waits and releasing it, and checks that no two ever hold it at once and
+// that fences strictly grow from one holder to the next.
+func TestNeverTwoHolders(t *testing.T) {
+	const sidecars, callers, rounds = 4, 6, 8
+	k := key(t, "hot")
+	var (
+		inside   atomic.Int32
+		mu       sync.Mutex
+		lastSeen int64
+		grants   int
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, sidecars*callers)
+	for i := 0; i < sidecars; i++ {
+		s := newSidecar(t, fmt.Sprintf("pod-%d", i))
+		for j := 0; j < callers; j++ {
+			owner := fmt.Sprintf("exec-%d-%d", i, j)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					g, err := s.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: owner, Wait: time.Minute})
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", owner, err)
+						return
+					}
+					if n := inside.Add(1); n != 1 {
+						errs <- fmt.Errorf("%d holders at once", n)
+					}
+					mu.Lock()
+					if g.Fence <= lastSeen {
+						errs <- fmt.Errorf("fence %d after %d: not growing", g.Fence, lastSeen)
+					}
+					lastSeen = g.Fence
+					grants++
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					if _, err := s.c.Release(context.Background(), k, owner); err != nil {
+						errs <- fmt.Errorf("%s release: %w", owner, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if grants != sidecars*callers*rounds {
+		t.Errorf("%d grants, want %d", grants, sidecars*callers*rounds)
+	}
+}
+
+// TestWaitersServedInOrder queues waiters on three sidecars one after the
+// other and checks they are granted in that order.
+func TestWaitersServedInOrder(t *testing.T) {
+	k := key(t, "turn")
+	holder := newSidecar(t, "pod-h")
+	holder.mustAcquire(t, k, "first")
+	order := make(chan string, 3)
+	var wg sync.WaitGroup
+	for i, pod := range []string{"pod-1", "pod-2", "pod-3"} {
+		s := newSidecar(t, pod)
+		owner := fmt.Sprintf("waiter-%d", i+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.acquire(t, k, owner, 30*time.Second); err != nil {
+				t.Errorf("%s: %v", owner, err)
+				return
+			}
+			order <- owner
+			time.Sleep(20 * time.Millisecond)
+			if _, err := s.c.Release(context.Background(), k, owner); err != nil {
+				t.Errorf("%s release: %v", owner, err)
+			}
+		}()
+		// Queue strictly one after the other.
+		waitFor(t, 5*time.Second, owner+" queued", func() bool { return len(holder.contenders(t, k)) == i+2 })
+	}
+	if _, err := holder.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	var got []string
+	for o := range order {
+		got = append(got, o)
+	}
+	if fmt.Sprint(got) != "[waiter-1 waiter-2 waiter-3]" {
+		t.Errorf("grant order %v, want waiter-1, waiter-2, waiter-3", got)
+	}
+	if keys := holder.contenders(t, k); len(keys) != 0 {
+		t.Errorf("keys left: %v", keys)
+	}
+}
+
+func TestLocalCallersQueueInsideTheSidecar(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	k := key(t, "local")
+	g1 := a.mustAcquire(t, k, "one")
+	got := make(chan Grant, 1)
+	go func() {
+		g, err := a.acquire(t, k, "two", 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case g := <-got:
+		t.Fatalf("second local caller granted %+v while the first holds the lock", g)
+	default:
+	}
+	if _, err := a.c.Release(context.Background(), k, "one"); err != nil {
+		t.Fatal(err)
+	}
+	g2 := <-got
+	if g2.Owner != "two" || g2.Fence <= g1.Fence {
+		t.Errorf("second grant %+v after fence %d", g2, g1.Fence)
+	}
+}
+
+func TestWaitTimeoutAndCancelLeaveNoKey(t *testing.T) {
+	k := key(t, "busy")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	g := a.mustAcquire(t, k, "holder")
+
+	start := time.Now()
+	_, err := b.acquire(t, k, "patient", 300*time.Millisecond)
+	var he *HeldError
+	if !errors.As(err, &he) || !errors.Is(err, ErrWaitTimeout) || he.Holder.Owner != "holder" || he.Fence != g.Fence {
+		t.Fatalf("err = %v, want a wait timeout naming the holder", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before the wait ran out", d)
+	}
+	if keys := a.contenders(t, k); len(keys) != 1 {
+		t.Errorf("contenders after a timed-out wait: %v, want only the holder", keys)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := b.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "leaver", Wait: time.Minute})
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(a.contenders(t, k)) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled wait: %v", err)
+	}
+	if keys := a.contenders(t, k); len(keys) != 1 {
+		t.Errorf("contenders after a cancelled wait: %v", keys)
+	}
+	// The lock still works for the next caller of b.
+	if _, err := a.c.Release(context.Background(), k, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	b.mustAcquire(t, k, "next")
+}
+
+func TestTooManyWaiters(t *testing.T) {
+	k := key(t, "q")
+	a := newSidecar(t, "pod-a", func(c *Config) { c.MaxWaiters = 2 })
+	a.mustAcquire(t, k, "holder")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: fmt.Sprint("w", i), Wait: time.Minute})
+		}()
+	}
+	waitFor(t, 5*time.Second, "two waiters", func() bool {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		return a.c.waiting == 2
+	})
+	if _, err := a.acquire(t, k, "third", time.Minute); !errors.Is(err, ErrTooManyWaiters) {
+		t.Errorf("err = %v, want ErrTooManyWaiters", err)
+	}
+	if _, err := a.acquire(t, k, "try", 0); !errors.Is(err, ErrHeld) {
+		t.Errorf("a try is not a waiter: err = %v, want ErrHeld", err)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// TestEtcdMutexContends proves the key layout contract: etcd's own
+// concurrency.Mutex (what `etcdctl lock` runs) and Baton exclude each other.
+func TestEtcdMutexContends(t *testing.T) {
+	k := key(t, "shared")
+	a := newSidecar(t, "pod-a")
+	sess, err := concurrency.NewSession(a.cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	m := concurrency.NewMutex(sess, a.c.Layout().MutexName(k))
+	ctx := context.Background()
+
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.acquire(t, k, "baton", 0)
+	var he *HeldError
+	if !errors.As(err, &he) || !he.Holder.Foreign || he.Fence != m.Header().Revision {
+		t.Fatalf("err = %v, want a refusal naming a foreign holder", err)
+	}
+	got := make(chan Grant)
+	go func() {
+		g, err := a.acquire(t, k, "baton", 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	waitFor(t, 5*time.Second, "baton queued", func() bool { return len(a.contenders(t, k)) == 2 })
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := <-got
+	if g.Fence <= m.Header().Revision {
+		t.Errorf("fence %d not after the mutex's %d", g.Fence, m.Header().Revision)
+	}
+	m2 := concurrency.NewMutex(sess, a.c.Layout().MutexName(k))
+	if err := m2.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Errorf("Mutex.TryLock while Baton holds: %v, want ErrLocked", err)
+	}
+	if _, err := a.c.Release(ctx, k, "baton"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.TryLock(ctx); err != nil {
+		t.Errorf("Mutex.TryLock after Baton released: %v", err)
+	}
+	m2.Unlock(ctx)
+}

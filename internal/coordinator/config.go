@@ -1,0 +1,71 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Identity says who this sidecar is; it goes into every holder record.
+type Identity struct {
+	Pod, Namespace, Node string
+}
+
+// Config configures a Coordinator. Zero durations are invalid: start from
+// Default.
+type Config struct {
+	// Scope isolates tenants in etcd; by default the pod's namespace.
+	Scope string
+	// Identity of the sidecar, written into holder records.
+	Identity Identity
+	// DefaultTTL is a lock's time to live when the caller gives none. Default 5m.
+	DefaultTTL time.Duration
+	// MaxHold caps every ttl a caller asks for (acquire and extend). Default 24h.
+	MaxHold time.Duration
+	// MaxWait caps a blocking acquire's wait. Default 10m.
+	MaxWait time.Duration
+	// MaxWaiters caps the callers queued at once in this sidecar. Default 1024.
+	MaxWaiters int
+	// RequestTimeout bounds each etcd call; when it passes the caller gets
+	// ErrUnavailable. Default 3s.
+	RequestTimeout time.Duration
+	// EndedRetention is how long the sidecar remembers a lock that ended
+	// without its owner's release, to answer that owner ErrLost. Default 1h.
+	EndedRetention time.Duration
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	return Config{
+		Scope:          "default",
+		DefaultTTL:     5 * time.Minute,
+		MaxHold:        24 * time.Hour,
+		MaxWait:        10 * time.Minute,
+		MaxWaiters:     1024,
+		RequestTimeout: 3 * time.Second,
+		EndedRetention: time.Hour,
+	}
+}
+
+// Validate checks every field and their relations.
+func (c Config) Validate() error {
+	if err := keyspace.ValidateScope(c.Scope); err != nil {
+		return fmt.Errorf("scope: %w", err)
+	}
+	switch {
+	case c.DefaultTTL <= 0:
+		return fmt.Errorf("default TTL %v: must be positive", c.DefaultTTL)
+	case c.MaxHold < c.DefaultTTL:
+		return fmt.Errorf("max hold %v: must be at least the default TTL %v", c.MaxHold, c.DefaultTTL)
+	case c.MaxWait < 0:
+		return fmt.Errorf("max wait %v: must not be negative", c.MaxWait)
+	case c.MaxWaiters < 1:
+		return fmt.Errorf("max waiters %d: must be at least 1", c.MaxWaiters)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request timeout %v: must be positive", c.RequestTimeout)
+	case c.EndedRetention <= 0:
+		return fmt.Errorf("ended retention %v: must be positive", c.EndedRetention)
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+// Package coordinator implements Baton's lock semantics over etcd: try and
+// blocking acquire, release, extend, status and list, local ordering of the
+// callers of one sidecar, per-lock deadlines, fencing, and loss detection.
+//
+// Every lock follows the key layout of etcd's concurrency.Mutex (see package
+// keyspace): one contender key per sidecar session per lock, the holder being
+// the contender with the lowest create revision, which is also the fencing
+// token. A sidecar runs at most one contender per lock; its local callers
+// queue in a FIFO turn in front of it, because concurrency.Mutex is
+// re-entrant per session and would otherwise let two local callers "hold"
+// the same lock.
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lease"
+)
+
+// Sessions gives the sidecar's current etcd session (lease.Keeper).
+type Sessions interface {
+	Current() (*lease.Session, error)
+}
+
+// Coordinator serves lock requests for one scope.
+type Coordinator struct {
+	cfg      Config
+	cli      *clientv3.Client
+	sessions Sessions
+	layout   keyspace.Layout
+	log      *slog.Logger
+	now      func() time.Time
+	hub      *hub
+
+	stop     context.Context // cancelled by Shutdown: ends every wait
+	stopNow  context.CancelFunc
+	watching map[clientv3.LeaseID]bool // sessions whose end is watched
+
+	mu      sync.Mutex
+	locks   map[string]*entry
+	ended   map[string]endedLock
+	sweptAt time.Time // last pruning of ended
+	waiting int       // blocking acquires in progress
+	closed  bool
+}
+
+// entry is the local state of one lock. All fields are guarded by
+// Coordinator.mu.
+type entry struct {
+	key  keyspace.Key
+	refs int // callers and holders using the entry; 0 lets it go
+
+	// The turn: whoever has it owns this sidecar's contender slot.
+	busy  bool
+	queue []chan struct{}
+
+	held *held // the local holder, nil when none
+}
+
+// held is a lock granted to a local owner.
+type held struct {
+	owner      string
+	fence      int64
+	etcdKey    string
+	sess       *lease.Session
+	acquiredAt time.Time
+	expiresAt  time.Time
+	timer      *time.Timer
+	ending     bool          // a release of ours is in flight: its delete is not a loss
+	done       chan struct{} // closed when the lock ends
+}
+
+// endedLock remembers a lock that ended without its owner's release.
+type endedLock struct {
+	owner  string
+	fence  int64
+	reason LostReason
+	at     time.Time
+}
+
+// New returns a Coordinator; Run must be running for blocking acquires and
+// loss detection.
+func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	layout, err := keyspace.NewLayout(cfg.Scope)
+	if err != nil {
+		return nil, err
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	c := &Coordinator{
+		cfg: cfg, cli: cli, sessions: sessions, layout: layout, log: log, now: time.Now,
+		stop: stop, stopNow: cancel,
+		watching: map[clientv3.LeaseID]bool{},
+		locks:    map[string]*entry{},
+		ended:    map[string]endedLock{},
+	}
+	c.hub = newHub(cli, layout, log, c.onDelete, c.checkHeld)
+	return c, nil
+}
+
+// Layout returns the key layout of the coordinator's scope.
+func (c *Coordinator) Layout() keyspace.Layout { return c.layout }
+
+// Run watches the scope's prefix in etcd until ctx ends: it wakes local
+// waiters when the contender before them goes and notices holder keys
+// deleted by someone else.
+func (c *Coordinator) Run(ctx context.Context) error {
+	return c.hub.run(ctx)
+}
+
+// Ready reports nil when the sidecar can grant locks: it has a live etcd
+// session and is not shutting down.
+func (c *Coordinator) Ready() error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	if _, err := c.sessions.Current(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if !c.hub.watching() {
+		return fmt.Errorf("%w: the watch on etcd is not established", ErrUnavailable)
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests, ends every wait and forgets every held
+// lock. The caller then revokes the session, which frees them in etcd at once.
+func (c *Coordinator) Shutdown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.stopNow()
+	for _, e := range c.locks {
+		if h := e.held; h != nil {
+			h.timer.Stop()
+			e.held = nil
+			close(h.done)
+		}
+	}
+}
+
+// session returns the current session and makes sure its end is watched.
+func (c *Coordinator) session() (*lease.Session, error) {
+	s, err := c.sessions.Current()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	c.mu.Lock()
+	if !c.watching[s.ID()] {
+		c.watching[s.ID()] = true
+		go c.watchSession(s)
+	}
+	c.mu.Unlock()
+	return s, nil
+}
+
+// watchSession marks every lock of s lost when s ends.
+func (c *Coordinator) watchSession(s *lease.Session) {
+	select {
+	case <-s.Done():
+	case <-c.stop.Done():
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.watching, s.ID())
+	for _, e := range c.locks {
+		if h := e.held; h != nil && h.sess == s {
+			c.loseLocked(e, h, LeaseLost)
+			// The key went with the lease; the next local caller contends
+			// under a new session with a new key, so the turn can pass.
+			c.passTurnLocked(e)
+		}
+	}
+}
+
+// ref returns the entry of k with one more reference; unref drops it.
+func (c *Coordinator) refLocked(k keyspace.Key) *entry {
+	e := c.locks[k.String()]
+	if e == nil {
+		e = &entry{key: k}
+		c.locks[k.String()] = e
+	}
+	e.refs++
+	return e
+}
+
+func (c *Coordinator) unrefLocked(e *entry) {
+	e.refs--
+	c.dropIfIdleLocked(e)
+}
+
+// dropIfIdleLocked forgets an entry nobody uses.
+func (c *Coordinator) dropIfIdleLocked(e *entry) {
+	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
+		delete(c.locks, e.key.String())
+	}
+}
+
+func (c *Coordinator) unref(e *entry) {
+	c.mu.Lock()
+	c.unrefLocked(e)
+	c.mu.Unlock()
+}
+
+// tryTurnLocked takes the turn if it is free.
+func (c *Coordinator) tryTurnLocked(e *entry) bool {
+	if e.busy {
+		return false
+	}
+	e.busy = true
+	return true
+}
+
+// waitTurn queues for the turn in FIFO order. It must be called with c.mu
+// held and returns with c.mu held.
+func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry) error {
+	if c.tryTurnLocked(e) {
+		return nil
+	}
+	ch := make(chan struct{})
+	e.queue = append(e.queue, ch)
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.stop.Done():
+		err = fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	c.mu.Lock()
+	if err == nil {
+		return nil
+	}
+	for i, q := range e.queue {
+		if q == ch {
+			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			return err
+		}
+	}
+	// The turn was handed to us while we gave up: pass it on.
+	c.passTurnLocked(e)
+	return err
+}
+
+// passTurnLocked gives the turn to the next queued caller, or frees it.
+func (c *Coordinator) passTurnLocked(e *entry) {
+	if len(e.queue) == 0 {
+		e.busy = false
+		c.dropIfIdleLocked(e)
+		return
+	}
+	next := e.queue[0]
+	e.queue = e.queue[1:]
+	close(next)
+}
+
+// loseLocked ends h as lost for reason and remembers it for its owner.
+func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
+	c.endLocked(e, h)
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: c.now()})
+	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
+}
+
+// endLocked forgets h as e's holder; the caller decides about the turn.
+func (c *Coordinator) endLocked(e *entry, h *held) {
+	if e.held != h {
+		return
+	}
+	h.timer.Stop()
+	e.held = nil
+	close(h.done)
+	e.refs-- // the holder's reference; the turn, still busy, keeps e
+}
+
+// leaveTurn passes the turn on.
+func (c *Coordinator) leaveTurn(e *entry) {
+	c.mu.Lock()
+	c.passTurnLocked(e)
+	c.mu.Unlock()
+}
+
+func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {
+	if now := c.now(); now.Sub(c.sweptAt) > c.cfg.EndedRetention/8 {
+		c.sweptAt = now
+		for name, old := range c.ended {
+			if now.Sub(old.at) > c.cfg.EndedRetention {
+				delete(c.ended, name)
+			}
+		}
+	}
+	c.ended[k.String()] = l
+}
+
+// lostLocked returns the LostError for owner if its lock of k ended recently.
+func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
+	l, ok := c.ended[k.String()]
+	if !ok || l.owner != owner || c.now().Sub(l.at) > c.cfg.EndedRetention {
+		return nil
+	}
+	return &LostError{Key: k, Owner: owner, Fence: l.fence, Reason: l.reason, At: l.at}
+}
+
+// etcdCtx bounds one etcd call.
+func (c *Coordinator) etcdCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+}
+
+// NewOwner returns a fresh execution id for callers that gave none.
+func NewOwner() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux
+	return "exec-" + hex.EncodeToString(b[:])
+}
+
+// isContextErr reports whether err is the caller's own cancellation.
+func isContextErr(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}

@@ -1,0 +1,146 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Sentinel errors a caller branches on. The server maps them to HTTP status
+// codes; every error returned by the Coordinator wraps one of them.
+var (
+	// ErrHeld: someone else holds the lock (a *HeldError carries who).
+	ErrHeld = errors.New("lock is held")
+	// ErrWaitTimeout: the wait ran out while the lock stayed held (a *HeldError).
+	ErrWaitTimeout = errors.New("wait timed out")
+	// ErrNotHeld: nobody holds the lock.
+	ErrNotHeld = errors.New("lock is not held")
+	// ErrNotOwner: the lock is held by another owner (a *NotOwnerError).
+	ErrNotOwner = errors.New("not the owner")
+	// ErrLost: the caller's lock ended without its release (a *LostError).
+	ErrLost = errors.New("lock lost")
+	// ErrUnavailable: etcd could not be reached or the sidecar has no
+	// session; nothing was granted.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrTooManyWaiters: the sidecar's queue is full.
+	ErrTooManyWaiters = errors.New("too many waiters")
+	// ErrInvalid: a request field is out of range.
+	ErrInvalid = errors.New("invalid request")
+)
+
+// InvalidError tells which request field is out of range.
+type InvalidError struct {
+	Field string // "ttl", "wait", "owner" or "key"
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// HeldError tells a refused caller who holds the lock.
+type HeldError struct {
+	Key    keyspace.Key
+	Holder keyspace.Holder
+	Fence  int64
+	// Waited is true when the caller queued and the wait ran out.
+	Waited bool
+	// Wait is how long the caller waited.
+	Wait time.Duration
+}
+
+func (e *HeldError) Error() string {
+	msg := fmt.Sprintf("lock %q is held by %s", e.Key.String(), describe(e.Holder))
+	if e.Waited {
+		msg += fmt.Sprintf("; gave up after waiting %v", e.Wait)
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrHeld) and, after a wait, ErrWaitTimeout true.
+func (e *HeldError) Is(target error) bool {
+	return target == ErrHeld || (e.Waited && target == ErrWaitTimeout)
+}
+
+// NotOwnerError tells a caller that another owner holds the lock.
+type NotOwnerError struct {
+	Key    keyspace.Key
+	Owner  string
+	Holder keyspace.Holder
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("lock %q is not held by %s: it is held by %s", e.Key.String(), e.Owner, describe(e.Holder))
+}
+
+// Is makes errors.Is(err, ErrNotOwner) true.
+func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
+// LostReason says how a lock ended without its owner's release.
+type LostReason string
+
+// Reasons a lock is lost.
+const (
+	// Expired: the lock's own deadline (ttl) passed.
+	Expired LostReason = "expired"
+	// LeaseLost: the sidecar's etcd session ended (etcd unreachable past the
+	// lease TTL).
+	LeaseLost LostReason = "lease_lost"
+	// ForceReleased: someone else deleted the holder key in etcd.
+	ForceReleased LostReason = "force_released"
+)
+
+// LostError tells an owner that its lock already ended.
+type LostError struct {
+	Key    keyspace.Key
+	Owner  string
+	Fence  int64
+	Reason LostReason
+	At     time.Time
+}
+
+func (e *LostError) Error() string {
+	var why string
+	switch e.Reason {
+	case Expired:
+		why = "its ttl ran out; extend the lock before its deadline or ask for a longer ttl"
+	case LeaseLost:
+		why = "the sidecar lost its etcd session; another caller may hold it now"
+	case ForceReleased:
+		why = "its key was deleted in etcd by someone else (force release)"
+	default:
+		why = string(e.Reason)
+	}
+	return fmt.Sprintf("lock %q (fence %d) held by %s ended at %s: %s", e.Key.String(), e.Fence, e.Owner, e.At.UTC().Format(time.RFC3339), why)
+}
+
+// Is makes errors.Is(err, ErrLost) true.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+func describe(h keyspace.Holder) string {
+	if h.Foreign {
+		return "a client that is not Baton (for example etcdctl lock)"
+	}
+	if h.Owner == "" {
+		return "another caller of this sidecar"
+	}
+	s := h.Owner
+	if h.Pod != "" {
+		s += " (pod " + h.Pod + ")"
+	}
+	if !h.ExpiresAt.IsZero() {
+		s += " until " + h.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}

@@ -1,0 +1,279 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lease"
+)
+
+// Released describes a lock its owner released.
+type Released struct {
+	Fence   int64
+	HeldFor time.Duration
+}
+
+// Release ends owner's lock of k. The delete compares the key's create
+// revision with the fence, so it never removes a newer lock (etcd #22082).
+func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string) (Released, error) {
+	op := fmt.Sprintf("release %q", k)
+	e, h, err := c.ownedBy(ctx, k, owner)
+	if err != nil {
+		return Released{}, fmt.Errorf("%s: %w", op, err)
+	}
+	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)).
+		Then(clientv3.OpDelete(h.etcdKey)).
+		Commit()
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		h.ending = false
+		return Released{}, unavailable(op, err)
+	}
+	if e.held != h {
+		if lost := c.lostLocked(k, owner); lost != nil {
+			return Released{}, fmt.Errorf("%s: %w", op, lost)
+		}
+		return Released{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
+	}
+	if !resp.Succeeded {
+		c.loseLocked(e, h, goneReason(h.sess))
+		c.passTurnLocked(e)
+		return Released{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+	}
+	c.endLocked(e, h)
+	c.passTurnLocked(e)
+	heldFor := c.now().Sub(h.acquiredAt)
+	c.log.Info("lock released", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
+	return Released{Fence: h.fence, HeldFor: heldFor}, nil
+}
+
+// Extend moves owner's deadline of k to now+ttl (ttl 0: the default TTL).
+func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, ttl time.Duration) (Grant, error) {
+	op := fmt.Sprintf("extend %q", k)
+	ttl, err := c.checkTTL(ttl)
+	if err != nil {
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	e, h, err := c.ownedBy(ctx, k, owner)
+	if err != nil {
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	exp := c.now().Add(ttl)
+	rec := c.record(owner, h.acquiredAt, exp)
+	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)).
+		Then(clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.sess.ID()))).
+		Commit()
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.ending = false
+	if err != nil {
+		return Grant{}, unavailable(op, err)
+	}
+	if e.held != h {
+		if lost := c.lostLocked(k, owner); lost != nil {
+			return Grant{}, fmt.Errorf("%s: %w", op, lost)
+		}
+		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
+	}
+	if !resp.Succeeded {
+		c.loseLocked(e, h, goneReason(h.sess))
+		c.passTurnLocked(e)
+		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+	}
+	h.expiresAt = rec.ExpiresAt
+	h.timer.Stop()
+	h.timer = time.AfterFunc(ttl, func() { c.expire(e, h) })
+	c.log.Info("lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
+	return grantOf(e, h), nil
+}
+
+// ownedBy returns owner's local lock of k and marks a change of it in
+// flight (held.ending), so that the watch does not take the change for a
+// loss. It explains why when owner holds no such lock.
+func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string) (*entry, *held, error) {
+	if err := CheckOwner(owner); err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	var h *held
+	e := c.locks[k.String()]
+	if e != nil {
+		h = e.held
+	}
+	if h != nil && h.owner == owner {
+		if h.ending {
+			c.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: another release or extend of this lock is in flight; retry", ErrUnavailable)
+		}
+		h.ending = true
+		c.mu.Unlock()
+		return e, h, nil
+	}
+	if lost := c.lostLocked(k, owner); lost != nil {
+		c.mu.Unlock()
+		return nil, nil, lost
+	}
+	if h != nil {
+		err := &NotOwnerError{Key: k, Owner: owner, Holder: c.recordOf(h)}
+		c.mu.Unlock()
+		return nil, nil, err
+	}
+	c.mu.Unlock()
+
+	// Not held here: held elsewhere, or by nobody.
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return nil, nil, unavailable("read holder", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, fmt.Errorf("%w: nobody holds it", ErrNotHeld)
+	}
+	holder := keyspace.DecodeHolder(resp.Kvs[0].Value)
+	if holder.Owner == owner {
+		return nil, nil, fmt.Errorf("%w: %s holds it through another sidecar (pod %s); ask that sidecar", ErrNotOwner, owner, holder.Pod)
+	}
+	return nil, nil, &NotOwnerError{Key: k, Owner: owner, Holder: holder}
+}
+
+// expire ends h at its deadline and deletes its key.
+func (c *Coordinator) expire(e *entry, h *held) {
+	c.mu.Lock()
+	if e.held != h {
+		c.mu.Unlock()
+		return
+	}
+	if h.ending { // a release or extend is in flight: look again soon
+		h.timer = time.AfterFunc(100*time.Millisecond, func() { c.expire(e, h) })
+		c.mu.Unlock()
+		return
+	}
+	if d := h.expiresAt.Sub(c.now()); d > 0 { // extended meanwhile
+		h.timer = time.AfterFunc(d, func() { c.expire(e, h) })
+		c.mu.Unlock()
+		return
+	}
+	c.endLocked(e, h)
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Expired, at: c.now()})
+	c.log.Warn(fmt.Sprintf("lock expired after %v", h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
+		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
+	c.mu.Unlock()
+	c.retire(e, h.etcdKey, h.fence, h.sess)
+}
+
+// retire deletes a contender key of ours, then passes the turn. The turn is
+// kept until the key is gone, so the next local caller never finds it. rev
+// is the key's create revision, or 0 when unknown (a put whose outcome was
+// lost). On failure it retries in the background until the key is deleted
+// or its session has ended (taking the key with it).
+func (c *Coordinator) retire(e *entry, key string, rev int64, sess *lease.Session) {
+	if c.deleteKey(key, rev) == nil {
+		c.leaveTurn(e)
+		return
+	}
+	go func() {
+		defer c.leaveTurn(e)
+		backoff := 50 * time.Millisecond
+		for {
+			select {
+			case <-sess.Done():
+				return
+			case <-c.stop.Done():
+				return
+			case <-time.After(backoff):
+			}
+			err := c.deleteKey(key, rev)
+			if err == nil {
+				return
+			}
+			c.log.Warn("cannot delete contender key; retrying", "key", key, "err", err)
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
+}
+
+func (c *Coordinator) deleteKey(key string, rev int64) error {
+	ctx, cancel := c.etcdCtx(context.Background())
+	defer cancel()
+	if rev == 0 {
+		_, err := c.cli.Delete(ctx, key)
+		return err
+	}
+	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
+
+// onDelete is called by the watch for every contender key deleted in the
+// scope. A holder key of ours deleted by someone else means a lost lock.
+func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
+	c.mu.Lock()
+	e := c.locks[k.String()]
+	if e == nil || e.held == nil || e.held.etcdKey != key || e.held.fence != createRev || e.held.ending {
+		c.mu.Unlock()
+		return
+	}
+	h := e.held
+	c.mu.Unlock()
+
+	reason := ForceReleased
+	ctx, cancel := c.etcdCtx(context.Background())
+	ttl, err := c.cli.TimeToLive(ctx, h.sess.ID())
+	cancel()
+	if !h.sess.Alive() || (err == nil && ttl.TTL == -1) {
+		reason = LeaseLost
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.held == h && !h.ending {
+		c.loseLocked(e, h, reason)
+		c.passTurnLocked(e)
+	}
+}
+
+// checkHeld verifies after a watch gap that every local holder key is still
+// in etcd, and loses those that are not.
+func (c *Coordinator) checkHeld() {
+	c.mu.Lock()
+	var hs []*held
+	var es []*entry
+	for _, e := range c.locks {
+		if e.held != nil {
+			hs, es = append(hs, e.held), append(es, e)
+		}
+	}
+	c.mu.Unlock()
+	for i, h := range hs {
+		ctx, cancel := c.etcdCtx(context.Background())
+		resp, err := c.cli.Get(ctx, h.etcdKey)
+		cancel()
+		if err != nil || (len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence) {
+			continue // unknown or still held
+		}
+		c.onDelete(es[i].key, h.etcdKey, h.fence)
+	}
+}
+
+func goneReason(s *lease.Session) LostReason {
+	if !s.Alive() {
+		return LeaseLost
+	}
+	return ForceReleased
+}

@@ -1,0 +1,219 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestRelease(t *testing.T) {
+	k := key(t, "rel")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	ctx := context.Background()
+
+	if _, err := a.c.Release(ctx, k, "nobody"); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("release of a free lock: %v, want ErrNotHeld", err)
+	}
+	g := a.mustAcquire(t, k, "owner")
+	if _, err := a.c.Release(ctx, k, "intruder"); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("release by another owner: %v, want ErrNotOwner", err)
+	}
+	if _, err := b.c.Release(ctx, k, "intruder"); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("release by another owner through another sidecar: %v, want ErrNotOwner", err)
+	}
+	if _, err := b.c.Release(ctx, k, "owner"); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("release through the wrong sidecar: %v, want ErrNotOwner", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	r, err := a.c.Release(ctx, k, "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Fence != g.Fence || r.HeldFor < 20*time.Millisecond {
+		t.Errorf("released %+v, want fence %d and held_for >= 20ms", r, g.Fence)
+	}
+	select {
+	case <-g.Done:
+	default:
+		t.Error("Grant.Done still open after release")
+	}
+	if keys := a.contenders(t, k); len(keys) != 0 {
+		t.Errorf("keys after release: %v", keys)
+	}
+	if _, err := a.c.Release(ctx, k, "owner"); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second release: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestReleaseComparesCreateRevision is etcd issue #22082: a release must not
+// delete a newer key that sits under the same name.
+func TestReleaseComparesCreateRevision(t *testing.T) {
+	k := key(t, "cmp")
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	g := a.mustAcquire(t, k, "old")
+	keys := a.contenders(t, k)
+	sess, _ := a.keeper.Current()
+	// Someone deletes and re-creates the same key: a new lock under our name.
+	if _, err := a.cli.Delete(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	put, err := a.cli.Put(ctx, keys[0], `{"owner":"newer"}`, clientv3.WithLease(sess.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.c.Release(ctx, k, "old")
+	var le *LostError
+	if !errors.As(err, &le) || le.Fence != g.Fence {
+		t.Fatalf("release = %v, want a LostError for fence %d", err, g.Fence)
+	}
+	resp, err := a.cli.Get(ctx, keys[0])
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != put.Header.Revision {
+		t.Fatalf("the newer key was touched: %v %v", resp, err)
+	}
+	a.cli.Delete(ctx, keys[0])
+}
+
+func TestExpiry(t *testing.T) {
+	k := key(t, "short")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	ctx := context.Background()
+	g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "slow", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter elsewhere gets it when the deadline passes.
+	start := time.Now()
+	g2, err := b.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "next", Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("granted %v after the first grant, before its 1s deadline", d)
+	}
+	if g2.Fence <= g.Fence {
+		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
+	}
+	<-g.Done
+	_, err = a.c.Release(ctx, k, "slow")
+	var le *LostError
+	if !errors.As(err, &le) || le.Reason != Expired || le.Fence != g.Fence {
+		t.Errorf("release after expiry: %v, want lost (expired)", err)
+	}
+	if _, err := a.c.Extend(ctx, k, "slow", time.Minute); !errors.Is(err, ErrLost) {
+		t.Errorf("extend after expiry: %v, want ErrLost", err)
+	}
+	// The same owner may ask again explicitly and gets a new fence.
+	if _, err := b.c.Release(ctx, k, "next"); err != nil {
+		t.Fatal(err)
+	}
+	g3 := a.mustAcquire(t, k, "slow")
+	if g3.Fence <= g2.Fence {
+		t.Errorf("new grant fence %d, want > %d", g3.Fence, g2.Fence)
+	}
+}
+
+func TestExtend(t *testing.T) {
+	k := key(t, "long")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	ctx := context.Background()
+	g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "job", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Extend(ctx, k, "other", time.Minute); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("extend by another owner: %v", err)
+	}
+	if _, err := a.c.Extend(ctx, k, "job", 48*time.Hour); !errors.Is(err, ErrInvalid) {
+		t.Errorf("extend past max hold: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(600 * time.Millisecond)
+		e, err := a.c.Extend(ctx, k, "job", time.Second)
+		if err != nil {
+			t.Fatalf("extend %d: %v", i, err)
+		}
+		if e.Fence != g.Fence || !e.ExpiresAt.After(g.ExpiresAt) {
+			t.Errorf("extended grant %+v", e)
+		}
+	}
+	// Held 1.8s on a 1s ttl; others see the new deadline.
+	_, err = b.acquire(t, k, "other", 0)
+	var he *HeldError
+	if !errors.As(err, &he) || !he.Holder.ExpiresAt.After(g.ExpiresAt) {
+		t.Fatalf("refusal %v, want the extended deadline", err)
+	}
+	if _, err := a.c.Release(ctx, k, "job"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestForceReleaseIsNoticed(t *testing.T) {
+	k := key(t, "forced")
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	g := a.mustAcquire(t, k, "victim")
+	keys := a.contenders(t, k)
+	if _, err := a.cli.Delete(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.Done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its key was deleted")
+	}
+	_, err := a.c.Release(ctx, k, "victim")
+	var le *LostError
+	if !errors.As(err, &le) || le.Reason != ForceReleased {
+		t.Fatalf("release after force release: %v, want lost (force_released)", err)
+	}
+	// The lock is free for others, and a new grant works.
+	if g2 := a.mustAcquire(t, k, "next"); g2.Fence <= g.Fence {
+		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
+	}
+}
+
+func TestLeaseLost(t *testing.T) {
+	k := key(t, "lease")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	ctx := context.Background()
+	g := a.mustAcquire(t, k, "victim")
+	sess, err := a.keeper.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease ends behind the sidecar's back, as when etcd expires it.
+	if _, err := b.cli.Revoke(ctx, sess.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.Done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its lease ended")
+	}
+	_, err = a.c.Release(ctx, k, "victim")
+	var le *LostError
+	if !errors.As(err, &le) || le.Reason != LeaseLost {
+		t.Fatalf("release after lease loss: %v, want lost (lease_lost)", err)
+	}
+	// Another sidecar can take it; the old owner is not silently re-granted.
+	g2 := b.mustAcquire(t, k, "taker")
+	if g2.Fence <= g.Fence {
+		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
+	}
+	if st, _ := a.c.Status(ctx, k); st.Holder.Owner != "taker" {
+		t.Errorf("holder %+v, want taker", st.Holder)
+	}
+	// The sidecar opens a new session and works again.
+	waitFor(t, 10*time.Second, "new session", func() bool {
+		s, err := a.keeper.Current()
+		return err == nil && s.ID() != sess.ID()
+	})
+	if _, err := b.c.Release(ctx, k, "taker"); err != nil {
+		t.Fatal(err)
+	}
+	a.mustAcquire(t, k, "victim")
+}

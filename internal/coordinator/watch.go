@@ -1,0 +1,167 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// hub is the sidecar's one watch on its scope's prefix. It feeds the local
+// waiters (one per lock: the owner of the turn) and reports deleted keys.
+// Watching from the current revision matters: etcd serves a watch that
+// starts in the past only every 100 ms, which caps hand-off rates.
+type hub struct {
+	cli      *clientv3.Client
+	layout   keyspace.Layout
+	log      *slog.Logger
+	onDelete func(k keyspace.Key, key string, createRev int64)
+	onResync func()
+
+	mu   sync.Mutex
+	regs map[string]*waiter // by lock prefix
+	ok   bool               // the watch is established
+}
+
+// waiter is a local waiter's view of the deletes under its lock's prefix.
+type waiter struct {
+	notify chan struct{} // level-triggered: something to look at
+	mu     *sync.Mutex   // the hub's, guarding gone and resync
+	gone   map[string]int64
+	resync bool
+}
+
+func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, onDelete func(keyspace.Key, string, int64), onResync func()) *hub {
+	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, regs: map[string]*waiter{}}
+}
+
+func (h *hub) register(pfx string) *waiter {
+	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]int64{}}
+	h.mu.Lock()
+	h.regs[pfx] = w
+	h.mu.Unlock()
+	return w
+}
+
+func (h *hub) unregister(pfx string, w *waiter) {
+	h.mu.Lock()
+	if h.regs[pfx] == w {
+		delete(h.regs, pfx)
+	}
+	h.mu.Unlock()
+}
+
+// deleted reports whether key was deleted after revision rev, or whether the
+// watch had a gap (after which everything must be read again). It forgets
+// deletes seen by a read at rev.
+func (w *waiter) deleted(key string, rev int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.resync {
+		w.resync = false
+		return true
+	}
+	for k, r := range w.gone {
+		if r <= rev {
+			delete(w.gone, k)
+		}
+	}
+	_, ok := w.gone[key]
+	return ok
+}
+
+func (h *hub) watching() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok
+}
+
+// run keeps the watch open until ctx ends, resuming after the last revision
+// seen; after a compaction it starts afresh and has every waiter read again.
+func (h *hub) run(ctx context.Context) error {
+	var next int64 // 0: from now
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
+		if next > 0 {
+			opts = append(opts, clientv3.WithRev(next))
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range h.cli.Watch(wctx, h.layout.Base(), opts...) {
+			if resp.CompactRevision != 0 {
+				h.log.Warn("watch fell behind a compaction; reading everything again", "compactRevision", resp.CompactRevision)
+				next = 0
+				break
+			}
+			if err := resp.Err(); err != nil {
+				h.log.Warn("watch failed; resuming", "err", err, "revision", next)
+				break
+			}
+			if resp.Created {
+				if next == 0 {
+					next = resp.Header.Revision + 1
+				}
+				h.established()
+				continue
+			}
+			for _, ev := range resp.Events {
+				next = ev.Kv.ModRevision + 1
+				if ev.Type == clientv3.EventTypeDelete {
+					h.dispatch(ev)
+				}
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision >= next {
+				next = resp.Header.Revision + 1
+			}
+		}
+		cancel()
+		h.mu.Lock()
+		h.ok = false
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// established marks the watch open and makes everyone read again: deletes
+// before it may have been missed.
+func (h *hub) established() {
+	h.mu.Lock()
+	h.ok = true
+	for _, w := range h.regs {
+		w.resync = true
+		poke(w.notify)
+	}
+	h.mu.Unlock()
+	go h.onResync()
+}
+
+func (h *hub) dispatch(ev *clientv3.Event) {
+	key := string(ev.Kv.Key)
+	k, pfx, ok := h.layout.ParseContender(key)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	if w := h.regs[pfx]; w != nil {
+		w.gone[key] = ev.Kv.ModRevision
+		poke(w.notify)
+	}
+	h.mu.Unlock()
+	if ev.PrevKv != nil {
+		h.onDelete(k, key, ev.PrevKv.CreateRevision)
+	}
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,145 @@
+// Package embedetcd runs a single-member etcd inside the process: Baton's
+// default mode on one machine, and the etcd of the tests.
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Config configures the embedded etcd.
+type Config struct {
+	// DataDir holds the member's data; it survives restarts. Required.
+	DataDir string
+	// ClientURL is where clients connect, e.g. "http://127.0.0.1:2379" or
+	// "unix:///tmp/etcd.sock". Default "http://127.0.0.1:2379".
+	ClientURL string
+	// PeerURL is the raft peer URL. A single member never dials a peer, so
+	// the default is a unix socket inside DataDir, which cannot collide with
+	// another etcd's port.
+	PeerURL string
+	// Name of the member. Default "baton".
+	Name string
+	// StartTimeout bounds the wait for the member to serve. Default 30s.
+	StartTimeout time.Duration
+	// UnsafeNoFsync skips fsync: tests only, it loses data on a crash.
+	UnsafeNoFsync bool
+	// Logger receives etcd's own logs. Default: none.
+	Logger *zap.Logger
+}
+
+// Default returns the defaults for a data directory.
+func Default(dataDir string) Config {
+	return Config{
+		DataDir:      dataDir,
+		ClientURL:    "http://127.0.0.1:2379",
+		PeerURL:      "unix://" + filepath.Join(dataDir, "peer.sock"),
+		Name:         "baton",
+		StartTimeout: 30 * time.Second,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("data dir: required for the embedded etcd")
+	}
+	for name, u := range map[string]string{"client URL": c.ClientURL, "peer URL": c.PeerURL} {
+		if _, err := parseURL(u); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if c.StartTimeout <= 0 {
+		return fmt.Errorf("start timeout: must be positive, got %v", c.StartTimeout)
+	}
+	return nil
+}
+
+// Etcd is a running embedded member.
+type Etcd struct {
+	e         *embed.Etcd
+	endpoints []string
+}
+
+// Start starts a member and waits until it serves clients.
+func Start(ctx context.Context, c Config) (*Etcd, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	cu, _ := parseURL(c.ClientURL)
+	pu, _ := parseURL(c.PeerURL)
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	if cfg.Name == "" {
+		cfg.Name = "baton"
+	}
+	cfg.Dir = c.DataDir
+	cfg.ListenClientUrls = []url.URL{*cu}
+	cfg.AdvertiseClientUrls = []url.URL{*cu}
+	cfg.ListenPeerUrls = []url.URL{*pu}
+	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	lg := c.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s: %w", c.DataDir, err)
+	}
+	t := time.NewTimer(c.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-t.C:
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd not ready after %v", c.StartTimeout)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", ctx.Err())
+	}
+	eps := make([]string, 0, len(e.Clients))
+	for _, l := range e.Clients {
+		if cu.Scheme == "unix" {
+			eps = append(eps, "unix://"+l.Addr().String())
+		} else {
+			eps = append(eps, cu.Scheme+"://"+l.Addr().String())
+		}
+	}
+	return &Etcd{e: e, endpoints: eps}, nil
+}
+
+// Endpoints returns the client URLs, with the real port when the
+// configured one was 0.
+func (e *Etcd) Endpoints() []string { return e.endpoints }
+
+// Close stops the member and waits for it to exit.
+func (e *Etcd) Close() { e.e.Close() }
+
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "http", "https", "unix":
+	default:
+		return nil, fmt.Errorf("%q: scheme must be http, https or unix", s)
+	}
+	if u.Host == "" && u.Path == "" {
+		return nil, fmt.Errorf("%q: no address", s)
+	}
+	return u, nil
+}

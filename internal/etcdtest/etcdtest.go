@@ -1,0 +1,124 @@
+// Package etcdtest starts a real embedded etcd for tests: a unix-socket
+// client URL in a short temporary directory, fsync off.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/baton-dev/baton/internal/embedetcd"
+)
+
+// Server is an embedded etcd that can be stopped and started again on the
+// same data directory.
+type Server struct {
+	Dir string
+	cfg embedetcd.Config
+	e   *embedetcd.Etcd
+}
+
+// Start starts an etcd in a new temporary directory. Call Close when done.
+func Start() (*Server, error) {
+	dir, err := os.MkdirTemp("", "baton-etcd")
+	if err != nil {
+		return nil, err
+	}
+	cfg := embedetcd.Default(filepath.Join(dir, "data"))
+	cfg.ClientURL = "unix://" + filepath.Join(dir, "client.sock")
+	cfg.UnsafeNoFsync = true
+	s := &Server{Dir: dir, cfg: cfg}
+	if err := s.Restart(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Endpoints returns the client endpoints.
+func (s *Server) Endpoints() []string { return []string{s.cfg.ClientURL} }
+
+// Stop stops the member, keeping its data.
+func (s *Server) Stop() {
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
+}
+
+// Restart starts the member again on its data directory.
+func (s *Server) Restart() error {
+	e, err := embedetcd.Start(context.Background(), s.cfg)
+	if err != nil {
+		return err
+	}
+	s.e = e
+	return nil
+}
+
+// Close stops the member and removes its directory.
+func (s *Server) Close() {
+	s.Stop()
+	os.RemoveAll(s.Dir)
+}
+
+// Counter counts the unary gRPC calls of a client by method.
+type Counter struct{ txn, rng, put, del atomic.Int64 }
+
+// Txns, Ranges, Puts and Deletes return the counts so far.
+func (c *Counter) Txns() int64    { return c.txn.Load() }
+func (c *Counter) Ranges() int64  { return c.rng.Load() }
+func (c *Counter) Puts() int64    { return c.put.Load() }
+func (c *Counter) Deletes() int64 { return c.del.Load() }
+
+func (c *Counter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	switch method {
+	case "/etcdserverpb.KV/Txn":
+		c.txn.Add(1)
+	case "/etcdserverpb.KV/Range":
+		c.rng.Add(1)
+	case "/etcdserverpb.KV/Put":
+		c.put.Add(1)
+	case "/etcdserverpb.KV/DeleteRange":
+		c.del.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// Client returns a client of s closed at the end of the test, and a
+// counter of its calls.
+func (s *Server) Client(t testing.TB) (*clientv3.Client, *Counter) {
+	t.Helper()
+	var c Counter
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.intercept)},
+	})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, &c
+}
+
+// Main runs a package's tests with one etcd, passed to run.
+func Main(m *testing.M, set func(*Server)) int {
+	s, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start etcd:", err)
+		return 1
+	}
+	defer s.Close()
+	set(s)
+	return m.Run()
+}

@@ -1,0 +1,45 @@
+package keyspace
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Holder is the record stored as the value of a contender key. Other
+// sidecars read it to tell a refused caller who holds the lock, and the
+// mirror copies it into the Lock resource. A contender written by another
+// client (etcdctl lock) has an empty value, decoded as a Holder with only
+// Foreign set.
+type Holder struct {
+	// Owner is the caller's execution id.
+	Owner string `json:"owner"`
+	// Pod, Namespace and Node identify the sidecar that wrote the key.
+	Pod       string `json:"pod,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Node      string `json:"node,omitempty"`
+	// AcquiredAt is when the lock was granted (for a waiter: when it queued).
+	AcquiredAt time.Time `json:"acquired_at"`
+	// ExpiresAt is the lock's deadline: the holding sidecar deletes the key
+	// then if it was not released before.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Foreign is true for a contender whose value is not a Baton record,
+	// such as one written by `etcdctl lock`.
+	Foreign bool `json:"-"`
+}
+
+// Encode returns the JSON stored in etcd.
+func (h Holder) Encode() string {
+	b, _ := json.Marshal(h) // cannot fail: only strings and times
+	return string(b)
+}
+
+// DecodeHolder reads a contender value. It never fails: a value that is not
+// a Baton record gives a Holder with Foreign set.
+func DecodeHolder(v []byte) Holder {
+	var h Holder
+	if len(v) == 0 || json.Unmarshal(v, &h) != nil || h.Owner == "" {
+		return Holder{Foreign: true}
+	}
+	return h
+}

@@ -1,0 +1,131 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Keeper keeps one session alive at a time: it opens a session, waits for it
+// to end, and opens the next, with back-off while etcd cannot be reached.
+type Keeper struct {
+	cli *clientv3.Client
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	cur     *Session
+	changed chan struct{} // closed and replaced whenever cur changes
+	closed  bool
+}
+
+// NewKeeper validates cfg and returns a Keeper; Run starts it.
+func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger) (*Keeper, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Keeper{cli: cli, cfg: cfg, log: log, changed: make(chan struct{})}, nil
+}
+
+// Run opens sessions until ctx ends or Close is called.
+func (k *Keeper) Run(ctx context.Context) error {
+	backoff := k.cfg.RetryMin
+	for ctx.Err() == nil && !k.isClosed() {
+		s, err := Open(ctx, k.cli, k.cfg)
+		if err != nil {
+			k.log.Warn("cannot open etcd session; retrying", "err", err, "retryIn", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, k.cfg.RetryMax)
+			continue
+		}
+		backoff = k.cfg.RetryMin
+		if !k.publish(s) {
+			_ = s.Revoke(context.Background())
+			return nil
+		}
+		k.log.Info("etcd session open", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "ttl", s.TTL())
+		select {
+		case <-s.Done():
+			if k.unpublish(s) {
+				k.log.Error("etcd session lost; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(s.ID())))
+			}
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// Current returns the live session, or ErrNoSession.
+func (k *Keeper) Current() (*Session, error) {
+	k.mu.Lock()
+	s := k.cur
+	k.mu.Unlock()
+	if s == nil || !s.Alive() {
+		return nil, ErrNoSession
+	}
+	return s, nil
+}
+
+// Changed returns a channel closed at the next change of the current
+// session (opened, lost or revoked).
+func (k *Keeper) Changed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.changed
+}
+
+// Close revokes the current session, freeing every lock it carries at once,
+// and stops opening new ones. Run returns soon after.
+func (k *Keeper) Close(ctx context.Context) error {
+	k.mu.Lock()
+	k.closed = true
+	s := k.cur
+	k.cur = nil
+	k.notifyLocked()
+	k.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Revoke(ctx)
+}
+
+func (k *Keeper) isClosed() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.closed
+}
+
+func (k *Keeper) publish(s *Session) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	k.cur = s
+	k.notifyLocked()
+	return true
+}
+
+// unpublish clears s if it is still current and reports whether it was.
+func (k *Keeper) unpublish(s *Session) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur != s {
+		return false
+	}
+	k.cur = nil
+	k.notifyLocked()
+	return true
+}
+
+func (k *Keeper) notifyLocked() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Error codes of the socket API: the "code" field of every error body.
+const (
+	CodeAlreadyRunning   = "already_running"
+	CodeWaitTimeout      = "wait_timeout"
+	CodeNotHeld          = "not_held"
+	CodeNotOwner         = "not_owner"
+	CodeLockLost         = "lock_lost"
+	CodeUnavailable      = "unavailable"
+	CodeTooManyWaiters   = "too_many_waiters"
+	CodeInvalidKey       = "invalid_key"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidRequest   = "invalid_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInternal         = "internal"
+)
+
+// apiError is an error with its status and code, made by the handlers for
+// request problems they find themselves.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(code, msg string) error { return &apiError{status: http.StatusBadRequest, code: code, msg: msg} }
+
+// errorBody is the JSON of every error answer; the optional fields say more
+// for the codes that have more to say.
+type errorBody struct {
+	Granted *bool       `json:"granted,omitempty"`
+	Code    string      `json:"code"`
+	Message string      `json:"message"`
+	Key     string      `json:"key,omitempty"`
+	Holder  *holderJSON `json:"holder,omitempty"`
+	Fence   int64       `json:"fence,omitempty"`
+	Reason  string      `json:"reason,omitempty"`
+	EndedAt string      `json:"ended_at,omitempty"`
+}
+
+// writeError is the one place where errors become HTTP status codes.
+func writeError(w http.ResponseWriter, err error) {
+	status, body := classify(err)
+	writeJSON(w, status, body)
+}
+
+func classify(err error) (int, errorBody) {
+	body := errorBody{Message: err.Error()}
+	var (
+		ae       *apiError
+		held     *coordinator.HeldError
+		notOwner *coordinator.NotOwnerError
+		lost     *coordinator.LostError
+		inv      *coordinator.InvalidError
+		tooBig   *http.MaxBytesError
+	)
+	no := false
+	switch {
+	case errors.As(err, &ae):
+		body.Code = ae.code
+		return ae.status, body
+	case errors.As(err, &tooBig):
+		body.Code, body.Message = CodeBodyTooLarge, "request body is larger than the sidecar's limit"
+		return http.StatusRequestEntityTooLarge, body
+	case errors.As(err, &held):
+		body.Granted, body.Key, body.Fence = &no, held.Key.String(), held.Fence
+		body.Message = held.Error()
+		if held.Fence != 0 {
+			body.Holder = holderOf(held.Holder)
+		}
+		body.Code = CodeAlreadyRunning
+		if held.Waited {
+			body.Code = CodeWaitTimeout
+		}
+		return http.StatusConflict, body
+	case errors.As(err, &notOwner):
+		body.Code, body.Key, body.Holder = CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)
+		return http.StatusForbidden, body
+	case errors.Is(err, coordinator.ErrNotOwner):
+		body.Code = CodeNotOwner
+		return http.StatusForbidden, body
+	case errors.As(err, &lost):
+		body.Code, body.Key, body.Fence, body.Reason = CodeLockLost, lost.Key.String(), lost.Fence, string(lost.Reason)
+		body.EndedAt = timeJSON(lost.At)
+		return http.StatusGone, body
+	case errors.Is(err, coordinator.ErrNotHeld):
+		body.Code = CodeNotHeld
+		return http.StatusNotFound, body
+	case errors.As(err, &inv):
+		body.Code = "invalid_" + inv.Field
+		return http.StatusBadRequest, body
+	case errors.Is(err, keyspace.ErrInvalidKey):
+		body.Code = CodeInvalidKey
+		return http.StatusBadRequest, body
+	case errors.Is(err, coordinator.ErrTooManyWaiters):
+		body.Code = CodeTooManyWaiters
+		return http.StatusTooManyRequests, body
+	case errors.Is(err, coordinator.ErrUnavailable):
+		body.Code = CodeUnavailable
+		return http.StatusServiceUnavailable, body
+	case errors.Is(err, context.Canceled):
+		// The caller hung up; nobody reads this answer.
+		body.Code = CodeUnavailable
+		return 499, body
+	}
+	body.Code = CodeInternal
+	return http.StatusInternalServerError, body
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // the caller may be gone; nothing to do about it
+}

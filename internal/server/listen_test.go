@@ -1,0 +1,158 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+func TestListenUnix(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sub", "baton.sock")
+
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != SocketMode {
+		t.Fatalf("socket mode %v, %v; want %v", fi.Mode().Perm(), err, os.FileMode(SocketMode))
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := ListenUnix(sock); err == nil || !strings.Contains(err.Error(), "running process") {
+		t.Errorf("a live socket was taken over: %v", err)
+	}
+	l.Close()
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket file left after close: %v", err)
+	}
+
+	// A stale socket file, as left by a SIGKILLed process, is replaced.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("no stale socket to test with: %v", err)
+	}
+	l, err = ListenUnix(sock)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	l.Close()
+
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(plain, []byte("data"), 0o600)
+	if _, err := ListenUnix(plain); err == nil {
+		t.Error("a regular file was replaced by a socket")
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "data" {
+		t.Error("the regular file was touched")
+	}
+}
+
+// TestDisconnectWithdrawsWaiter: a caller that hangs up while queued leaves
+// no key behind.
+func TestDisconnectWithdrawsWaiter(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/dc", `{"owner":"holder"}`).expect(t, 200, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://baton/v1/locks/dc", strings.NewReader(`{"owner":"leaver","wait":"1m"}`))
+	errc := make(chan error)
+	go func() {
+		_, err := b.client.Do(req)
+		errc <- err
+	}()
+	cli, _ := testEtcd.Client(t)
+	k, _ := keyspace.ParseKey("dc")
+	pfx := b.coord.Layout().LockPrefix(k)
+	count := func() int64 {
+		r, err := cli.Get(context.Background(), pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	cancel()
+	<-errc
+	for count() != 1 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the waiter's key stayed after its caller hung up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSlowHeadersAreCut(t *testing.T) {
+	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.ReadHeaderTimeout = 200 * time.Millisecond })
+	c, err := net.Dial("unix", a.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("POST /v1/locks/slow HTTP/1.1\r\nHost: x\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("a request with unfinished headers got %d", resp.StatusCode)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("connection with slow headers kept %v", d)
+	}
+	a.do("GET", "/v1/locks/slow", "").expect(t, 200, "")
+}
+
+func TestHealthHandlerOnTCP(t *testing.T) {
+	a := newAPI(t, "pod")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- Serve(ctx, a.srv.HTTPServer(a.srv.HealthHandler()), l, time.Second) }()
+	defer func() { cancel(); <-done }()
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/locks/x": 404} {
+		resp, err := http.Get("http://" + l.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s on the health port: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

@@ -1,0 +1,303 @@
+// Package server is Baton's socket API: HTTP/1.1 and JSON over a unix
+// socket. Each handler decodes and validates, calls the coordinator, and
+// encodes; writeError is the one place where errors become status codes.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Config configures the HTTP side of the socket API.
+type Config struct {
+	// MaxBodyBytes bounds a request body; larger bodies get 413. Default 64 KiB.
+	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading a request's headers. Default 5s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections. Default 2m.
+	IdleTimeout time.Duration
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	return Config{MaxBodyBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+}
+
+// Validate checks the fields.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("max body bytes %d: must be at least 1024", c.MaxBodyBytes)
+	case c.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("read header timeout %v: must be positive", c.ReadHeaderTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("idle timeout %v: must be positive", c.IdleTimeout)
+	}
+	return nil
+}
+
+// Server serves the socket API.
+type Server struct {
+	cfg   Config
+	locks *coordinator.Coordinator
+	log   *slog.Logger
+	mux   *http.ServeMux
+}
+
+// New returns a Server for locks.
+func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, locks: locks, log: log, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("/v1/locks", s.list)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks", r.Method, r.URL.Path)})
+	})
+	return s, nil
+}
+
+// Handler returns the whole socket API. Lock paths bypass ServeMux, whose
+// path cleaning would silently turn the invalid key "a/../b" into "b".
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/locks/"); ok {
+			s.lock(w, r, rest)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// HealthHandler returns only /healthz and /readyz, for a TCP probe port.
+func (s *Server) HealthHandler() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /healthz", s.healthz)
+	m.HandleFunc("GET /readyz", s.readyz)
+	return m
+}
+
+// HTTPServer returns an http.Server for h with the configured limits. It
+// sets no write timeout: a blocking acquire is bounded by the coordinator's
+// maximum wait instead.
+func (s *Server) HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.locks.Ready(); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// lock routes /v1/locks/{key}[:verb].
+func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
+	name, verb, hasVerb := strings.Cut(rest, ":")
+	k, err := keyspace.ParseKey(name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case !hasVerb && r.Method == http.MethodPost:
+		s.acquire(w, r, k)
+	case !hasVerb && r.Method == http.MethodDelete:
+		s.release(w, r, k)
+	case !hasVerb && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		s.status(w, r, k)
+	case !hasVerb:
+		notAllowed(w, r, "GET, POST, DELETE")
+	case verb == "extend" && r.Method == http.MethodPost:
+		s.extend(w, r, k)
+	case verb == "extend":
+		notAllowed(w, r, "POST")
+	default:
+		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("unknown method %q after the key; the custom method is :extend", verb)})
+	}
+}
+
+func notAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+		msg: fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)})
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	b, err := s.body(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, grantOf(g))
+}
+
+func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	b, err := s.body(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case b.Owner == "":
+		writeError(w, badRequest("invalid_owner", "owner is required to extend a lock"))
+		return
+	case b.Wait != 0:
+		writeError(w, badRequest("invalid_wait", "extend takes no wait; send owner and ttl"))
+		return
+	}
+	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, grantOf(g))
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	q, err := query(r, "owner")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	owner := q.Get("owner")
+	if owner == "" {
+		writeError(w, badRequest("invalid_owner", "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID"))
+		return
+	}
+	rel, err := s.locks.Release(r.Context(), k, owner)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, releasedJSON{Released: true, Key: k.String(), Owner: owner, Fence: rel.Fence,
+		HeldFor: rel.HeldFor.Round(time.Millisecond).String(), HeldSecs: rel.HeldFor.Seconds()})
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	if _, err := query(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	st, err := s.locks.Status(r.Context(), k)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statusOf(st))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		notAllowed(w, r, "GET")
+		return
+	}
+	q, err := query(r, "prefix")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	locks, truncated, err := s.locks.List(r.Context(), q.Get("prefix"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := listJSON{Locks: make([]statusJSON, 0, len(locks)), Truncated: truncated}
+	for _, l := range locks {
+		out.Locks = append(out.Locks, statusOf(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// body decodes an acquire or extend body, bounded by MaxBodyBytes, and
+// refuses query parameters.
+func (s *Server) body(w http.ResponseWriter, r *http.Request) (acquireBody, error) {
+	if _, err := query(r); err != nil {
+		return acquireBody{}, err
+	}
+	return decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+}
+
+// fail answers an error from the coordinator, logging those worth a look.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		s.log.Debug("caller hung up", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else if errors.Is(err, coordinator.ErrUnavailable) {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, err)
+}
+
+// query parses the query string and refuses parameters not in allowed.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest(CodeInvalidRequest, "malformed query string: "+err.Error())
+	}
+	for name, vals := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || name == a
+		}
+		if !ok {
+			msg := fmt.Sprintf("unknown query parameter %q", name)
+			if len(allowed) > 0 {
+				msg += "; allowed: " + strings.Join(allowed, ", ")
+			}
+			return nil, badRequest(CodeInvalidRequest, msg)
+		}
+		if len(vals) > 1 {
+			return nil, badRequest(CodeInvalidRequest, fmt.Sprintf("query parameter %q given %d times", name, len(vals)))
+		}
+	}
+	return q, nil
+}
+
+// Serve serves h on l until ctx ends, then shuts down gracefully within
+// grace and closes l.
+func Serve(ctx context.Context, srv *http.Server, l net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	<-errc
+	return nil
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+)
+
+func TestSession(t *testing.T) {
+	a, b := newAPI(t, "api-7f9c"), newAPI(t, "api-b")
+
+	g := a.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-abc123","ttl":"10m"}`).expect(t, 200, "")
+	if g.body["granted"] != true || g.str("key") != "terraform-prod" || g.str("owner") != "execution-abc123" || g.num("fence") <= 0 || g.str("expires_at") == "" {
+		t.Fatalf("grant %s", g.raw)
+	}
+	exp, err := time.Parse(time.RFC3339Nano, g.str("expires_at"))
+	if err != nil || time.Until(exp) < 9*time.Minute {
+		t.Errorf("expires_at %q, want about 10m from now", g.str("expires_at"))
+	}
+	again := a.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-abc123"}`).expect(t, 200, "")
+	if again.num("fence") != g.num("fence") {
+		t.Errorf("idempotent grant fence %d, want %d", again.num("fence"), g.num("fence"))
+	}
+
+	refused := b.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-def456"}`).expect(t, 409, "already_running")
+	h := refused.holder()
+	if refused.body["granted"] != false || h["owner"] != "execution-abc123" || h["pod"] != "api-7f9c" || h["acquired_at"] == nil || refused.num("fence") != g.num("fence") {
+		t.Errorf("refusal %s", refused.raw)
+	}
+	wantMsg := fmt.Sprintf(`lock "terraform-prod" is held by execution-abc123 (pod api-7f9c) until %s`, exp.UTC().Format(time.RFC3339))
+	if refused.str("message") != wantMsg {
+		t.Errorf("message %q, want %q", refused.str("message"), wantMsg)
+	}
+	b.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-def456","wait":"200ms"}`).expect(t, 409, "wait_timeout")
+
+	st := b.do("GET", "/v1/locks/terraform-prod", "").expect(t, 200, "")
+	if st.body["held"] != true || st.holder()["owner"] != "execution-abc123" || st.num("fence") != g.num("fence") || st.str("expires_at") == "" || st.body["waiters"] != 0.0 {
+		t.Errorf("status %s", st.raw)
+	}
+	list := b.do("GET", "/v1/locks?prefix=terraform", "").expect(t, 200, "")
+	if locks, _ := list.body["locks"].([]any); len(locks) != 1 {
+		t.Errorf("list %s", list.raw)
+	}
+
+	ext := a.do("POST", "/v1/locks/terraform-prod:extend", `{"owner":"execution-abc123","ttl":"20m"}`).expect(t, 200, "")
+	if ext.num("fence") != g.num("fence") || ext.str("expires_at") <= g.str("expires_at") {
+		t.Errorf("extend %s", ext.raw)
+	}
+	a.do("POST", "/v1/locks/terraform-prod:extend", `{"owner":"someone-else","ttl":"20m"}`).expect(t, 403, "not_owner")
+	b.do("DELETE", "/v1/locks/terraform-prod?owner=execution-def456", "").expect(t, 403, "not_owner")
+
+	// A waiter on b gets the lock when a releases it.
+	waited := make(chan reply)
+	go func() {
+		waited <- b.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-def456","wait":"30s"}`)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	rel := a.do("DELETE", "/v1/locks/terraform-prod?owner=execution-abc123", "").expect(t, 200, "")
+	if rel.body["released"] != true || rel.str("held_for") == "" {
+		t.Errorf("release %s", rel.raw)
+	}
+	w := (<-waited).expect(t, 200, "")
+	if w.num("fence") <= g.num("fence") || w.str("owner") != "execution-def456" {
+		t.Errorf("waiter grant %s", w.raw)
+	}
+	a.do("DELETE", "/v1/locks/terraform-prod?owner=execution-abc123", "").expect(t, 403, "not_owner")
+	b.do("DELETE", "/v1/locks/terraform-prod?owner=execution-def456", "").expect(t, 200, "")
+	b.do("DELETE", "/v1/locks/terraform-prod?owner=execution-def456", "").expect(t, 404, "not_held")
+	free := b.do("GET", "/v1/locks/terraform-prod", "").expect(t, 200, "")
+	if free.body["held"] != false {
+		t.Errorf("free status %s", free.raw)
+	}
+}
+
+func TestGeneratedOwnerAndLostLock(t *testing.T) {
+	a := newAPI(t, "pod")
+	g := a.do("POST", "/v1/locks/gen", "").expect(t, 200, "")
+	if !strings.HasPrefix(g.str("owner"), "exec-") {
+		t.Errorf("generated owner %q", g.str("owner"))
+	}
+	s := a.do("POST", "/v1/locks/short", `{"owner":"o","ttl":1}`).expect(t, 200, "")
+	time.Sleep(1500 * time.Millisecond)
+	lost := a.do("DELETE", "/v1/locks/short?owner=o", "").expect(t, 410, "lock_lost")
+	if lost.str("reason") != "expired" || lost.num("fence") != s.num("fence") {
+		t.Errorf("lost %s", lost.raw)
+	}
+	a.do("POST", "/v1/locks/short:extend", `{"owner":"o","ttl":"1m"}`).expect(t, 410, "lock_lost")
+}
+
+func TestHealth(t *testing.T) {
+	a := newAPI(t, "pod")
+	a.do("GET", "/healthz", "").expect(t, 200, "")
+	a.do("GET", "/readyz", "").expect(t, 200, "")
+	a.coord.Shutdown()
+	a.do("GET", "/readyz", "").expect(t, 503, "unavailable")
+	a.do("GET", "/healthz", "").expect(t, 200, "")
+	a.do("POST", "/v1/locks/late", "").expect(t, 503, "unavailable")
+}
+
+func TestVerbsAndPaths(t *testing.T) {
+	a := newAPI(t, "pod")
+	// A key whose last segment is a verb's name is an ordinary key.
+	a.do("POST", "/v1/locks/flow/extend", `{"owner":"o"}`).expect(t, 200, "")
+	a.do("POST", "/v1/locks/flow", `{"owner":"o"}`).expect(t, 200, "")
+	a.do("POST", "/v1/locks/flow:hold2", `{"owner":"o"}`).expect(t, 404, "not_found")
+	a.do("PUT", "/v1/locks/flow", `{"owner":"o"}`).expect(t, 405, "method_not_allowed")
+	a.do("GET", "/v1/locks/flow:extend", "").expect(t, 405, "method_not_allowed")
+	a.do("POST", "/v1/locks", "").expect(t, 405, "method_not_allowed")
+	a.do("GET", "/v2/anything", "").expect(t, 404, "not_found")
+}
+
+// TestBadInput sends nonsense and checks each gets a 4xx with a code and a
+// message, and that none reaches etcd.
+func TestBadInput(t *testing.T) {
+	a := newAPI(t, "pod", func(c *coordinator.Config, s *Config) { s.MaxBodyBytes = 64 << 10 })
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"malformed JSON", "POST", "/v1/locks/k", `{"owner":`, 400, "invalid_json"},
+		{"not an object", "POST", "/v1/locks/k", `[1,2]`, 400, "invalid_json"},
+		{"two objects", "POST", "/v1/locks/k", `{} {}`, 400, "invalid_json"},
+		{"unknown field", "POST", "/v1/locks/k", `{"owner":"o","tll":"5m"}`, 400, "invalid_request"},
+		{"owner not a string", "POST", "/v1/locks/k", `{"owner":42}`, 400, "invalid_owner"},
+		{"owner with a space", "POST", "/v1/locks/k", `{"owner":"a b"}`, 400, "invalid_owner"},
+		{"ttl not a duration", "POST", "/v1/locks/k", `{"ttl":"soon"}`, 400, "invalid_ttl"},
+		{"ttl of the wrong type", "POST", "/v1/locks/k", `{"ttl":true}`, 400, "invalid_ttl"},
+		{"negative ttl", "POST", "/v1/locks/k", `{"ttl":"-5s"}`, 400, "invalid_ttl"},
+		{"ttl over max hold", "POST", "/v1/locks/k", `{"ttl":"100h"}`, 400, "invalid_ttl"},
+		{"huge number ttl", "POST", "/v1/locks/k", `{"ttl":1e300}`, 400, "invalid_ttl"},
+		{"negative wait", "POST", "/v1/locks/k", `{"wait":-1}`, 400, "invalid_wait"},
+		{"wait over max", "POST", "/v1/locks/k", `{"wait":"2h"}`, 400, "invalid_wait"},
+		{"wait of the wrong type", "POST", "/v1/locks/k", `{"wait":[1]}`, 400, "invalid_wait"},
+		{"query on acquire", "POST", "/v1/locks/k?owner=x", ``, 400, "invalid_request"},
+		{"bad key character", "POST", "/v1/locks/a%20b", ``, 400, "invalid_key"},
+		{"dot-dot segment", "POST", "/v1/locks/a/../b", ``, 400, "invalid_key"},
+		{"empty segment", "POST", "/v1/locks/a//b", ``, 400, "invalid_key"},
+		{"too many segments", "POST", "/v1/locks/1/2/3/4/5/6/7/8/9", ``, 400, "invalid_key"},
+		{"segment too long", "POST", "/v1/locks/" + strings.Repeat("x", 129), ``, 400, "invalid_key"},
+		{"release without owner", "DELETE", "/v1/locks/k", ``, 400, "invalid_owner"},
+		{"release with a bad owner", "DELETE", "/v1/locks/k?owner=%00", ``, 400, "invalid_owner"},
+		{"release with two owners", "DELETE", "/v1/locks/k?owner=a&owner=b", ``, 400, "invalid_request"},
+		{"extend without owner", "POST", "/v1/locks/k:extend", `{"ttl":"1m"}`, 400, "invalid_owner"},
+		{"extend with a wait", "POST", "/v1/locks/k:extend", `{"owner":"o","wait":"1s"}`, 400, "invalid_wait"},
+		{"list with a bad prefix", "GET", "/v1/locks?prefix=a%25", ``, 400, "invalid_key"},
+		{"list with an unknown parameter", "GET", "/v1/locks?limit=5", ``, 400, "invalid_request"},
+		{"body too large", "POST", "/v1/locks/k", `{"owner":"` + strings.Repeat("o", 70<<10) + `"}`, 413, "body_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			txns, puts := a.calls.Txns(), a.calls.Puts()
+			a.do(tt.method, tt.path, tt.body).expect(t, tt.status, tt.code)
+			if a.calls.Txns() != txns || a.calls.Puts() != puts {
+				t.Errorf("bad input wrote to etcd")
+			}
+		})
+	}
+}
+
+func TestTooManyWaiters(t *testing.T) {
+	a := newAPI(t, "pod", func(c *coordinator.Config, _ *Config) { c.MaxWaiters = 1 })
+	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")
+	go a.do("POST", "/v1/locks/q", `{"owner":"w1","wait":"2s"}`)
+	time.Sleep(200 * time.Millisecond)
+	a.do("POST", "/v1/locks/q", `{"owner":"w2","wait":"2s"}`).expect(t, http.StatusTooManyRequests, "too_many_waiters")
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// acquireBody is the body of POST /v1/locks/{key} and {key}:extend.
+type acquireBody struct {
+	Owner string
+	TTL   time.Duration
+	Wait  time.Duration
+}
+
+// decodeBody reads one JSON object strictly: unknown fields, wrong types,
+// trailing data and bad durations are errors that name the field. An empty
+// body gives the zero acquireBody.
+func decodeBody(r io.Reader) (acquireBody, error) {
+	var raw struct {
+		Owner json.RawMessage `json:"owner"`
+		TTL   json.RawMessage `json:"ttl"`
+		Wait  json.RawMessage `json:"wait"`
+	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&raw)
+	if errors.Is(err, io.EOF) {
+		return acquireBody{}, nil
+	}
+	if err == nil {
+		if _, err = dec.Token(); errors.Is(err, io.EOF) {
+			err = nil
+		} else if err == nil {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	if err != nil {
+		var (
+			tooBig *http.MaxBytesError
+			typ    *json.UnmarshalTypeError
+		)
+		switch {
+		case errors.As(err, &tooBig):
+			return acquireBody{}, err
+		case errors.As(err, &typ):
+			return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return acquireBody{}, badRequest(CodeInvalidRequest, strings.TrimPrefix(err.Error(), "json: ")+"; the fields are owner, ttl and wait")
+		}
+		return acquireBody{}, badRequest(CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
+	}
+	var b acquireBody
+	if len(raw.Owner) > 0 && string(raw.Owner) != "null" {
+		if err := json.Unmarshal(raw.Owner, &b.Owner); err != nil {
+			return acquireBody{}, badRequest("invalid_owner", fmt.Sprintf("owner must be a string, not %s", clip(raw.Owner)))
+		}
+	}
+	if b.TTL, err = parseDuration("ttl", raw.TTL); err != nil {
+		return acquireBody{}, err
+	}
+	if b.Wait, err = parseDuration("wait", raw.Wait); err != nil {
+		return acquireBody{}, err
+	}
+	return b, nil
+}
+
+// parseDuration reads a JSON duration: a Go duration string ("30s", "5m")
+// or a number of seconds (30, 0.5); absent and null mean 0. Negative values
+// are refused here, so that nothing negative reaches the coordinator.
+func parseDuration(field string, raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	bad := func(format string, args ...any) error {
+		return badRequest("invalid_"+field, field+": "+fmt.Sprintf(format, args...))
+	}
+	var d time.Duration
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, bad("%s is not a string", clip(raw))
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, bad("%q is not a duration; write it like \"30s\", \"5m\" or \"1h30m\"", s)
+		}
+		d = v
+	default:
+		var f float64
+		if err := json.Unmarshal(raw, &f); err != nil {
+			return 0, bad("%s is not a duration; use a string like \"30s\" or a number of seconds", clip(raw))
+		}
+		if math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64/int64(time.Second)) {
+			return 0, bad("%s seconds is out of range", clip(raw))
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, bad("%v is negative", d)
+	}
+	return d, nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// holderJSON is a holder record in answers.
+type holderJSON struct {
+	Owner      string `json:"owner"`
+	Pod        string `json:"pod,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Node       string `json:"node,omitempty"`
+	AcquiredAt string `json:"acquired_at,omitempty"`
+	ExpiresAt  string `json:"expires_at,omitempty"`
+	// Foreign marks a holder that is not Baton (etcdctl lock).
+	Foreign bool `json:"foreign,omitempty"`
+}
+
+func holderOf(h keyspace.Holder) *holderJSON {
+	return &holderJSON{
+		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node,
+		AcquiredAt: timeJSON(h.AcquiredAt), ExpiresAt: timeJSON(h.ExpiresAt), Foreign: h.Foreign,
+	}
+}
+
+func timeJSON(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// grantJSON answers a granted acquire or an extend.
+type grantJSON struct {
+	Granted    bool   `json:"granted"`
+	Key        string `json:"key"`
+	Owner      string `json:"owner"`
+	Fence      int64  `json:"fence"`
+	AcquiredAt string `json:"acquired_at"`
+	ExpiresAt  string `json:"expires_at"`
+}
+
+func grantOf(g coordinator.Grant) grantJSON {
+	return grantJSON{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt)}
+}
+
+// releasedJSON answers a release.
+type releasedJSON struct {
+	Released bool    `json:"released"`
+	Key      string  `json:"key"`
+	Owner    string  `json:"owner"`
+	Fence    int64   `json:"fence"`
+	HeldFor  string  `json:"held_for"`
+	HeldSecs float64 `json:"held_for_seconds"`
+}
+
+// statusJSON is one lock in status and list answers.
+type statusJSON struct {
+	Key       string      `json:"key"`
+	Held      bool        `json:"held"`
+	Holder    *holderJSON `json:"holder,omitempty"`
+	Fence     int64       `json:"fence,omitempty"`
+	ExpiresAt string      `json:"expires_at,omitempty"`
+	Waiters   int         `json:"waiters"`
+}
+
+func statusOf(s coordinator.Status) statusJSON {
+	if !s.Held {
+		return statusJSON{Key: s.Key.String()}
+	}
+	return statusJSON{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: timeJSON(s.Holder.ExpiresAt), Waiters: s.Waiters}
+}
+
+type listJSON struct {
+	Locks     []statusJSON `json:"locks"`
+	Truncated bool         `json:"truncated,omitempty"`
+}
