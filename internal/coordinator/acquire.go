@@ -163,7 +163,7 @@ func CheckOwner(owner string) error {
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
 func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
-	sess, err := c.session()
+	sess, err := c.session(ctx)
 	if err != nil {
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
@@ -195,7 +195,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 // has the turn.
 func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
 	op := fmt.Sprintf("acquire %q", req.Key)
-	sess, err := c.session()
+	sess, err := c.session(ctx)
 	if err != nil {
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)

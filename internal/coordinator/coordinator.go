@@ -29,7 +29,10 @@ import (
 
 // Sessions gives the sidecar's current etcd session (lease.Keeper).
 type Sessions interface {
+	// Current returns the live session or an error at once.
 	Current() (*lease.Session, error)
+	// Wait returns the live session, waiting for one until ctx ends.
+	Wait(ctx context.Context) (*lease.Session, error)
 }
 
 // Coordinator serves lock requests for one scope.
@@ -157,9 +160,13 @@ func (c *Coordinator) Shutdown() {
 	}
 }
 
-// session returns the current session and makes sure its end is watched.
-func (c *Coordinator) session() (*lease.Session, error) {
-	s, err := c.sessions.Current()
+// session returns the current session, waiting for one a bounded time
+// (the sidecar is starting or etcd was away), and makes sure its end is
+// watched.
+func (c *Coordinator) session(ctx context.Context) (*lease.Session, error) {
+	wctx, cancel := c.etcdCtx(ctx)
+	s, err := c.sessions.Wait(wctx)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

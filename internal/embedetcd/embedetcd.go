@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -40,10 +42,30 @@ func Default(dataDir string) Config {
 	return Config{
 		DataDir:      dataDir,
 		ClientURL:    "http://127.0.0.1:2379",
-		PeerURL:      "unix://" + filepath.Join(dataDir, "peer.sock"),
+		PeerURL:      "unix://" + peerSocket(dataDir),
 		Name:         "baton",
 		StartTimeout: 30 * time.Second,
 	}
+}
+
+// peerSocket places the peer socket in the data directory, or in the
+// temporary directory when that path would pass the 107-byte limit of a
+// unix socket path.
+func peerSocket(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	if p := filepath.Join(abs, "peer.sock"); len(p) < 100 {
+		return p
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("baton-peer-%x.sock", fnv64(abs)))
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // Validate reports the first invalid field.
@@ -72,6 +94,9 @@ type Etcd struct {
 func Start(ctx context.Context, c Config) (*Etcd, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd data dir: %w", err)
 	}
 	cu, _ := parseURL(c.ClientURL)
 	pu, _ := parseURL(c.PeerURL)

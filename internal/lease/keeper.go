@@ -73,6 +73,21 @@ func (k *Keeper) Current() (*Session, error) {
 	return s, nil
 }
 
+// Wait returns the live session, waiting for one to open until ctx ends.
+func (k *Keeper) Wait(ctx context.Context) (*Session, error) {
+	for {
+		changed := k.Changed()
+		if s, err := k.Current(); err == nil {
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrNoSession, ctx.Err())
+		}
+	}
+}
+
 // Changed returns a channel closed at the next change of the current
 // session (opened, lost or revoked).
 func (k *Keeper) Changed() <-chan struct{} {

@@ -38,7 +38,9 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
-func badRequest(code, msg string) error { return &apiError{status: http.StatusBadRequest, code: code, msg: msg} }
+func badRequest(code, msg string) error {
+	return &apiError{status: http.StatusBadRequest, code: code, msg: msg}
+}
 
 // errorBody is the JSON of every error answer; the optional fields say more
 // for the codes that have more to say.

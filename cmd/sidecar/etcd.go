@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdOptions says how to reach an external etcd cluster.
+type etcdOptions struct {
+	endpoints          []string
+	caCert, cert, key  string
+	username, password string
+	dialTimeout        time.Duration
+}
+
+func (e *etcdOptions) validate() error {
+	for _, ep := range e.endpoints {
+		if !strings.Contains(ep, "://") {
+			return fmt.Errorf("--etcd-endpoints %q: want a URL such as https://etcd-0.etcd:2379", ep)
+		}
+	}
+	if (e.cert == "") != (e.key == "") {
+		return errors.New("--etcd-cert and --etcd-key: give both or neither")
+	}
+	for _, f := range []struct{ flag, path string }{{"--etcd-cacert", e.caCert}, {"--etcd-cert", e.cert}, {"--etcd-key", e.key}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	if e.username == "" && e.password != "" {
+		return errors.New("BATON_ETCD_PASSWORD is set but --etcd-username is not")
+	}
+	if e.dialTimeout <= 0 {
+		return fmt.Errorf("--etcd-dial-timeout %v: must be positive", e.dialTimeout)
+	}
+	return nil
+}
+
+// client returns an etcd client for endpoints with the TLS and auth options.
+func (e *etcdOptions) client(endpoints []string, log *zap.Logger) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          e.dialTimeout,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Username:             e.username,
+		Password:             e.password,
+		Logger:               log,
+	}
+	if e.caCert != "" || e.cert != "" {
+		tlsInfo := transport.TLSInfo{CertFile: e.cert, KeyFile: e.key, TrustedCAFile: e.caCert}
+		tlsCfg, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+		cfg.TLS = tlsCfg
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return cli, nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds bin/baton once for the process tests.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "baton-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "baton")
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is a `baton serve` child process on the shared test etcd.
+type proc struct {
+	cmd     *exec.Cmd
+	socket  string
+	stderr  *syncBuffer
+	exited  chan struct{} // closed when the process has exited
+	exitErr error
+}
+
+func startProc(t *testing.T, socket, scope string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary(t), "serve", "--socket-path", socket, "--scope", scope,
+		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
+		"--request-timeout", "900ms", "--health-addr", "")
+	cmd.Env = append(os.Environ(), "POD_NAME="+filepath.Base(socket))
+	p := &proc{cmd: cmd, socket: socket, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		p.exitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+	})
+	select {
+	case line := <-ready:
+		if !strings.Contains(line, "serving on") {
+			t.Fatalf("first line %q; stderr: %s", line, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no ready line; stderr: %s", p.stderr.String())
+	}
+	return p
+}
+
+func lockKeys(t *testing.T, cli *clientv3.Client, scope string) int64 {
+	t.Helper()
+	r, err := cli.Get(context.Background(), "/baton/v1/"+scope+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Count
+}
+
+// TestSIGKILLFreesLocksAfterLeaseTTL: a killed sidecar's locks are free
+// once its lease expires, a waiter elsewhere gets them, and a restarted
+// sidecar replaces the stale socket.
+func TestSIGKILLFreesLocksAfterLeaseTTL(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-kill")
+	defer os.RemoveAll(dir)
+	scope := "kill-test"
+	a := startProc(t, filepath.Join(dir, "a.sock"), scope)
+	b := startProc(t, filepath.Join(dir, "b.sock"), scope)
+	if code := post(t, unixClient(a.socket), "/v1/locks/job", `{"owner":"exec-a"}`); code != 200 {
+		t.Fatalf("acquire on a: %d", code)
+	}
+	granted := make(chan time.Time, 1)
+	go func() {
+		code := post(t, unixClient(b.socket), "/v1/locks/job", `{"owner":"exec-b","wait":"30s"}`)
+		if code != 200 {
+			t.Errorf("waiter on b: %d", code)
+		}
+		granted <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	killed := time.Now()
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+	select {
+	case at := <-granted:
+		gap := at.Sub(killed)
+		t.Logf("waiter granted %v after SIGKILL (lease TTL 2s)", gap)
+		if gap < time.Second {
+			t.Errorf("granted %v after the kill, before the lease could expire", gap)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the killed sidecar's lock was never freed")
+	}
+	if _, err := os.Stat(a.socket); err != nil {
+		t.Fatalf("SIGKILL should leave the socket file behind: %v", err)
+	}
+	a2 := startProc(t, a.socket, scope)
+	if code := post(t, unixClient(a2.socket), "/v1/locks/other", `{"owner":"exec-a2"}`); code != 200 {
+		t.Fatalf("acquire on the restarted sidecar: %d", code)
+	}
+}
+
+// TestSIGTERMReleasesEverything: SIGTERM revokes the lease (every lock free
+// at once), removes the socket and exits 0.
+func TestSIGTERMReleasesEverything(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-term")
+	defer os.RemoveAll(dir)
+	scope := "term-test"
+	cli, _ := testEtcd.Client(t)
+	a := startProc(t, filepath.Join(dir, "a.sock"), scope)
+	c := unixClient(a.socket)
+	for i := 0; i < 3; i++ {
+		if code := post(t, c, fmt.Sprintf("/v1/locks/job-%d", i), `{"owner":"exec"}`); code != 200 {
+			t.Fatalf("acquire %d: %d", i, code)
+		}
+	}
+	if n := lockKeys(t, cli, scope); n != 3 {
+		t.Fatalf("%d keys before SIGTERM, want 3", n)
+	}
+	start := time.Now()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+		if a.exitErr != nil {
+			t.Fatalf("exit after SIGTERM: %v; stderr: %s", a.exitErr, a.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start))
+	if n := lockKeys(t, cli, scope); n != 0 {
+		t.Errorf("%d keys left after SIGTERM, want 0", n)
+	}
+	if _, err := os.Stat(a.socket); !os.IsNotExist(err) {
+		t.Errorf("socket left after SIGTERM: %v", err)
+	}
+	if !strings.Contains(a.stderr.String(), `"msg":"stopped"`) {
+		t.Errorf("no stop log line: %s", a.stderr.String())
+	}
+}
