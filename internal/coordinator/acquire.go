@@ -66,6 +66,12 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, e
 	}
 	e := c.refLocked(req.Key)
 	defer c.unref(e)
+	if h := e.held; h != nil && !h.sess.Alive() {
+		// The session just ended and its watcher has not run yet: the
+		// lock is lost, not something to hand back.
+		c.loseLocked(e, h, LeaseLost)
+		c.passTurnLocked(e)
+	}
 	if h := e.held; h != nil {
 		if h.owner == req.Owner {
 			g := grantOf(e, h)

@@ -223,6 +223,7 @@ func (c *Coordinator) deleteKey(key string, rev int64) error {
 
 // onDelete is called by the watch for every contender key deleted in the
 // scope. A holder key of ours deleted by someone else means a lost lock.
+// It must not block the watch: telling why the key went takes a request.
 func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
 	c.mu.Lock()
 	e := c.locks[k.String()]
@@ -232,9 +233,14 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
 	}
 	h := e.held
 	c.mu.Unlock()
+	go c.lostByDelete(e, h)
+}
 
+// lostByDelete marks h lost after its key was deleted: lease_lost when its
+// lease is gone too, force_released otherwise.
+func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	reason := ForceReleased
-	ctx, cancel := c.etcdCtx(context.Background())
+	ctx, cancel := c.etcdCtx(c.stop)
 	ttl, err := c.cli.TimeToLive(ctx, h.sess.ID())
 	cancel()
 	if !h.sess.Alive() || (err == nil && ttl.TTL == -1) {
@@ -267,7 +273,7 @@ func (c *Coordinator) checkHeld() {
 		if err != nil || (len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence) {
 			continue // unknown or still held
 		}
-		c.onDelete(es[i].key, h.etcdKey, h.fence)
+		c.lostByDelete(es[i], h)
 	}
 }
 

@@ -29,7 +29,9 @@ func TestListenUnix(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != SocketMode {
 		t.Fatalf("socket mode %v, %v; want %v", fi.Mode().Perm(), err, os.FileMode(SocketMode))
 	}
-	go func() {
+	accepting := make(chan struct{})
+	go func(l net.Listener) {
+		defer close(accepting)
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -37,11 +39,12 @@ func TestListenUnix(t *testing.T) {
 			}
 			c.Close()
 		}
-	}()
+	}(l)
 	if _, err := ListenUnix(sock); err == nil || !strings.Contains(err.Error(), "running process") {
 		t.Errorf("a live socket was taken over: %v", err)
 	}
 	l.Close()
+	<-accepting
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket file left after close: %v", err)
 	}
