@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -84,6 +86,18 @@ func TestEtcdDown(t *testing.T) {
 	if _, err := a.c.Status(ctx, k); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("status while etcd is down: %v", err)
 	}
+	// Past the lease TTL the session is lost: the lock with it, and readiness.
+	select {
+	case <-held.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder was not told its session ended")
+	}
+	if err := a.c.Ready(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("ready without a session: %v", err)
+	}
+	if _, err := a.c.Release(ctx, k, "before"); !errors.Is(err, ErrLost) {
+		t.Errorf("release of the lost lock: %v, want ErrLost", err)
+	}
 
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
@@ -97,11 +111,12 @@ func TestEtcdDown(t *testing.T) {
 	if g.Fence <= held.Fence {
 		t.Errorf("fence %d after restart, want > %d", g.Fence, held.Fence)
 	}
-	// The lock taken before the outage is either still held or reported lost,
-	// never both free and believed held.
-	if _, err := a.c.Release(ctx, k, "before"); err != nil && !errors.Is(err, ErrLost) {
-		t.Errorf("release of the pre-outage lock: %v", err)
-	}
+	// etcd renews every lease when it restarts; the sidecar revokes the one
+	// it gave up for lost, so the lost lock does not block others a TTL more.
+	waitFor(t, 5*time.Second, "the lost lock's key to go", func() bool {
+		st, err := a.c.Status(ctx, k)
+		return err == nil && !st.Held
+	})
 }
 
 func TestShutdown(t *testing.T) {
@@ -118,6 +133,19 @@ func TestShutdown(t *testing.T) {
 		waiting <- err
 	}()
 	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(a.contenders(t, k)) == 2 })
+
+	// One lease carries every lock of the sidecar.
+	resp, err := b.cli.Get(ctx, a.c.Layout().Base(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := map[int64]int{}
+	for _, kv := range resp.Kvs {
+		leases[kv.Lease]++
+	}
+	if len(leases) != 2 {
+		t.Errorf("keys of two sidecars carry %d leases, want 2: %v", len(leases), leases)
+	}
 
 	start := time.Now()
 	a.c.Shutdown()

@@ -2,11 +2,13 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -55,11 +57,33 @@ func (k *Keeper) Run(ctx context.Context) error {
 		case <-s.Done():
 			if k.unpublish(s) {
 				k.log.Error("etcd session lost; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(s.ID())))
+				go k.revokeLost(ctx, s)
 			}
 		case <-ctx.Done():
 		}
 	}
 	return nil
+}
+
+// revokeLost revokes a session that was given up for lost. etcd may still
+// hold its lease, for instance after a restart, which renews every lease;
+// the keys of its lost locks would then block other callers for another
+// TTL. It retries while etcd cannot be reached, for a bounded time.
+func (k *Keeper) revokeLost(ctx context.Context, s *Session) {
+	deadline := time.Now().Add(10 * k.cfg.TTL)
+	for time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, k.cfg.GrantTimeout)
+		err := s.Revoke(rctx)
+		cancel()
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(k.cfg.RetryMax):
+		}
+	}
 }
 
 // Current returns the live session, or ErrNoSession.
