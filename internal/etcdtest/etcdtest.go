@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,7 +113,8 @@ func (s *Server) Client(t testing.TB) (*clientv3.Client, *Counter) {
 	return cli, &c
 }
 
-// Main runs a package's tests with one etcd, passed to run.
+// Main runs a package's tests with one etcd, passed to set, and fails them
+// when a goroutine of Baton's own packages outlives the tests.
 func Main(m *testing.M, set func(*Server)) int {
 	s, err := Start()
 	if err != nil {
@@ -120,5 +123,36 @@ func Main(m *testing.M, set func(*Server)) int {
 	}
 	defer s.Close()
 	set(s)
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
+			fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:\n"+leaked)
+			return 1
+		}
+	}
+	return code
+}
+
+// leakedGoroutines waits up to d for every goroutine running Baton's code
+// (other than this package's) to end, and returns the stacks of the rest.
+func leakedGoroutines(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "github.com/baton-dev/baton/") && !strings.Contains(g, "baton/internal/etcdtest.") &&
+				!strings.Contains(g, "testing.(*M).Run") && !strings.Contains(g, "runtime.Stack") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(leaked, "\n\n")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
