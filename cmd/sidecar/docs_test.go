@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +39,13 @@ func TestReadmeClients(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	for _, c := range []struct {
 		file string
 		cmd  []string
 	}{
 		{"client.py", []string{"python3", "client.py"}},
 		{"client.js", []string{"node", "client.js"}},
-		{"go/main.go", []string{gobin, "run", "./go"}},
+		{"go/main.go", []string{"go", "run", "./go"}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			src, err := os.ReadFile(filepath.Join("../../examples/clients", c.file))

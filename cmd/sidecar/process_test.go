@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,7 +35,8 @@ func binary(t *testing.T) string {
 		binPath = filepath.Join(dir, "baton")
 		gobin, err := exec.LookPath("go")
 		if err != nil {
-			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			buildErr = fmt.Errorf("the go command is not on PATH: %w", err)
+			return
 		}
 		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {

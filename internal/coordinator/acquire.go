@@ -317,9 +317,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 	h.timer = time.AfterFunc(req.TTL, func() { c.expire(e, h) })
 	e.held = h
 	e.refs++
-	if l, ok := c.ended[req.Key.String()]; ok && l.owner == req.Owner {
-		delete(c.ended, req.Key.String())
-	}
+	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
 }

@@ -51,7 +51,7 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	locks   map[string]*entry
-	ended   map[string]endedLock
+	ended   map[endedKey]endedLock
 	sweptAt time.Time // last pruning of ended
 	waiting int       // blocking acquires in progress
 	closed  bool
@@ -83,6 +83,9 @@ type held struct {
 	done       chan struct{} // closed when the lock ends
 }
 
+// endedKey names an owner's lock of one key.
+type endedKey struct{ lock, owner string }
+
 // endedLock remembers a lock that ended without its owner's release.
 type endedLock struct {
 	owner  string
@@ -107,7 +110,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger) 
 		stop: stop, stopNow: cancel,
 		watching: map[clientv3.LeaseID]bool{},
 		locks:    map[string]*entry{},
-		ended:    map[string]endedLock{},
+		ended:    map[endedKey]endedLock{},
 	}
 	c.hub = newHub(cli, layout, log, c.onDelete, c.checkHeld)
 	return c, nil
@@ -315,13 +318,13 @@ func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {
 			}
 		}
 	}
-	c.ended[k.String()] = l
+	c.ended[endedKey{k.String(), l.owner}] = l
 }
 
 // lostLocked returns the LostError for owner if its lock of k ended recently.
 func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
-	l, ok := c.ended[k.String()]
-	if !ok || l.owner != owner || c.now().Sub(l.at) > c.cfg.EndedRetention {
+	l, ok := c.ended[endedKey{k.String(), owner}]
+	if !ok || c.now().Sub(l.at) > c.cfg.EndedRetention {
 		return nil
 	}
 	return &LostError{Key: k, Owner: owner, Fence: l.fence, Reason: l.reason, At: l.at}

@@ -142,5 +142,5 @@ func describe(h keyspace.Holder) string {
 }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	return fmt.Errorf("%s: %w: etcd did not answer: %w", op, ErrUnavailable, err)
 }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -75,6 +74,3 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 	}
 	return locks, resp.More, nil
 }
-
-// Now is the coordinator's clock.
-func (c *Coordinator) Now() time.Time { return c.now() }

@@ -75,10 +75,16 @@ func (s *Server) Close() {
 // Counter counts the unary gRPC calls of a client by method.
 type Counter struct{ txn, rng, put, del atomic.Int64 }
 
-// Txns, Ranges, Puts and Deletes return the counts so far.
-func (c *Counter) Txns() int64    { return c.txn.Load() }
-func (c *Counter) Ranges() int64  { return c.rng.Load() }
-func (c *Counter) Puts() int64    { return c.put.Load() }
+// Txns returns the number of Txn calls so far.
+func (c *Counter) Txns() int64 { return c.txn.Load() }
+
+// Ranges returns the number of Range (Get) calls so far.
+func (c *Counter) Ranges() int64 { return c.rng.Load() }
+
+// Puts returns the number of Put calls so far.
+func (c *Counter) Puts() int64 { return c.put.Load() }
+
+// Deletes returns the number of DeleteRange calls so far.
 func (c *Counter) Deletes() int64 { return c.del.Load() }
 
 func (c *Counter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

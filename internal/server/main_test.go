@@ -115,30 +115,40 @@ type reply struct {
 
 func (a *api) do(method, path, body string) reply {
 	a.t.Helper()
+	r, err := a.try(method, path, body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return r
+}
+
+// try is do for goroutines other than the test's: it returns the error.
+func (a *api) try(method, path, body string) (reply, error) {
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, "http://baton"+path, r)
 	if err != nil {
-		a.t.Fatal(err)
+		return reply{}, err
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	out := reply{status: resp.StatusCode, raw: string(raw)}
-	if method != http.MethodHead {
-		if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&out.body); err != nil {
-			a.t.Fatalf("%s %s: answer is not JSON: %q", method, path, raw)
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-			a.t.Errorf("%s %s: Content-Type %q", method, path, ct)
-		}
+	if method == http.MethodHead {
+		return out, nil
 	}
-	return out
+	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&out.body); err != nil {
+		return out, fmt.Errorf("%s %s: answer is not JSON: %q", method, path, raw)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		return out, fmt.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	return out, nil
 }
 
 // expect checks status and, for errors, the code and a non-empty message.

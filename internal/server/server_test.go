@@ -56,7 +56,11 @@ func TestSession(t *testing.T) {
 	// A waiter on b gets the lock when a releases it.
 	waited := make(chan reply)
 	go func() {
-		waited <- b.do("POST", "/v1/locks/terraform-prod", `{"owner":"execution-def456","wait":"30s"}`)
+		r, err := b.try("POST", "/v1/locks/terraform-prod", `{"owner":"execution-def456","wait":"30s"}`)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- r
 	}()
 	time.Sleep(100 * time.Millisecond)
 	rel := a.do("DELETE", "/v1/locks/terraform-prod?owner=execution-abc123", "").expect(t, 200, "")
@@ -165,7 +169,7 @@ func TestBadInput(t *testing.T) {
 func TestTooManyWaiters(t *testing.T) {
 	a := newAPI(t, "pod", func(c *coordinator.Config, _ *Config) { c.MaxWaiters = 1 })
 	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")
-	go a.do("POST", "/v1/locks/q", `{"owner":"w1","wait":"2s"}`)
+	go a.try("POST", "/v1/locks/q", `{"owner":"w1","wait":"2s"}`)
 	time.Sleep(200 * time.Millisecond)
 	a.do("POST", "/v1/locks/q", `{"owner":"w2","wait":"2s"}`).expect(t, http.StatusTooManyRequests, "too_many_waiters")
 }
