@@ -28,6 +28,9 @@ type AcquireRequest struct {
 	TTL time.Duration
 	// Wait is how long to queue for the lock; 0 tries once.
 	Wait time.Duration
+	// OnQueued, if set, is called from the waiting goroutine with the number
+	// of contenders ahead of the caller, each time that number is learned.
+	OnQueued func(ahead int)
 }
 
 // Grant is a lock held by a local owner.
@@ -39,6 +42,21 @@ type Grant struct {
 	ExpiresAt  time.Time
 	// Done is closed when the lock ends, however it ends.
 	Done <-chan struct{}
+
+	h *held
+}
+
+// Err returns nil while the lock is held and after its owner released it,
+// and a *LostError once it ended any other way.
+func (g Grant) Err() error {
+	select {
+	case <-g.Done:
+		if g.h.lost != nil {
+			return g.h.lost
+		}
+	default:
+	}
+	return nil
 }
 
 // errWaitOver is the cause of a wait's context when the wait runs out.
@@ -104,6 +122,9 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, e
 		c.waiting--
 		c.mu.Unlock()
 	}()
+	if e.busy && req.OnQueued != nil {
+		req.OnQueued(len(e.queue) + 1)
+	}
 	if err := c.waitTurnLocked(ctx, e); err != nil {
 		c.mu.Unlock()
 		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
@@ -236,7 +257,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	}
 
 	for {
-		pred, readRev, err := c.predecessor(ctx, pfx, myRev)
+		pred, ahead, readRev, err := c.predecessor(ctx, pfx, myRev)
 		if err != nil {
 			c.retire(e, key, myRev, sess)
 			if isContextErr(ctx, err) {
@@ -247,7 +268,16 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		if pred == nil {
 			break
 		}
-		for !w.deleted(string(pred.Key), readRev) {
+		if req.OnQueued != nil {
+			req.OnQueued(ahead)
+		}
+		// With OnQueued, any contender ahead leaving is news; otherwise
+		// only the one right ahead matters.
+		var below int64
+		if req.OnQueued != nil {
+			below = myRev
+		}
+		for !w.deleted(string(pred.Key), readRev, below) {
 			select {
 			case <-w.notify:
 			case <-ctx.Done():
@@ -285,19 +315,22 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	return c.grant(e, req, sess, key, myRev, rec)
 }
 
-// predecessor returns the contender created last before myRev, nil when
-// there is none, and the revision the read saw.
-func (c *Coordinator) predecessor(ctx context.Context, pfx string, myRev int64) (*mvccpb.KeyValue, int64, error) {
+// predecessor returns the contender created last before myRev (nil when
+// there is none), how many contenders are ahead, and the revision the read
+// saw. etcd reads the whole prefix for a create-revision filter whatever
+// the limit, so reading the keys without values costs no more.
+func (c *Coordinator) predecessor(ctx context.Context, pfx string, myRev int64) (*mvccpb.KeyValue, int, int64, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...)
+	resp, err := c.cli.Get(tctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithMaxCreateRev(myRev-1))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, resp.Header.Revision, nil
+		return nil, 0, resp.Header.Revision, nil
 	}
-	return resp.Kvs[0], resp.Header.Revision, nil
+	return resp.Kvs[0], len(resp.Kvs), resp.Header.Revision, nil
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the
@@ -361,5 +394,5 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, Done: h.done}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, Done: h.done, h: h}
 }

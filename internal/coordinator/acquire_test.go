@@ -176,13 +176,20 @@ func TestWaitersServedInOrder(t *testing.T) {
 	holder.mustAcquire(t, k, "first")
 	order := make(chan string, 3)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	positions := map[string][]int{}
 	for i, pod := range []string{"pod-1", "pod-2", "pod-3"} {
 		s := newSidecar(t, pod)
 		owner := fmt.Sprintf("waiter-%d", i+1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.acquire(t, k, owner, 30*time.Second); err != nil {
+			onQueued := func(ahead int) {
+				mu.Lock()
+				positions[owner] = append(positions[owner], ahead)
+				mu.Unlock()
+			}
+			if _, err := s.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: owner, Wait: 30 * time.Second, OnQueued: onQueued}); err != nil {
 				t.Errorf("%s: %v", owner, err)
 				return
 			}
@@ -206,6 +213,13 @@ func TestWaitersServedInOrder(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[waiter-1 waiter-2 waiter-3]" {
 		t.Errorf("grant order %v, want waiter-1, waiter-2, waiter-3", got)
+	}
+	// Each waiter first learns its place, then sees the line move.
+	for i, owner := range []string{"waiter-1", "waiter-2", "waiter-3"} {
+		p := positions[owner]
+		if len(p) == 0 || p[0] != i+1 || p[len(p)-1] != 1 {
+			t.Errorf("%s positions %v, want from %d down to 1", owner, p, i+1)
+		}
 	}
 	if keys := holder.contenders(t, k); len(keys) != 0 {
 		t.Errorf("keys left: %v", keys)

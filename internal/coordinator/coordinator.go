@@ -81,6 +81,7 @@ type held struct {
 	timer      *time.Timer
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	done       chan struct{} // closed when the lock ends
+	lost       *LostError    // why it ended, when not by its owner's release; set before done closes
 }
 
 // endedKey names an owner's lock of one key.
@@ -158,6 +159,7 @@ func (c *Coordinator) Shutdown() {
 		if h := e.held; h != nil {
 			h.timer.Stop()
 			e.held = nil
+			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
 			close(h.done)
 		}
 	}
@@ -286,8 +288,12 @@ func (c *Coordinator) passTurnLocked(e *entry) {
 
 // loseLocked ends h as lost for reason and remembers it for its owner.
 func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
+	if e.held != h {
+		return
+	}
+	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
 	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: c.now()})
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At})
 	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
 }
 

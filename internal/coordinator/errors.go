@@ -95,6 +95,8 @@ const (
 	LeaseLost LostReason = "lease_lost"
 	// ForceReleased: someone else deleted the holder key in etcd.
 	ForceReleased LostReason = "force_released"
+	// Shutdown: the sidecar is stopping and revokes its lease.
+	Shutdown LostReason = "shutdown"
 )
 
 // LostError tells an owner that its lock already ended.
@@ -115,6 +117,8 @@ func (e *LostError) Error() string {
 		why = "the sidecar lost its etcd session; another caller may hold it now"
 	case ForceReleased:
 		why = "its key was deleted in etcd by someone else (force release)"
+	case Shutdown:
+		why = "the sidecar is shutting down and released every lock"
 	default:
 		why = string(e.Reason)
 	}

@@ -171,8 +171,9 @@ func (c *Coordinator) expire(e *entry, h *held) {
 		c.mu.Unlock()
 		return
 	}
+	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Expired, At: c.now()}
 	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Expired, at: c.now()})
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Expired, at: h.lost.At})
 	c.log.Warn(fmt.Sprintf("lock expired after %v", h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
 	c.mu.Unlock()

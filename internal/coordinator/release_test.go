@@ -37,6 +37,9 @@ func TestRelease(t *testing.T) {
 	}
 	select {
 	case <-g.Done:
+		if err := g.Err(); err != nil {
+			t.Errorf("Err() after a release = %v, want nil", err)
+		}
 	default:
 		t.Error("Grant.Done still open after release")
 	}
@@ -98,6 +101,9 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
 	}
 	<-g.Done
+	if le, ok := g.Err().(*LostError); !ok || le.Reason != Expired {
+		t.Errorf("Err() after the deadline = %v, want lost (expired)", g.Err())
+	}
 	_, err = a.c.Release(ctx, k, "slow")
 	var le *LostError
 	if !errors.As(err, &le) || le.Reason != Expired || le.Fence != g.Fence {
@@ -162,6 +168,9 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 	}
 	select {
 	case <-g.Done:
+		if le, ok := g.Err().(*LostError); !ok || le.Reason != ForceReleased {
+			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder was not told its key was deleted")
 	}

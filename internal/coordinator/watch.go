@@ -31,16 +31,19 @@ type hub struct {
 type waiter struct {
 	notify chan struct{} // level-triggered: something to look at
 	mu     *sync.Mutex   // the hub's, guarding gone and resync
-	gone   map[string]int64
+	gone   map[string]deletion
 	resync bool
 }
+
+// deletion is a contender key's delete seen by the watch.
+type deletion struct{ modRev, createRev int64 }
 
 func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, onDelete func(keyspace.Key, string, int64), onResync func()) *hub {
 	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, regs: map[string]*waiter{}}
 }
 
 func (h *hub) register(pfx string) *waiter {
-	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]int64{}}
+	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
 	h.mu.Lock()
 	h.regs[pfx] = w
 	h.mu.Unlock()
@@ -55,23 +58,27 @@ func (h *hub) unregister(pfx string, w *waiter) {
 	h.mu.Unlock()
 }
 
-// deleted reports whether key was deleted after revision rev, or whether the
-// watch had a gap (after which everything must be read again). It forgets
-// deletes seen by a read at rev.
-func (w *waiter) deleted(key string, rev int64) bool {
+// deleted reports whether key was deleted after revision rev, or, when
+// below is not 0, whether any contender created before revision below was;
+// or whether the watch had a gap (after which everything must be read
+// again). It forgets the deletes that a read at rev has seen.
+func (w *waiter) deleted(key string, rev, below int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.resync {
 		w.resync = false
 		return true
 	}
-	for k, r := range w.gone {
-		if r <= rev {
+	hit := false
+	for k, d := range w.gone {
+		switch {
+		case d.modRev <= rev:
 			delete(w.gone, k)
+		case k == key, d.createRev < below:
+			hit = true
 		}
 	}
-	_, ok := w.gone[key]
-	return ok
+	return hit
 }
 
 func (h *hub) watching() bool {
@@ -148,14 +155,18 @@ func (h *hub) dispatch(ev *clientv3.Event) {
 	if !ok {
 		return
 	}
+	var createRev int64
+	if ev.PrevKv != nil {
+		createRev = ev.PrevKv.CreateRevision
+	}
 	h.mu.Lock()
 	if w := h.regs[pfx]; w != nil {
-		w.gone[key] = ev.Kv.ModRevision
+		w.gone[key] = deletion{modRev: ev.Kv.ModRevision, createRev: createRev}
 		poke(w.notify)
 	}
 	h.mu.Unlock()
 	if ev.PrevKv != nil {
-		h.onDelete(k, key, ev.PrevKv.CreateRevision)
+		h.onDelete(k, key, createRev)
 	}
 }
 
