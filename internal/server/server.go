@@ -26,11 +26,14 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections. Default 2m.
 	IdleTimeout time.Duration
+	// HeartbeatInterval is how often a hold stream says it is alive, so that
+	// a reader that died is noticed. Default 5s.
+	HeartbeatInterval time.Duration
 }
 
 // Default returns the documented defaults.
 func Default() Config {
-	return Config{MaxBodyBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	return Config{MaxBodyBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, HeartbeatInterval: 5 * time.Second}
 }
 
 // Validate checks the fields.
@@ -42,6 +45,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("read header timeout %v: must be positive", c.ReadHeaderTimeout)
 	case c.IdleTimeout <= 0:
 		return fmt.Errorf("idle timeout %v: must be positive", c.IdleTimeout)
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("heartbeat interval %v: must be positive", c.HeartbeatInterval)
 	}
 	return nil
 }
@@ -134,11 +139,13 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
 		notAllowed(w, r, "GET, POST, DELETE")
 	case verb == "extend" && r.Method == http.MethodPost:
 		s.extend(w, r, k)
-	case verb == "extend":
+	case verb == "hold" && r.Method == http.MethodPost:
+		s.hold(w, r, k)
+	case verb == "extend" || verb == "hold":
 		notAllowed(w, r, "POST")
 	default:
 		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
-			msg: fmt.Sprintf("unknown method %q after the key; the custom method is :extend", verb)})
+			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend and :hold", verb)})
 	}
 }
 

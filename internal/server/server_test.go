@@ -111,6 +111,7 @@ func TestVerbsAndPaths(t *testing.T) {
 	a.do("POST", "/v1/locks/flow/extend", `{"owner":"o"}`).expect(t, 200, "")
 	a.do("POST", "/v1/locks/flow", `{"owner":"o"}`).expect(t, 200, "")
 	a.do("POST", "/v1/locks/flow:hold2", `{"owner":"o"}`).expect(t, 404, "not_found")
+	a.do("GET", "/v1/locks/flow:hold", "").expect(t, 405, "method_not_allowed")
 	a.do("PUT", "/v1/locks/flow", `{"owner":"o"}`).expect(t, 405, "method_not_allowed")
 	a.do("GET", "/v1/locks/flow:extend", "").expect(t, 405, "method_not_allowed")
 	a.do("POST", "/v1/locks", "").expect(t, 405, "method_not_allowed")

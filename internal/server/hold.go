@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Events of a hold stream, one JSON object a line.
+const (
+	EventQueued    = "queued"    // position: contenders ahead
+	EventGranted   = "granted"   // fence, acquired_at, expires_at
+	EventHeartbeat = "heartbeat" // the stream is alive
+	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown
+	EventReleased  = "released"  // the owner released the lock by DELETE
+	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
+	EventError     = "error"     // code, message: nothing was granted
+)
+
+// eventJSON is one line of a hold stream.
+type eventJSON struct {
+	Event      string      `json:"event"`
+	Key        string      `json:"key"`
+	Owner      string      `json:"owner,omitempty"`
+	Position   int         `json:"position,omitempty"`
+	Fence      int64       `json:"fence,omitempty"`
+	AcquiredAt string      `json:"acquired_at,omitempty"`
+	ExpiresAt  string      `json:"expires_at,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	Code       string      `json:"code,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	Holder     *holderJSON `json:"holder,omitempty"`
+	At         string      `json:"at"`
+}
+
+// stream writes events, sending the 200 and its headers with the first.
+type stream struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	enc     *json.Encoder
+	started bool
+}
+
+func (st *stream) send(ev eventJSON) error {
+	if !st.started {
+		h := st.w.Header()
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Cache-Control", "no-store")
+		st.w.WriteHeader(http.StatusOK)
+		st.started = true
+	}
+	ev.At = timeJSON(time.Now())
+	if err := st.enc.Encode(ev); err != nil {
+		return err
+	}
+	st.flusher.Flush()
+	return nil
+}
+
+type acquired struct {
+	g   coordinator.Grant
+	err error
+}
+
+// hold serves POST /v1/locks/{key}:hold: acquire, then keep the lock while
+// the connection stays open, telling the caller what happens to it. When
+// the caller hangs up, the lock is released (or the waiter withdrawn).
+func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	b, err := s.body(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, errors.New("this connection cannot stream"))
+		return
+	}
+	if b.Owner == "" {
+		b.Owner = coordinator.NewOwner() // known before the grant, for queued events
+	}
+	ctx := r.Context()
+	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
+	queued := make(chan int, 1)
+	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, OnQueued: func(ahead int) {
+		select { // keep only the latest position
+		case <-queued:
+		default:
+		}
+		queued <- ahead
+	}}
+	res := make(chan acquired, 1)
+	go func() {
+		g, err := s.locks.Acquire(ctx, req)
+		res <- acquired{g, err}
+	}()
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+
+	var g coordinator.Grant
+	for g.Fence == 0 {
+		select {
+		case n := <-queued:
+			st.send(eventJSON{Event: EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
+		case <-tick.C:
+			if st.started {
+				st.send(eventJSON{Event: EventHeartbeat, Key: k.String()})
+			}
+		case a := <-res:
+			if a.err != nil {
+				s.holdFailed(w, r, st, k, a.err)
+				return
+			}
+			g = a.g
+		}
+	}
+	if err := st.send(grantEvent(g)); err != nil || ctx.Err() != nil {
+		s.releaseHeld(k, g, "the caller hung up before the grant reached it")
+		return
+	}
+	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
+	for {
+		select {
+		case <-g.Done:
+			ev := eventJSON{Event: EventReleased, Key: k.String(), Owner: g.Owner, Fence: g.Fence}
+			var lost *coordinator.LostError
+			if errors.As(g.Err(), &lost) {
+				ev.Event, ev.Reason, ev.Code, ev.Message = EventLost, string(lost.Reason), CodeLockLost, lost.Error()
+			}
+			st.send(ev)
+			return
+		case <-tick.C:
+			if err := st.send(eventJSON{Event: EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence}); err != nil {
+				s.releaseHeld(k, g, "the hold stream could not be written")
+				return
+			}
+		case <-ctx.Done():
+			s.releaseHeld(k, g, "the caller closed the hold stream")
+			return
+		}
+	}
+}
+
+// holdFailed answers an acquire that failed: as a plain HTTP error when
+// nothing was streamed yet, else as the stream's last event.
+func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, k keyspace.Key, err error) {
+	if !st.started {
+		s.fail(w, r, err)
+		return
+	}
+	_, body := classify(err)
+	ev := eventJSON{Event: EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence}
+	if body.Code == CodeWaitTimeout || body.Code == CodeAlreadyRunning {
+		ev.Event = EventRefused
+	}
+	st.send(ev)
+}
+
+// releaseHeld releases a hold stream's lock after its caller went away.
+func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.locks.Release(ctx, k, g.Owner)
+	if err != nil && !errors.Is(err, coordinator.ErrLost) && !errors.Is(err, coordinator.ErrNotHeld) {
+		s.log.Warn("cannot release a hold stream's lock; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
+		return
+	}
+	s.log.Info("hold stream closed", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
+}
+
+func grantEvent(g coordinator.Grant) eventJSON {
+	return eventJSON{Event: EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
+		AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt)}
+}

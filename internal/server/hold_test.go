@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// holdStream is an open :hold connection.
+type holdStream struct {
+	t      *testing.T
+	resp   *http.Response
+	dec    *json.Decoder
+	cancel context.CancelFunc
+}
+
+func (a *api) openHold(key, body string) *holdStream {
+	a.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://baton/v1/locks/"+key+":hold", strings.NewReader(body))
+	client := &http.Client{Transport: a.client.Transport} // no overall timeout: streams are long
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return &holdStream{t: a.t, resp: resp, dec: json.NewDecoder(resp.Body), cancel: cancel}
+}
+
+// next returns the next event that is not a heartbeat.
+func (h *holdStream) next() map[string]any {
+	h.t.Helper()
+	for {
+		var ev map[string]any
+		if err := h.dec.Decode(&ev); err != nil {
+			h.t.Fatalf("reading the hold stream: %v", err)
+		}
+		if ev["event"] != EventHeartbeat {
+			return ev
+		}
+	}
+}
+
+func (h *holdStream) ended() bool {
+	var ev map[string]any
+	return h.dec.Decode(&ev) != nil
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestHoldReleasesWhenTheCallerGoes(t *testing.T) {
+	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
+	b := newAPI(t, "pod-b")
+	h := a.openHold("job", `{"owner":"runner","ttl":"1m"}`)
+	if h.resp.StatusCode != 200 || h.resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("hold answer %d %s", h.resp.StatusCode, h.resp.Header.Get("Content-Type"))
+	}
+	g := h.next()
+	if g["event"] != EventGranted || g["owner"] != "runner" || g["fence"].(float64) <= 0 || g["expires_at"] == nil {
+		t.Fatalf("first event %v, want granted", g)
+	}
+	var hb map[string]any
+	if err := h.dec.Decode(&hb); err != nil || hb["event"] != EventHeartbeat {
+		t.Fatalf("want a heartbeat, got %v %v", hb, err)
+	}
+	b.do("POST", "/v1/locks/job", `{"owner":"other"}`).expect(t, 409, "already_running")
+	// extend works on a held stream's lock.
+	a.do("POST", "/v1/locks/job:extend", `{"owner":"runner","ttl":"2m"}`).expect(t, 200, "")
+
+	h.cancel()
+	took := waitUntil(t, 5*time.Second, "the lock to be free", func() bool {
+		st := b.do("GET", "/v1/locks/job", "")
+		return st.body["held"] == false
+	})
+	t.Logf("lock free %v after the caller closed its hold stream", took)
+	b.do("POST", "/v1/locks/job", `{"owner":"other"}`).expect(t, 200, "")
+}
+
+func TestHoldQueuesAndHearsRelease(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/turn", `{"owner":"first"}`).expect(t, 200, "")
+	h := b.openHold("turn", `{"owner":"second","wait":"30s"}`)
+	q := h.next()
+	if q["event"] != EventQueued || q["position"] != 1.0 || q["owner"] != "second" {
+		t.Fatalf("first event %v, want queued at position 1", q)
+	}
+	a.do("DELETE", "/v1/locks/turn?owner=first", "").expect(t, 200, "")
+	if g := h.next(); g["event"] != EventGranted || g["owner"] != "second" {
+		t.Fatalf("event %v, want granted", g)
+	}
+	b.do("DELETE", "/v1/locks/turn?owner=second", "").expect(t, 200, "")
+	if ev := h.next(); ev["event"] != EventReleased {
+		t.Fatalf("event %v, want released", ev)
+	}
+	if !h.ended() {
+		t.Error("the stream goes on after the release")
+	}
+}
+
+func TestHoldWaitRunsOut(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/busy", `{"owner":"holder"}`).expect(t, 200, "")
+	// A try on a held lock is a plain 409.
+	b.do("POST", "/v1/locks/busy:hold", `{"owner":"x"}`).expect(t, 409, "already_running")
+
+	h := b.openHold("busy", `{"owner":"x","wait":"300ms"}`)
+	if q := h.next(); q["event"] != EventQueued {
+		t.Fatalf("event %v, want queued", q)
+	}
+	r := h.next()
+	holder, _ := r["holder"].(map[string]any)
+	if r["event"] != EventRefused || r["code"] != CodeWaitTimeout || holder["owner"] != "holder" {
+		t.Fatalf("event %v, want refused (wait_timeout) naming the holder", r)
+	}
+	if !h.ended() {
+		t.Error("the stream goes on after the refusal")
+	}
+	st := a.do("GET", "/v1/locks/busy", "")
+	if st.body["waiters"] != 0.0 {
+		t.Errorf("waiters after the refusal: %s", st.raw)
+	}
+}
+
+func TestHoldHearsLoss(t *testing.T) {
+	a := newAPI(t, "pod-a")
+	h := a.openHold("short", `{"owner":"o","ttl":"1s"}`)
+	if g := h.next(); g["event"] != EventGranted {
+		t.Fatalf("event %v", g)
+	}
+	if ev := h.next(); ev["event"] != EventLost || ev["reason"] != "expired" || ev["message"] == "" {
+		t.Fatalf("event %v, want lost (expired)", ev)
+	}
+
+	h2 := a.openHold("forced", `{"owner":"o"}`)
+	if g := h2.next(); g["event"] != EventGranted {
+		t.Fatalf("event %v", g)
+	}
+	cli, _ := testEtcd.Client(t)
+	k, _ := keyspace.ParseKey("forced")
+	if _, err := cli.Delete(context.Background(), a.coord.Layout().LockPrefix(k), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := h2.next(); ev["event"] != EventLost || ev["reason"] != "force_released" {
+		t.Fatalf("event %v, want lost (force_released)", ev)
+	}
+	if !h2.ended() {
+		t.Error("the stream goes on after the loss")
+	}
+}
