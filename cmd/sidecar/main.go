@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err := root.Execute()
 	if err == nil {
 		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "baton:", ee.msg)
+		}
+		return ee.code
 	}
 	fmt.Fprintln(stderr, "baton:", err)
 	if isUsageError(err) {

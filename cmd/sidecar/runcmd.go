@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Exit codes of `baton run` besides the command's own.
+const (
+	exitHeld        = 75 // EX_TEMPFAIL: someone else runs it (or the wait ran out)
+	exitUnavailable = 69 // EX_UNAVAILABLE: the sidecar or etcd cannot be reached
+	exitLost        = 70 // the lock was lost while the command ran; it was stopped
+)
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+type runOptions struct {
+	socket    string
+	key       string
+	owner     string
+	wait      time.Duration
+	ttl       time.Duration
+	killGrace time.Duration
+}
+
+func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	o := runOptions{socket: getenv("BATON_SOCKET"), killGrace: 5 * time.Second}
+	if o.socket == "" {
+		o.socket = "/var/run/baton/baton.sock"
+	}
+	cmd := &cobra.Command{
+		Use:   "run --key KEY [flags] -- COMMAND [ARGS...]",
+		Short: "Run a command while holding a lock; do not run it if someone else holds the lock",
+		Long: `Run a command while holding a lock.
+
+The lock is held through a hold stream: if baton run dies, the sidecar
+releases it at once. The command gets BATON_KEY, BATON_OWNER and BATON_FENCE
+(pass the fence to what it writes). SIGINT and SIGTERM are forwarded to it.
+If the lock is lost while it runs, it gets SIGTERM, then SIGKILL after
+--kill-grace.
+
+Exit status: the command's own; 75 when someone else holds the lock (or the
+wait ran out); 70 when the lock was lost while the command ran; 69 when the
+sidecar cannot be reached; 2 for a bad command line.`,
+		Args: cobra.MinimumNArgs(1),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.socket, "socket-path", o.socket, "the sidecar's socket ($BATON_SOCKET)")
+	fs.StringVar(&o.key, "key", "", "the lock to hold, e.g. flow-123/readiness (required)")
+	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
+	fs.DurationVar(&o.wait, "wait", 0, "how long to queue for the lock; 0 gives up at once")
+	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's deadline (default: the sidecar's --default-ttl)")
+	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.ArgsLenAtDash() != 0 {
+			return usageError{errors.New("put the command after --: baton run --key K -- COMMAND ARGS...")}
+		}
+		if _, err := keyspace.ParseKey(o.key); err != nil {
+			return usageError{fmt.Errorf("--key: %w", err)}
+		}
+		if o.wait < 0 || o.ttl < 0 || o.killGrace < 0 {
+			return usageError{errors.New("--wait, --ttl and --kill-grace must not be negative")}
+		}
+		return runLocked(cmd.Context(), o, args, stdout, stderr)
+	}
+	return cmd
+}
+
+// runLocked holds the lock, runs the command and releases the lock.
+func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
+	c := client.New(o.socket)
+	req := client.LockRequest{Owner: o.owner}
+	if o.wait > 0 {
+		req.Wait = o.wait.String()
+	}
+	if o.ttl > 0 {
+		req.TTL = o.ttl.String()
+	}
+	// The stream lives as long as the command, whatever signals come: they
+	// go to the command, which decides when it ends. While queued, a signal
+	// gives up the wait.
+	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, req)
+	if err != nil {
+		return holdFailed(err)
+	}
+	defer stream.Close()
+	var (
+		mu      sync.Mutex
+		waiting = true
+		queued  = make(chan struct{})
+	)
+	go func() {
+		select {
+		case <-ctx.Done():
+			mu.Lock()
+			if waiting {
+				stream.Close()
+			}
+			mu.Unlock()
+		case <-queued:
+		}
+	}()
+
+	var granted client.Event
+	for granted.Event != "granted" {
+		ev, err := stream.Next()
+		if err != nil && ctx.Err() != nil {
+			return exitError{130, "interrupted while waiting for the lock"}
+		}
+		if err != nil {
+			return exitError{exitUnavailable, fmt.Sprintf("the sidecar closed the hold stream before a grant: %v", err)}
+		}
+		switch ev.Event {
+		case "queued":
+			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
+		case "granted":
+			granted = ev
+		case "refused":
+			return exitError{exitHeld, alreadyRunning(o.key, ev.Holder, ev.Message)}
+		case "error":
+			return exitError{exitUnavailable, ev.Message}
+		}
+	}
+
+	mu.Lock()
+	waiting = false
+	mu.Unlock()
+	close(queued)
+	if ctx.Err() != nil { // interrupted just as the grant came
+		c.Release(context.Background(), o.key, granted.Owner)
+		return exitError{130, "interrupted while waiting for the lock"}
+	}
+
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
+		"BATON_FENCE="+strconv.FormatInt(granted.Fence, 10), "BATON_SOCKET="+o.socket)
+	if err := cmd.Start(); err != nil {
+		c.Release(context.Background(), o.key, granted.Owner)
+		return exitError{127, fmt.Sprintf("cannot start %s: %v", args[0], err)}
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	lost := make(chan string, 1)
+	go func() {
+		for {
+			ev, err := stream.Next()
+			switch {
+			case err != nil:
+				lost <- "the sidecar closed the hold stream: " + err.Error()
+				return
+			case ev.Event == "lost":
+				lost <- ev.Message
+				return
+			case ev.Event == "released":
+				lost <- "the lock was released by DELETE while the command ran"
+				return
+			}
+		}
+	}()
+
+	var lostWhy string
+	for lostWhy == "" {
+		select {
+		case <-exited:
+			code := exitCode(cmd.ProcessState)
+			if err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
+				fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
+			}
+			if code != 0 {
+				return exitError{code, ""}
+			}
+			return nil
+		case s := <-sigs:
+			cmd.Process.Signal(s)
+		case lostWhy = <-lost:
+		}
+	}
+	select {
+	case <-exited: // the command ended as the lock did
+	default:
+		fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command\n", o.key, lostWhy)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(o.killGrace):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, lostWhy)}
+}
+
+func holdFailed(err error) error {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case "already_running", "wait_timeout":
+			return exitError{exitHeld, alreadyRunning("", ae.Holder, ae.Message)}
+		case "unavailable":
+			return exitError{exitUnavailable, ae.Message}
+		}
+		if ae.Status == 400 {
+			return usageError{errors.New(ae.Message)}
+		}
+	}
+	return exitError{exitUnavailable, err.Error()}
+}
+
+func alreadyRunning(key string, h *client.Holder, msg string) string {
+	if h == nil || h.Owner == "" {
+		return "already running: " + msg
+	}
+	s := "already running: held by " + h.Owner
+	if h.Pod != "" {
+		s += " (pod " + h.Pod + ")"
+	}
+	if !h.AcquiredAt.IsZero() {
+		s += " since " + h.AcquiredAt.UTC().Format(time.RFC3339)
+	}
+	if !h.ExpiresAt.IsZero() {
+		s += ", until " + h.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// exitCode is a process's exit status as a shell reports it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

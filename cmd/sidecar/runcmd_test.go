@@ -1,0 +1,146 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// batonRun starts `baton run` against socket and returns it unstarted.
+func batonRun(t *testing.T, socket string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"run", "--socket-path", socket}, args...)...)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	return cmd, &out, &errb
+}
+
+func exitOf(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("not an exit: %v", err)
+	}
+	return ee.ExitCode()
+}
+
+func TestRunCommandUnderLock(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-run")
+	defer os.RemoveAll(dir)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "run-test")
+	c := unixClient(sc.socket)
+
+	t.Run("runs with the lock and exits with the command's code", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "flow-1/plan", "--owner", "exec-9", "--",
+			"sh", "-c", `echo "key=$BATON_KEY owner=$BATON_OWNER fence=$BATON_FENCE"; exit 3`)
+		if code := exitOf(t, cmd.Run()); code != 3 {
+			t.Fatalf("exit %d, want the command's 3; stderr: %s", code, errb.String())
+		}
+		if !strings.Contains(out.String(), "key=flow-1/plan owner=exec-9 fence=") || strings.Contains(out.String(), "fence=\n") {
+			t.Errorf("command saw %q", out.String())
+		}
+		if code := post(t, c, "/v1/locks/flow-1/plan", `{"owner":"next"}`); code != 200 {
+			t.Errorf("lock not free after the command: %d", code)
+		}
+	})
+
+	t.Run("does not run the command when someone else holds the lock", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "flow-1/plan", "--", "sh", "-c", "echo ran")
+		if code := exitOf(t, cmd.Run()); code != exitHeld {
+			t.Fatalf("exit %d, want %d", code, exitHeld)
+		}
+		if strings.Contains(out.String(), "ran") {
+			t.Error("the command ran")
+		}
+		if !strings.Contains(errb.String(), "already running: held by next (pod s.sock) since ") {
+			t.Errorf("stderr %q", errb.String())
+		}
+	})
+
+	t.Run("waits its turn", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "flow-1/plan", "--wait", "20s", "--", "sh", "-c", "echo ran")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		req, _ := newDelete("/v1/locks/flow-1/plan?owner=next")
+		if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("release: %v %v", resp, err)
+		}
+		if code := exitOf(t, cmd.Wait()); code != 0 || !strings.Contains(out.String(), "ran") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "1 ahead") {
+			t.Errorf("no queue position in %q", errb.String())
+		}
+	})
+
+	t.Run("stops the command when the lock is lost", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "short", "--ttl", "1s", "--kill-grace", "5s", "--",
+			"sh", "-c", `trap 'echo got TERM; exit 9' TERM; while :; do sleep 0.05; done`)
+		start := time.Now()
+		code := exitOf(t, cmd.Run())
+		if code != exitLost {
+			t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+		}
+		if !strings.Contains(out.String(), "got TERM") || !strings.Contains(errb.String(), "lost") || !strings.Contains(errb.String(), "ttl ran out") {
+			t.Errorf("stdout %q stderr %q", out.String(), errb.String())
+		}
+		t.Logf("stopped %v after start (ttl 1s)", time.Since(start))
+	})
+
+	t.Run("kills a command that ignores SIGTERM after the grace", func(t *testing.T) {
+		cmd, _, errb := batonRun(t, sc.socket, "--key", "stubborn", "--ttl", "1s", "--kill-grace", "200ms", "--",
+			"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
+		if code := exitOf(t, cmd.Run()); code != exitLost {
+			t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+		}
+	})
+
+	t.Run("forwards SIGTERM and releases", func(t *testing.T) {
+		cmd, out, _ := batonRun(t, sc.socket, "--key", "fwd", "--", "sh", "-c", `trap 'echo got TERM; exit 4' TERM; echo started; while :; do sleep 0.05; done`)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out.String(), "started") && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := exitOf(t, cmd.Wait()); code != 4 || !strings.Contains(out.String(), "got TERM") {
+			t.Fatalf("exit %d, stdout %q", code, out.String())
+		}
+		if code := post(t, c, "/v1/locks/fwd", `{"owner":"after"}`); code != 200 {
+			t.Errorf("lock not free after the forwarded signal: %d", code)
+		}
+	})
+
+	t.Run("bad usage", func(t *testing.T) {
+		for _, args := range [][]string{{"--key", "a b", "--", "true"}, {"--key", "k", "true"}, {"--", "true"}} {
+			cmd, _, errb := batonRun(t, sc.socket, args...)
+			if code := exitOf(t, cmd.Run()); code != 2 {
+				t.Errorf("%v: exit %d, want 2; stderr %s", args, code, errb.String())
+			}
+		}
+	})
+
+	t.Run("no sidecar", func(t *testing.T) {
+		cmd, _, errb := batonRun(t, filepath.Join(dir, "none.sock"), "--key", "k", "--", "true")
+		if code := exitOf(t, cmd.Run()); code != exitUnavailable || !strings.Contains(errb.String(), "cannot reach") {
+			t.Errorf("exit %d, stderr %s", code, errb.String())
+		}
+	})
+}
+
+func newDelete(path string) (*http.Request, error) {
+	return http.NewRequest(http.MethodDelete, "http://baton"+path, nil)
+}
