@@ -188,7 +188,7 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		select {
 		case <-exited:
 			code := exitCode(cmd.ProcessState)
-			if err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
+			if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
 				fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
 			}
 			if code != 0 {

@@ -119,17 +119,27 @@ func (s *Stream) Close() error {
 	return s.body.Close()
 }
 
+// Released is the answer to a release.
+type Released struct {
+	Key     string  `json:"key"`
+	Owner   string  `json:"owner"`
+	Fence   int64   `json:"fence"`
+	HeldFor string  `json:"held_for"`
+	Seconds float64 `json:"held_for_seconds"`
+}
+
 // Release releases owner's lock of key.
-func (c *Client) Release(ctx context.Context, key, owner string) error {
+func (c *Client) Release(ctx context.Context, key, owner string) (Released, error) {
 	resp, err := c.do(ctx, http.MethodDelete, "/v1/locks/"+key+"?owner="+url.QueryEscape(owner), nil)
 	if err != nil {
-		return err
+		return Released{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return decodeError(resp)
+		return Released{}, decodeError(resp)
 	}
-	return nil
+	var r Released
+	return r, json.NewDecoder(resp.Body).Decode(&r)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
@@ -161,4 +171,76 @@ func decodeError(resp *http.Response) error {
 		e.Code, e.Message = "unexpected", fmt.Sprintf("unexpected answer: %.200s", b)
 	}
 	return e
+}
+
+// LockStatus is one lock as status and list show it.
+type LockStatus struct {
+	Key       string    `json:"key"`
+	Held      bool      `json:"held"`
+	Holder    *Holder   `json:"holder,omitempty"`
+	Fence     int64     `json:"fence,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Waiters   int       `json:"waiters"`
+}
+
+// Status reads one lock.
+func (c *Client) Status(ctx context.Context, key string) (LockStatus, error) {
+	var st LockStatus
+	err := c.getJSON(ctx, "/v1/locks/"+key, &st)
+	return st, err
+}
+
+// List reads the locks whose key starts with prefix.
+func (c *Client) List(ctx context.Context, prefix string) (locks []LockStatus, truncated bool, err error) {
+	var out struct {
+		Locks     []LockStatus `json:"locks"`
+		Truncated bool         `json:"truncated"`
+	}
+	path := "/v1/locks"
+	if prefix != "" {
+		path += "?prefix=" + url.QueryEscape(prefix)
+	}
+	err = c.getJSON(ctx, path, &out)
+	return out.Locks, out.Truncated, err
+}
+
+// Forced is the answer to a force release.
+type Forced struct {
+	Key    string  `json:"key"`
+	Fence  int64   `json:"fence"`
+	Holder *Holder `json:"holder"`
+}
+
+// ForceRelease frees key whoever holds it; fence, when not 0, must be the
+// holder's. by names who asks, for the sidecar's log.
+func (c *Client) ForceRelease(ctx context.Context, key string, fence int64, by string) (Forced, error) {
+	q := url.Values{"force": {"true"}}
+	if fence != 0 {
+		q.Set("fence", fmt.Sprint(fence))
+	}
+	if by != "" {
+		q.Set("by", by)
+	}
+	resp, err := c.do(ctx, http.MethodDelete, "/v1/locks/"+key+"?"+q.Encode(), nil)
+	if err != nil {
+		return Forced{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Forced{}, decodeError(resp)
+	}
+	var f Forced
+	return f, json.NewDecoder(resp.Body).Decode(&f)
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }

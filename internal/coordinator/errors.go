@@ -28,6 +28,9 @@ var (
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrInvalid: a request field is out of range.
 	ErrInvalid = errors.New("invalid request")
+	// ErrFenceMismatch: a force release named a fence that no longer holds
+	// the lock (a *HeldError names the holder now).
+	ErrFenceMismatch = errors.New("fence mismatch")
 )
 
 // InvalidError tells which request field is out of range.
@@ -54,18 +57,27 @@ type HeldError struct {
 	Waited bool
 	// Wait is how long the caller waited.
 	Wait time.Duration
+	// Mismatch is the fence a refused force release named.
+	Mismatch int64
 }
 
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("lock %q is held by %s", e.Key.String(), describe(e.Holder))
+	if e.Mismatch != 0 {
+		return fmt.Sprintf("%s with fence %d, not fence %d; nothing was released", msg, e.Fence, e.Mismatch)
+	}
 	if e.Waited {
 		msg += fmt.Sprintf("; gave up after waiting %v", e.Wait)
 	}
 	return msg
 }
 
-// Is makes errors.Is(err, ErrHeld) and, after a wait, ErrWaitTimeout true.
+// Is makes errors.Is(err, ErrHeld) and, after a wait, ErrWaitTimeout true;
+// for a refused force release, ErrFenceMismatch.
 func (e *HeldError) Is(target error) bool {
+	if e.Mismatch != 0 {
+		return target == ErrFenceMismatch
+	}
 	return target == ErrHeld || (e.Waited && target == ErrWaitTimeout)
 }
 

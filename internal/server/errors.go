@@ -14,6 +14,7 @@ import (
 const (
 	CodeAlreadyRunning   = "already_running"
 	CodeWaitTimeout      = "wait_timeout"
+	CodeFenceMismatch    = "fence_mismatch"
 	CodeNotHeld          = "not_held"
 	CodeNotOwner         = "not_owner"
 	CodeLockLost         = "lock_lost"
@@ -85,10 +86,17 @@ func classify(err error) (int, errorBody) {
 		if held.Fence != 0 {
 			body.Holder = holderOf(held.Holder)
 		}
-		body.Code = CodeAlreadyRunning
-		if held.Waited {
+		switch {
+		case held.Mismatch != 0:
+			body.Granted, body.Code = nil, CodeFenceMismatch
+		case held.Waited:
 			body.Code = CodeWaitTimeout
+		default:
+			body.Code = CodeAlreadyRunning
 		}
+		return http.StatusConflict, body
+	case errors.Is(err, coordinator.ErrFenceMismatch):
+		body.Code = CodeFenceMismatch
 		return http.StatusConflict, body
 	case errors.As(err, &notOwner):
 		body.Code, body.Key, body.Holder = CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)

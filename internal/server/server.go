@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +102,7 @@ func (s *Server) HealthHandler() http.Handler {
 func (s *Server) HTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
+		ConnContext:       withPeer,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -192,14 +194,27 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
-	q, err := query(r, "owner")
+	q, err := query(r, "owner", "force", "fence", "by")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	owner := q.Get("owner")
+	switch q.Get("force") {
+	case "true":
+		s.forceRelease(w, r, k, q)
+		return
+	case "", "false":
+	default:
+		writeError(w, badRequest(CodeInvalidRequest, "force must be true or false"))
+		return
+	}
+	if q.Has("fence") || q.Has("by") {
+		writeError(w, badRequest(CodeInvalidRequest, "fence and by go with force=true"))
+		return
+	}
 	if owner == "" {
-		writeError(w, badRequest("invalid_owner", "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID"))
+		writeError(w, badRequest("invalid_owner", "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
 		return
 	}
 	rel, err := s.locks.Release(r.Context(), k, owner)
@@ -209,6 +224,41 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 	}
 	writeJSON(w, http.StatusOK, releasedJSON{Released: true, Key: k.String(), Owner: owner, Fence: rel.Fence,
 		HeldFor: rel.HeldFor.Round(time.Millisecond).String(), HeldSecs: rel.HeldFor.Seconds()})
+}
+
+// forceRelease serves DELETE /v1/locks/{key}?force=true[&fence=N][&by=WHO]:
+// an operator frees a lock whoever holds it.
+func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace.Key, q url.Values) {
+	if q.Get("owner") != "" {
+		writeError(w, badRequest(CodeInvalidRequest, "give owner (to release your own lock) or force=true (to free anyone's), not both"))
+		return
+	}
+	var fence int64
+	if f := q.Get("fence"); f != "" {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v <= 0 {
+			writeError(w, badRequest(CodeInvalidRequest, fmt.Sprintf("fence %q must be a positive integer: the fence you saw in the lock's status", f)))
+			return
+		}
+		fence = v
+	}
+	by := q.Get("by")
+	if len(by) > 256 {
+		writeError(w, badRequest(CodeInvalidRequest, "by is longer than 256 bytes"))
+		return
+	}
+	if by == "" {
+		by = "unnamed"
+	}
+	if p, ok := peerOf(r.Context()); ok {
+		by = fmt.Sprintf("%s (uid %d, pid %d)", by, p.UID, p.PID)
+	}
+	f, err := s.locks.ForceRelease(r.Context(), k, fence, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, forcedJSON{Released: true, Forced: true, Key: k.String(), Fence: f.Fence, Holder: holderOf(f.Holder)})
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) {

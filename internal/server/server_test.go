@@ -174,3 +174,41 @@ func TestTooManyWaiters(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	a.do("POST", "/v1/locks/q", `{"owner":"w2","wait":"2s"}`).expect(t, http.StatusTooManyRequests, "too_many_waiters")
 }
+
+func TestForceRelease(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	g := a.do("POST", "/v1/locks/stuck", `{"owner":"victim"}`).expect(t, 200, "")
+	fence := g.num("fence")
+
+	mm := b.do("DELETE", fmt.Sprintf("/v1/locks/stuck?force=true&fence=%d", fence+100), "").expect(t, 409, "fence_mismatch")
+	if mm.holder()["owner"] != "victim" || mm.num("fence") != fence {
+		t.Errorf("mismatch answer %s", mm.raw)
+	}
+	for _, q := range []string{"force=maybe", "force=true&owner=x", "force=true&fence=abc", "force=true&fence=-1", "fence=1&owner=victim"} {
+		b.do("DELETE", "/v1/locks/stuck?"+q, "").expect(t, 400, "invalid_request")
+	}
+	f := b.do("DELETE", fmt.Sprintf("/v1/locks/stuck?force=true&fence=%d&by=ops-alice", fence), "").expect(t, 200, "")
+	if f.body["forced"] != true || f.holder()["owner"] != "victim" || f.num("fence") != fence {
+		t.Errorf("force answer %s", f.raw)
+	}
+	// The holder's sidecar tells its owner.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := a.do("DELETE", "/v1/locks/stuck?owner=victim", "")
+		if r.status == 410 {
+			r.expect(t, 410, "lock_lost")
+			if r.str("reason") != "force_released" {
+				t.Errorf("lost answer %s", r.raw)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder was not told: %s", r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.do("DELETE", "/v1/locks/stuck?force=true", "").expect(t, 404, "not_held")
+	// Without a fence, whoever holds it now is released.
+	b.do("POST", "/v1/locks/stuck", `{"owner":"next"}`).expect(t, 200, "")
+	b.do("DELETE", "/v1/locks/stuck?force=true", "").expect(t, 200, "")
+}

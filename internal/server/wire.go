@@ -189,3 +189,12 @@ type listJSON struct {
 	Locks     []statusJSON `json:"locks"`
 	Truncated bool         `json:"truncated,omitempty"`
 }
+
+// forcedJSON answers a force release.
+type forcedJSON struct {
+	Released bool        `json:"released"`
+	Forced   bool        `json:"forced"`
+	Key      string      `json:"key"`
+	Fence    int64       `json:"fence"`
+	Holder   *holderJSON `json:"holder"`
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// locksOptions are the flags every `baton locks` command shares.
+type locksOptions struct {
+	socket string
+	output string
+}
+
+func newLocksCmd(getenv func(string) string, stdout io.Writer) *cobra.Command {
+	o := &locksOptions{socket: getenv("BATON_SOCKET"), output: "table"}
+	if o.socket == "" {
+		o.socket = "/var/run/baton/baton.sock"
+	}
+	cmd := &cobra.Command{
+		Use:   "locks",
+		Short: "See and release locks: list, status, release",
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.socket, "socket-path", o.socket, "the sidecar's socket ($BATON_SOCKET)")
+	pf.StringVarP(&o.output, "output", "o", o.output, "table or json")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if o.output != "table" && o.output != "json" {
+			return usageError{fmt.Errorf("--output %q: use table or json", o.output)}
+		}
+		return nil
+	}
+
+	var prefix string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the locks of the sidecar's scope (held ones, with their waiters)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := keyspace.ValidatePrefix(prefix); err != nil {
+				return usageError{fmt.Errorf("--prefix: %w", err)}
+			}
+			locks, truncated, err := client.New(o.socket).List(cmd.Context(), prefix)
+			if err != nil {
+				return apiFailed(err)
+			}
+			if o.output == "json" {
+				return writeJSONOut(stdout, map[string]any{"locks": locks, "truncated": truncated})
+			}
+			printLocks(stdout, locks, time.Now())
+			if truncated {
+				fmt.Fprintln(stdout, "(more locks not shown: narrow --prefix)")
+			}
+			return nil
+		},
+	}
+	list.Flags().StringVar(&prefix, "prefix", "", "only keys starting with this")
+
+	status := &cobra.Command{
+		Use:   "status KEY",
+		Short: "Show who holds a lock",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := keyspace.ParseKey(args[0]); err != nil {
+				return usageError{err}
+			}
+			st, err := client.New(o.socket).Status(cmd.Context(), args[0])
+			if err != nil {
+				return apiFailed(err)
+			}
+			if o.output == "json" {
+				return writeJSONOut(stdout, st)
+			}
+			if !st.Held {
+				fmt.Fprintf(stdout, "%s is free\n", st.Key)
+				return nil
+			}
+			printLocks(stdout, []client.LockStatus{st}, time.Now())
+			return nil
+		},
+	}
+
+	var (
+		owner string
+		force bool
+		fence int64
+	)
+	release := &cobra.Command{
+		Use:   "release KEY (--owner ID | --force [--fence N])",
+		Short: "Release a lock as its owner, or force it free as an operator",
+		Long: `Release a lock as its owner (--owner), or force it free whoever holds it
+(--force). A force release deletes the holder's key in etcd only if it is still
+the holder seen (or the one with --fence), so a newer holder is never hit; the
+holder's sidecar reports the lock lost (force_released) to its owner. The
+sidecar logs who asked.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if _, err := keyspace.ParseKey(key); err != nil {
+				return usageError{err}
+			}
+			if force == (owner != "") {
+				return usageError{errors.New("give --owner ID to release your lock, or --force to free anyone's")}
+			}
+			if fence != 0 && !force {
+				return usageError{errors.New("--fence goes with --force")}
+			}
+			c := client.New(o.socket)
+			if force {
+				f, err := c.ForceRelease(cmd.Context(), key, fence, whoAsks())
+				if err != nil {
+					return apiFailed(err)
+				}
+				if o.output == "json" {
+					return writeJSONOut(stdout, f)
+				}
+				fmt.Fprintf(stdout, "force-released %s: it was held by %s with fence %d\n", key, holderName(f.Holder), f.Fence)
+				return nil
+			}
+			r, err := c.Release(cmd.Context(), key, owner)
+			if err != nil {
+				return apiFailed(err)
+			}
+			if o.output == "json" {
+				return writeJSONOut(stdout, r)
+			}
+			fmt.Fprintf(stdout, "released %s (held %s by %s)\n", key, r.HeldFor, r.Owner)
+			return nil
+		},
+	}
+	rf := release.Flags()
+	rf.StringVar(&owner, "owner", "", "your execution id: release your own lock")
+	rf.BoolVar(&force, "force", false, "free the lock whoever holds it (operators)")
+	rf.Int64Var(&fence, "fence", 0, "with --force: release only if this is still the holder's fence")
+
+	cmd.AddCommand(list, status, release)
+	return cmd
+}
+
+// printLocks writes the human table.
+func printLocks(w io.Writer, locks []client.LockStatus, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tHOLDER\tPOD\tFENCE\tSINCE\tEXPIRES\tWAITERS")
+	for _, l := range locks {
+		h := l.Holder
+		if h == nil {
+			h = &client.Holder{}
+		}
+		owner, since, expires := h.Owner, "-", "-"
+		if h.Foreign {
+			owner = "(not baton)"
+		}
+		if !h.AcquiredAt.IsZero() {
+			since = now.Sub(h.AcquiredAt).Round(time.Second).String() + " ago"
+		}
+		if !h.ExpiresAt.IsZero() {
+			expires = "in " + h.ExpiresAt.Sub(now).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", l.Key, dash(owner), dash(h.Pod), l.Fence, since, expires, l.Waiters)
+	}
+	tw.Flush()
+	if len(locks) == 0 {
+		fmt.Fprintln(w, "(no locks)")
+	}
+}
+
+func holderName(h *client.Holder) string {
+	if h == nil {
+		return "nobody"
+	}
+	if h.Foreign {
+		return "a client that is not Baton"
+	}
+	if h.Pod != "" {
+		return h.Owner + " (pod " + h.Pod + ")"
+	}
+	return h.Owner
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// whoAsks names the operator for the sidecar's log.
+func whoAsks() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return strings.TrimSuffix(name+"@"+host, "@")
+}
+
+func writeJSONOut(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// apiFailed turns a sidecar's answer into an exit: 1, with its message.
+func apiFailed(err error) error {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		if ae.Code == "unavailable" {
+			return exitError{exitUnavailable, ae.Message}
+		}
+		return exitError{1, fmt.Sprintf("%s (%s)", ae.Message, ae.Code)}
+	}
+	return exitError{exitUnavailable, err.Error()}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLocksCommands(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-locks")
+	defer os.RemoveAll(dir)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "locks-test")
+	c := unixClient(sc.socket)
+	for _, body := range []struct{ key, owner string }{{"tf/prod", "exec-abc"}, {"tf/staging", "exec-def"}, {"other", "exec-x"}} {
+		if code := post(t, c, "/v1/locks/"+body.key, `{"owner":"`+body.owner+`","ttl":"10m"}`); code != 200 {
+			t.Fatalf("acquire %s: %d", body.key, code)
+		}
+	}
+	baton := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--socket-path", sc.socket), env(nil), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, errs := baton("locks", "list", "--prefix", "tf/")
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "KEY") || !strings.Contains(lines[0], "WAITERS") ||
+		!strings.Contains(out, "exec-abc") || !strings.Contains(out, "exec-def") || strings.Contains(out, "exec-x") {
+		t.Errorf("list table:\n%s", out)
+	}
+	if !strings.Contains(lines[1], "s.sock") || !strings.Contains(lines[1], "ago") || !strings.Contains(lines[1], " in ") {
+		t.Errorf("row %q lacks pod, since or expiry", lines[1])
+	}
+
+	code, out, _ = baton("locks", "list", "-o", "json")
+	var listed struct {
+		Locks []struct {
+			Key    string `json:"key"`
+			Fence  int64  `json:"fence"`
+			Holder struct{ Owner string }
+		} `json:"locks"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Locks) != 3 {
+		t.Fatalf("list -o json: exit %d, %s", code, out)
+	}
+
+	if code, out, _ = baton("locks", "status", "tf/prod"); code != 0 || !strings.Contains(out, "exec-abc") {
+		t.Errorf("status: exit %d, %s", code, out)
+	}
+	if code, out, _ = baton("locks", "status", "free-one"); code != 0 || !strings.Contains(out, "free-one is free") {
+		t.Errorf("status of a free lock: exit %d, %s", code, out)
+	}
+
+	if code, out, _ = baton("locks", "release", "tf/prod", "--owner", "exec-abc"); code != 0 || !strings.Contains(out, "released tf/prod") {
+		t.Errorf("release: exit %d, %s", code, out)
+	}
+	if code, _, errs = baton("locks", "release", "tf/staging", "--force", "--fence", "999999"); code != 1 || !strings.Contains(errs, "fence_mismatch") {
+		t.Errorf("force with a stale fence: exit %d, %s", code, errs)
+	}
+	if code, out, _ = baton("locks", "release", "tf/staging", "--force"); code != 0 || !strings.Contains(out, "it was held by exec-def (pod s.sock)") {
+		t.Errorf("force release: exit %d, %s", code, out)
+	}
+	if code, _, errs = baton("locks", "release", "tf/staging", "--owner", "exec-def"); code != 1 || !strings.Contains(errs, "lock_lost") {
+		t.Errorf("owner release after force: exit %d, %s", code, errs)
+	}
+	for _, args := range [][]string{
+		{"locks", "release", "other"},
+		{"locks", "release", "other", "--owner", "a", "--force"},
+		{"locks", "release", "other", "--owner", "a", "--fence", "3"},
+		{"locks", "status", "bad key"},
+		{"locks", "list", "-o", "yaml"},
+		{"locks", "list", "--prefix", "a b"},
+	} {
+		if code, _, errs := baton(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2: %s", args, code, errs)
+		}
+	}
+}
