@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // etcdOptions says how to reach an external etcd cluster.
@@ -47,8 +48,9 @@ func (e *etcdOptions) validate() error {
 }
 
 // client returns an etcd client for endpoints with the TLS and auth options.
-func (e *etcdOptions) client(endpoints []string, log *zap.Logger) (*clientv3.Client, error) {
+func (e *etcdOptions) client(endpoints []string, log *zap.Logger, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
+		DialOptions:          dial,
 		Endpoints:            endpoints,
 		DialTimeout:          e.dialTimeout,
 		DialKeepAliveTime:    5 * time.Second,

@@ -14,20 +14,28 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/embedetcd"
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/server"
 )
 
 // serveOptions is everything `baton serve` is configured with.
 type serveOptions struct {
-	socketPath string
-	healthAddr string
-	logLevel   string
+	socketPath      string
+	healthAddr      string
+	metricsAddr     string
+	metricsKeyDepth int
+	logLevel        string
 
 	etcd      etcdOptions
 	dataDir   string
@@ -95,6 +103,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.socketPath, "socket-path", o.socketPath, "unix socket to serve the lock API on (mode 0660)")
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz probes; empty disables")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP address for Prometheus /metrics, e.g. :9090; empty disables")
+	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
@@ -125,6 +135,14 @@ func (o *serveOptions) validate() error {
 	}
 	// The grant timeout follows the lease TTL: at most half of it.
 	o.lease.GrantTimeout = min(lease.Default().GrantTimeout, o.lease.TTL/2)
+	if o.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: want host:port, e.g. :9090", o.metricsAddr)
+		}
+	}
+	if o.metricsKeyDepth < 0 || o.metricsKeyDepth > keyspace.MaxSegments {
+		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)
+	}
 	if err := o.lease.Validate(); err != nil {
 		return fmt.Errorf("--lease-ttl: %w", err)
 	}
@@ -176,12 +194,24 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 		return err
 	}
 	defer sock.Close()
-	var health net.Listener
+	var health, metricsL net.Listener
 	if o.healthAddr != "" {
 		if health, err = net.Listen("tcp", o.healthAddr); err != nil {
 			return fmt.Errorf("--health-addr: %w", err)
 		}
 		defer health.Close()
+	}
+	if o.metricsAddr != "" {
+		if metricsL, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer metricsL.Close()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg, o.metricsKeyDepth)
+	if err != nil {
+		return err
 	}
 
 	endpoints, where := o.etcd.endpoints, "etcd at "+strings.Join(o.etcd.endpoints, ",")
@@ -200,17 +230,17 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 		abs, _ := filepath.Abs(o.dataDir)
 		where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(endpoints, ","), abs)
 	}
-	cli, err := o.etcd.client(endpoints, logs.etcdClient)
+	cli, err := o.etcd.client(endpoints, logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
 
-	keeper, err := lease.NewKeeper(cli, o.lease, log)
+	keeper, err := lease.NewKeeper(cli, o.lease, log, lease.OnSessionLost(m.SessionLost))
 	if err != nil {
 		return err
 	}
-	coord, err := coordinator.New(o.coord, cli, keeper, log)
+	coord, err := coordinator.New(o.coord, cli, keeper, log, coordinator.WithObserver(m))
 	if err != nil {
 		return err
 	}
@@ -245,6 +275,11 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	serveOn(sock, api.Handler())
 	if health != nil {
 		serveOn(health, api.HealthHandler())
+	}
+	if metricsL != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		serveOn(metricsL, mux)
 	}
 
 	if waitReady(ctx, coord, log) {

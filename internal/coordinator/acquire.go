@@ -66,11 +66,12 @@ var errWaitOver = errors.New("wait over")
 // 0) costs one etcd transaction, granted or refused, and leaves no key
 // behind when refused. A wait queues in create-revision order across
 // sidecars and deletes its contender key when it gives up.
-func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	if err := c.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}
 	start := c.now()
+	defer func() { c.acquired(req, start, err) }()
 	if req.Wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, req.Wait, errWaitOver)
@@ -117,10 +118,12 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, e
 		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar (--max-waiters)", req.Key, ErrTooManyWaiters, c.waiting)
 	}
 	c.waiting++
+	c.obs.Waiting(req.Key.String(), 1)
 	defer func() {
 		c.mu.Lock()
 		c.waiting--
 		c.mu.Unlock()
+		c.obs.Waiting(req.Key.String(), -1)
 	}()
 	if e.busy && req.OnQueued != nil {
 		req.OnQueued(len(e.queue) + 1)
@@ -352,7 +355,27 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 	e.refs++
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
+	c.obs.Granted(req.Key.String())
 	return grantOf(e, h), nil
+}
+
+// acquired reports the end of an acquire to the observer and, for a
+// refusal, to the log.
+func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
+	result := "granted"
+	var he *HeldError
+	switch {
+	case err == nil:
+	case errors.As(err, &he):
+		result = "refused"
+		if he.Waited {
+			result = "wait_timeout"
+		}
+		c.log.Info("lock refused", "lock", req.Key.String(), "owner", req.Owner, "holder", he.Holder.Owner, "fence", he.Fence, "waited", he.Waited)
+	default:
+		result = "error"
+	}
+	c.obs.Acquired(req.Key.String(), result, req.Wait > 0, c.now().Sub(start))
 }
 
 // waitFailed turns the end of a wait into the caller's error: a wait that

@@ -35,6 +35,33 @@ type Sessions interface {
 	Wait(ctx context.Context) (*lease.Session, error)
 }
 
+// Observer hears what happens to locks, for metrics. Keys are lock keys as
+// the user wrote them.
+type Observer interface {
+	// Acquired: an acquire ended with result granted, refused,
+	// wait_timeout or error; waited says it was a blocking one.
+	Acquired(key, result string, waited bool, wait time.Duration)
+	// Waiting: delta callers started (+1) or stopped (-1) waiting.
+	Waiting(key string, delta int)
+	// Granted: a lock is now held.
+	Granted(key string)
+	// Ended: a held lock ended; reason is "" for its owner's release.
+	Ended(key, reason string, heldFor time.Duration)
+}
+
+// Option configures a Coordinator.
+type Option func(*Coordinator)
+
+// WithObserver makes o hear what happens to locks.
+func WithObserver(o Observer) Option { return func(c *Coordinator) { c.obs = o } }
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string, string, bool, time.Duration) {}
+func (nopObserver) Waiting(string, int)                          {}
+func (nopObserver) Granted(string)                               {}
+func (nopObserver) Ended(string, string, time.Duration)          {}
+
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
 	cfg      Config
@@ -42,6 +69,7 @@ type Coordinator struct {
 	sessions Sessions
 	layout   keyspace.Layout
 	log      *slog.Logger
+	obs      Observer
 	now      func() time.Time
 	hub      *hub
 
@@ -97,7 +125,7 @@ type endedLock struct {
 
 // New returns a Coordinator; Run must be running for blocking acquires and
 // loss detection.
-func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger) (*Coordinator, error) {
+func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, opts ...Option) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -107,11 +135,14 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger) 
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, cli: cli, sessions: sessions, layout: layout, log: log, now: time.Now,
+		cfg: cfg, cli: cli, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, now: time.Now,
 		stop: stop, stopNow: cancel,
 		watching: map[clientv3.LeaseID]bool{},
 		locks:    map[string]*entry{},
 		ended:    map[endedKey]endedLock{},
+	}
+	for _, o := range opts {
+		o(c)
 	}
 	c.hub = newHub(cli, layout, log, c.onDelete, c.checkHeld)
 	return c, nil
@@ -157,10 +188,8 @@ func (c *Coordinator) Shutdown() {
 	c.stopNow()
 	for _, e := range c.locks {
 		if h := e.held; h != nil {
-			h.timer.Stop()
-			e.held = nil
 			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
-			close(h.done)
+			c.endLocked(e, h)
 		}
 	}
 }
@@ -306,6 +335,11 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	e.held = nil
 	close(h.done)
 	e.refs-- // the holder's reference; the turn, still busy, keeps e
+	var reason string
+	if h.lost != nil {
+		reason = string(h.lost.Reason)
+	}
+	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
 }
 
 // leaveTurn passes the turn on.

@@ -15,9 +15,10 @@ import (
 // Keeper keeps one session alive at a time: it opens a session, waits for it
 // to end, and opens the next, with back-off while etcd cannot be reached.
 type Keeper struct {
-	cli *clientv3.Client
-	cfg Config
-	log *slog.Logger
+	cli    *clientv3.Client
+	cfg    Config
+	log    *slog.Logger
+	onLost func()
 
 	mu      sync.Mutex
 	cur     *Session
@@ -25,12 +26,22 @@ type Keeper struct {
 	closed  bool
 }
 
+// Option configures a Keeper.
+type Option func(*Keeper)
+
+// OnSessionLost makes f run each time a session is lost (not revoked).
+func OnSessionLost(f func()) Option { return func(k *Keeper) { k.onLost = f } }
+
 // NewKeeper validates cfg and returns a Keeper; Run starts it.
-func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger) (*Keeper, error) {
+func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger, opts ...Option) (*Keeper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Keeper{cli: cli, cfg: cfg, log: log, changed: make(chan struct{})}, nil
+	k := &Keeper{cli: cli, cfg: cfg, log: log, onLost: func() {}, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(k)
+	}
+	return k, nil
 }
 
 // Run opens sessions until ctx ends or Close is called.
@@ -57,6 +68,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		case <-s.Done():
 			if k.unpublish(s) {
 				k.log.Error("etcd session lost; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(s.ID())))
+				k.onLost()
 				go k.revokeLost(ctx, s)
 			}
 		case <-ctx.Done():

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// value finds a sample of family name whose labels include want.
+func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f, ok := fams[name]
+	if !ok {
+		return 0, false
+	}
+next:
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestMetrics scrapes /metrics of a real sidecar after grants, refusals, a
+// wait that ran out, a release and an expiry, and parses it with the
+// Prometheus text parser.
+func TestMetrics(t *testing.T) {
+	dir, err := os.MkdirTemp("", "baton-metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock, addr := filepath.Join(dir, "baton.sock"), freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"serve", "--socket-path", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+			"--scope", "metrics-test", "--health-addr", "", "--metrics-addr", addr, "--metrics-key-depth", "1",
+			"--lease-ttl", "2s", "--request-timeout", "900ms"}, env(nil), &out, &errb)
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "serving on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line; stderr: %s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := unixClient(sock)
+	for _, step := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/v1/locks/flow-1/plan", `{"owner":"a"}`, 200},
+		{"/v1/locks/flow-1/plan", `{"owner":"b"}`, 409},
+		{"/v1/locks/flow-1/plan", `{"owner":"b","wait":"100ms"}`, 409},
+		{"/v1/locks/flow-2/plan", `{"owner":"c","ttl":"1s"}`, 200},
+		{"/v1/locks/flow-3/plan", `{"owner":"d"}`, 200},
+	} {
+		if code := post(t, c, step.path, step.body); code != step.want {
+			t.Fatalf("POST %s %s: %d, want %d", step.path, step.body, code, step.want)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodDelete, "http://baton/v1/locks/flow-3/plan?owner=d", nil)
+	if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("release: %v %v", resp, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // flow-2/plan expires
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   func(float64) bool
+		desc   string
+	}{
+		{"baton_acquisitions_total", map[string]string{"result": "granted", "key": "flow-1"}, eq(1), "1"},
+		{"baton_acquisitions_total", map[string]string{"result": "refused", "key": "flow-1"}, eq(1), "1"},
+		{"baton_acquisitions_total", map[string]string{"result": "wait_timeout", "key": "flow-1"}, eq(1), "1"},
+		{"baton_wait_duration_seconds", map[string]string{"key": "flow-1"}, eq(1), "1 observation"},
+		{"baton_locks_held", map[string]string{"key": "flow-1"}, eq(1), "1"},
+		{"baton_locks_held", map[string]string{"key": "flow-2"}, eq(0), "0"},
+		{"baton_locks_expired_total", map[string]string{"key": "flow-2"}, eq(1), "1"},
+		{"baton_locks_lost_total", map[string]string{"reason": "expired", "key": "flow-2"}, eq(1), "1"},
+		{"baton_hold_duration_seconds", map[string]string{"key": "flow-3"}, eq(1), "1 observation"},
+		{"baton_etcd_request_duration_seconds", map[string]string{"op": "Txn"}, func(v float64) bool { return v >= 4 }, ">= 4 transactions"},
+		{"baton_etcd_request_duration_seconds", map[string]string{"op": "LeaseGrant"}, func(v float64) bool { return v >= 1 }, ">= 1 grant"},
+		{"baton_session_lost_total", nil, eq(0), "0"},
+	} {
+		v, ok := value(fams, c.name, c.labels)
+		if !ok || !c.want(v) {
+			t.Errorf("%s%v = %v (found %v), want %s", c.name, c.labels, v, ok, c.desc)
+		}
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics")
+	}
+}
+
+func eq(want float64) func(float64) bool { return func(v float64) bool { return v == want } }

@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestKeyLabelDepth(t *testing.T) {
+	for depth, want := range map[int]string{1: "tenant-a", 2: "tenant-a/billing", 3: "tenant-a/billing/run", 8: "tenant-a/billing/run"} {
+		m, err := New(prometheus.NewRegistry(), depth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.labels("tenant-a/billing/run", "granted"); len(got) != 2 || got[1] != want {
+			t.Errorf("depth %d: labels %v, want key %q", depth, got, want)
+		}
+	}
+	if _, err := New(prometheus.NewRegistry(), -1); err == nil {
+		t.Error("negative depth accepted")
+	}
+}
+
+func TestNoKeyLabelByDefault(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Acquired("a/b", "granted", false, 0)
+	m.Granted("a/b")
+	m.Ended("a/b", "lease_lost", time.Second)
+	m.SessionLost()
+	want := `
+# HELP baton_locks_lost_total Locks that ended without their owner's release, by reason.
+# TYPE baton_locks_lost_total counter
+baton_locks_lost_total{reason="lease_lost"} 1
+# HELP baton_session_lost_total etcd sessions (leases) lost: each loses every lock it carried.
+# TYPE baton_session_lost_total counter
+baton_session_lost_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_locks_lost_total", "baton_session_lost_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := New(reg, 0); err == nil {
+		t.Error("registering twice on one registry succeeded")
+	}
+}
