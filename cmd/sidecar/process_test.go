@@ -58,11 +58,12 @@ type proc struct {
 	exitErr error
 }
 
-func startProc(t *testing.T, socket, scope string) *proc {
+func startProc(t *testing.T, socket, scope string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary(t), "serve", "--socket-path", socket, "--scope", scope,
+	args := append([]string{"serve", "--socket-path", socket, "--scope", scope,
 		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
-		"--request-timeout", "900ms", "--health-addr", "")
+		"--request-timeout", "900ms", "--health-addr", ""}, extra...)
+	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), "POD_NAME="+filepath.Base(socket))
 	p := &proc{cmd: cmd, socket: socket, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr

@@ -32,6 +32,7 @@ import (
 // serveOptions is everything `baton serve` is configured with.
 type serveOptions struct {
 	socketPath      string
+	statePath       string
 	healthAddr      string
 	metricsAddr     string
 	metricsKeyDepth int
@@ -102,6 +103,7 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.socketPath, "socket-path", o.socketPath, "unix socket to serve the lock API on (mode 0660)")
+	fs.StringVar(&o.statePath, "state-file", "", "where the held locks are kept so that a restarted sidecar keeps them (default: the socket path + .state)")
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz probes; empty disables")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP address for Prometheus /metrics, e.g. :9090; empty disables")
 	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
@@ -127,6 +129,9 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 func (o *serveOptions) validate() error {
 	if o.socketPath == "" {
 		return errors.New("--socket-path: required")
+	}
+	if o.statePath == "" {
+		o.statePath = o.socketPath + ".state"
 	}
 	if o.healthAddr != "" {
 		if _, _, err := net.SplitHostPort(o.healthAddr); err != nil {
@@ -236,7 +241,18 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	}
 	defer cli.Close()
 
-	keeper, err := lease.NewKeeper(cli, o.lease, log, lease.OnSessionLost(m.SessionLost))
+	prev, err := readState(o.statePath)
+	if err != nil {
+		log.Warn("ignoring an unreadable state file", "err", err)
+	}
+	if prev.Scope != o.coord.Scope {
+		prev = state{}
+	}
+	keeperOpts := []lease.Option{lease.OnSessionLost(m.SessionLost)}
+	if id := prev.leaseID(); id != 0 {
+		keeperOpts = append(keeperOpts, lease.ResumeLease(id))
+	}
+	keeper, err := lease.NewKeeper(cli, o.lease, log, keeperOpts...)
 	if err != nil {
 		return err
 	}
@@ -272,7 +288,6 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 			}
 		}()
 	}
-	serveOn(sock, api.Handler())
 	if health != nil {
 		serveOn(health, api.HealthHandler())
 	}
@@ -282,7 +297,15 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 		serveOn(metricsL, mux)
 	}
 
-	if waitReady(ctx, coord, log) {
+	ready := waitReady(ctx, coord, log)
+	if ready && prev.leaseID() != 0 {
+		keepLocks(ctx, keeper, coord, prev, log)
+	}
+	goRun(func(ctx context.Context) error { return saveState(ctx, o.statePath, o.coord.Scope, coord) })
+	// Callers that connected meanwhile wait in the socket's backlog until
+	// the previous process's locks are back.
+	serveOn(sock, api.Handler())
+	if ready {
 		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
 			o.socketPath, where, o.coord.Scope, o.socketPath)
 		log.Info("serving", "socket", o.socketPath, "etcd", endpoints, "scope", o.coord.Scope, "pod", o.coord.Identity.Pod)
@@ -301,8 +324,43 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 	stopServing()
 	stopRun()
 	wg.Wait()
+	if err := os.Remove(o.statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("remove state file", "err", err)
+	}
 	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// keepLocks takes over the locks of the process before this one (it
+// crashed while the app ran on) if their lease could be resumed, or
+// reports them lost.
+func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev state, log *slog.Logger) {
+	sess, err := keeper.Current()
+	if err != nil || !sess.Resumed() || sess.ID() != prev.leaseID() {
+		coord.Forget(prev.Locks)
+		return
+	}
+	n, err := coord.Adopt(ctx, sess, prev.Locks)
+	if err != nil {
+		log.Error("could not take over every lock of the previous process", "err", err, "kept", n)
+		return
+	}
+	log.Info("kept the locks of the previous process", "leaseID", prev.Lease, "kept", n, "known", len(prev.Locks))
+}
+
+// saveState writes the held locks to the state file whenever they change.
+func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-coord.Changes():
+		}
+		locks, id := coord.HeldLocks()
+		if err := writeState(path, state{Scope: scope, Lease: fmt.Sprintf("%x", int64(id)), Locks: locks}); err != nil {
+			return fmt.Errorf("state file: %w", err)
+		}
+	}
 }
 
 // waitReady waits until coord can grant locks, or ctx ends; it says so in

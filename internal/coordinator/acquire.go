@@ -31,6 +31,9 @@ type AcquireRequest struct {
 	// OnQueued, if set, is called from the waiting goroutine with the number
 	// of contenders ahead of the caller, each time that number is learned.
 	OnQueued func(ahead int)
+	// Hold marks a lock bound to its caller's connection (a hold stream): a
+	// restarted sidecar does not keep it, since the connection died too.
+	Hold bool
 }
 
 // Grant is a lock held by a local owner.
@@ -347,7 +350,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
 	}
 	h := &held{
-		owner: req.Owner, fence: fence, etcdKey: key, sess: sess,
+		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, hold: req.Hold,
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{}),
 	}
 	h.timer = time.AfterFunc(req.TTL, func() { c.expire(e, h) })
@@ -356,6 +359,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	c.obs.Granted(req.Key.String())
+	c.changedLocked()
 	return grantOf(e, h), nil
 }
 

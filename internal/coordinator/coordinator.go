@@ -83,6 +83,7 @@ type Coordinator struct {
 	sweptAt time.Time // last pruning of ended
 	waiting int       // blocking acquires in progress
 	closed  bool
+	changes chan struct{} // poked when the set of held locks changes
 }
 
 // entry is the local state of one lock. All fields are guarded by
@@ -107,6 +108,7 @@ type held struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 	timer      *time.Timer
+	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	done       chan struct{} // closed when the lock ends
 	lost       *LostError    // why it ended, when not by its owner's release; set before done closes
@@ -140,6 +142,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 		watching: map[clientv3.LeaseID]bool{},
 		locks:    map[string]*entry{},
 		ended:    map[endedKey]endedLock{},
+		changes:  make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)
@@ -205,12 +208,17 @@ func (c *Coordinator) session(ctx context.Context) (*lease.Session, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	c.mu.Lock()
+	c.watchLocked(s)
+	c.mu.Unlock()
+	return s, nil
+}
+
+// watchLocked makes sure the end of s is watched.
+func (c *Coordinator) watchLocked(s *lease.Session) {
 	if !c.watching[s.ID()] {
 		c.watching[s.ID()] = true
 		go c.watchSession(s)
 	}
-	c.mu.Unlock()
-	return s, nil
 }
 
 // watchSession marks every lock of s lost when s ends.
@@ -340,6 +348,15 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 		reason = string(h.lost.Reason)
 	}
 	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
+	c.changedLocked()
+}
+
+// changedLocked signals Changes.
+func (c *Coordinator) changedLocked() {
+	select {
+	case c.changes <- struct{}{}:
+	default:
+	}
 }
 
 // leaveTurn passes the turn on.

@@ -96,6 +96,7 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	h.expiresAt = rec.ExpiresAt
 	h.timer.Stop()
 	h.timer = time.AfterFunc(ttl, func() { c.expire(e, h) })
+	c.changedLocked()
 	c.log.Info("lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
 }

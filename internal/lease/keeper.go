@@ -19,6 +19,7 @@ type Keeper struct {
 	cfg    Config
 	log    *slog.Logger
 	onLost func()
+	resume clientv3.LeaseID
 
 	mu      sync.Mutex
 	cur     *Session
@@ -31,6 +32,10 @@ type Option func(*Keeper)
 
 // OnSessionLost makes f run each time a session is lost (not revoked).
 func OnSessionLost(f func()) Option { return func(k *Keeper) { k.onLost = f } }
+
+// ResumeLease makes the first session continue lease id, if it is still
+// alive: a restarted sidecar keeps the locks of the process before it.
+func ResumeLease(id clientv3.LeaseID) Option { return func(k *Keeper) { k.resume = id } }
 
 // NewKeeper validates cfg and returns a Keeper; Run starts it.
 func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger, opts ...Option) (*Keeper, error) {
@@ -47,8 +52,20 @@ func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger, opts ...Optio
 // Run opens sessions until ctx ends or Close is called.
 func (k *Keeper) Run(ctx context.Context) error {
 	backoff := k.cfg.RetryMin
+	resumeUntil := time.Now().Add(2 * k.cfg.TTL) // past that, the lease has surely expired
 	for ctx.Err() == nil && !k.isClosed() {
-		s, err := Open(ctx, k.cli, k.cfg)
+		var s *Session
+		var err error
+		if k.resume != 0 && time.Now().Before(resumeUntil) {
+			s, err = Resume(ctx, k.cli, k.cfg, k.resume)
+			if errors.Is(err, ErrLeaseGone) {
+				k.log.Warn("the lease of the previous process is gone; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(k.resume)))
+				k.resume = 0
+				continue
+			}
+		} else {
+			s, err = Open(ctx, k.cli, k.cfg)
+		}
 		if err != nil {
 			k.log.Warn("cannot open etcd session; retrying", "err", err, "retryIn", backoff)
 			select {
@@ -63,7 +80,8 @@ func (k *Keeper) Run(ctx context.Context) error {
 			_ = s.Revoke(context.Background())
 			return nil
 		}
-		k.log.Info("etcd session open", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "ttl", s.TTL())
+		k.resume = 0
+		k.log.Info("etcd session open", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "ttl", s.TTL(), "resumed", s.Resumed())
 		select {
 		case <-s.Done():
 			if k.unpublish(s) {

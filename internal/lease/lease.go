@@ -58,8 +58,9 @@ var ErrNoSession = errors.New("no etcd session")
 
 // Session is one lease kept alive by one keep-alive stream.
 type Session struct {
-	s   *concurrency.Session
-	ttl time.Duration
+	s       *concurrency.Session
+	ttl     time.Duration
+	resumed bool
 }
 
 // Open grants a lease of cfg.TTL and keeps it alive until ctx ends, the
@@ -77,6 +78,33 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 	}
 	return &Session{s: s, ttl: time.Duration(g.TTL) * time.Second}, nil
 }
+
+// ErrLeaseGone is returned by Resume when the lease expired or was revoked.
+var ErrLeaseGone = errors.New("lease is gone")
+
+// Resume keeps an existing lease alive again, such as the one a restarted
+// sidecar held before it crashed. It fails with ErrLeaseGone when the lease
+// no longer exists.
+func Resume(ctx context.Context, cli *clientv3.Client, cfg Config, id clientv3.LeaseID) (*Session, error) {
+	gctx, cancel := context.WithTimeout(ctx, cfg.GrantTimeout)
+	defer cancel()
+	ttl, err := cli.TimeToLive(gctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("look up lease %x: %w", int64(id), err)
+	}
+	if ttl.TTL <= 0 {
+		return nil, fmt.Errorf("resume lease %x: %w", int64(id), ErrLeaseGone)
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithLease(id), concurrency.WithContext(ctx), concurrency.WithTTL(int(ttl.GrantedTTL)))
+	if err != nil {
+		return nil, fmt.Errorf("keep lease %x alive: %w", int64(id), err)
+	}
+	return &Session{s: s, ttl: time.Duration(ttl.GrantedTTL) * time.Second, resumed: true}, nil
+}
+
+// Resumed reports whether the session continues a lease of an earlier
+// process (Resume) rather than a new one.
+func (s *Session) Resumed() bool { return s.resumed }
 
 // ID is the lease id that every contender key of this session carries.
 func (s *Session) ID() clientv3.LeaseID { return s.s.Lease() }

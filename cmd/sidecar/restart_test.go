@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/client"
+)
+
+func do(t *testing.T, c *http.Client, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://baton"+path, strings.NewReader(body))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRestartKeepsLocks: a sidecar SIGKILLed and restarted while the app
+// runs on keeps the app's plain locks (same fence), drops its hold streams'
+// locks and its waiters' keys; restarted after its lease expired, it
+// answers 410 lease_lost for the locks it had.
+func TestRestartKeepsLocks(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-restart")
+	defer os.RemoveAll(dir)
+	scope := "restart-test"
+	sockA := filepath.Join(dir, "a.sock")
+	a := startProc(t, sockA, scope, "--lease-ttl", "4s")
+	b := startProc(t, filepath.Join(dir, "b.sock"), scope)
+	ca, cb := unixClient(sockA), unixClient(b.socket)
+
+	code, body := do(t, ca, "POST", "/v1/locks/plain", `{"owner":"p1","ttl":"10m"}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
+	}
+	var fence int64
+	fmt.Sscanf(body[strings.Index(body, `"fence":`)+8:], "%d", &fence)
+	hold, err := client.New(sockA).Hold(context.Background(), "held", client.LockRequest{Owner: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := hold.Next(); err != nil || ev.Event != "granted" {
+		t.Fatalf("hold: %v %v", ev, err)
+	}
+	if code, _ := do(t, cb, "POST", "/v1/locks/b-lock", `{"owner":"b"}`); code != 200 {
+		t.Fatal("b acquire")
+	}
+	go func() { // a waiter of a's; its connection dies with a
+		if resp, err := ca.Post("http://baton/v1/locks/b-lock", "application/json", strings.NewReader(`{"owner":"w","wait":"1m"}`)); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitStatus(t, cb, "b-lock", `"waiters":1`)
+
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+	hold.Close()
+	a2 := startProc(t, sockA, scope, "--lease-ttl", "4s")
+	ca2 := unixClient(a2.socket)
+
+	_, st := do(t, cb, "GET", "/v1/locks/plain", "")
+	if !strings.Contains(st, `"owner":"p1"`) || !strings.Contains(st, fmt.Sprintf(`"fence":%d`, fence)) {
+		t.Errorf("plain lock after the restart: %s", st)
+	}
+	waitStatus(t, cb, "held", `"held":false`)
+	waitStatus(t, cb, "b-lock", `"waiters":0`)
+	if code, body := do(t, ca2, "POST", "/v1/locks/plain", `{"owner":"p1"}`); code != 200 || !strings.Contains(body, fmt.Sprintf(`"fence":%d`, fence)) {
+		t.Errorf("idempotent acquire after the restart: %d %s", code, body)
+	}
+	if code, body := do(t, ca2, "DELETE", "/v1/locks/plain?owner=p1", ""); code != 200 {
+		t.Errorf("release after the restart: %d %s", code, body)
+	}
+
+	// Killed for longer than the lease TTL: the locks are lost, and said so.
+	if code, _ := do(t, ca2, "POST", "/v1/locks/plain2", `{"owner":"p2"}`); code != 200 {
+		t.Fatal("acquire plain2")
+	}
+	time.Sleep(200 * time.Millisecond) // the state file is written
+	a2.cmd.Process.Signal(syscall.SIGKILL)
+	<-a2.exited
+	waitStatus(t, cb, "plain2", `"held":false`)
+	a3 := startProc(t, sockA, scope, "--lease-ttl", "4s")
+	code, body = do(t, unixClient(a3.socket), "DELETE", "/v1/locks/plain2?owner=p2", "")
+	if code != 410 || !strings.Contains(body, `"reason":"lease_lost"`) {
+		t.Errorf("release of a lock lost while the sidecar was down: %d %s", code, body)
+	}
+}
+
+func waitStatus(t *testing.T, c *http.Client, key, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, st := do(t, c, "GET", "/v1/locks/"+key, "")
+		if strings.Contains(st, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: status %s, want %s", key, st, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
