@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +11,11 @@ import (
 	"time"
 )
 
-// TestReadmeClients runs the Python, Node and Go clients that README shows
-// against a real sidecar, and checks README shows them verbatim.
+// TestReadmeClients runs the curl, Python, Node and Go clients that README
+// shows against a real sidecar: once on a free lock (granted, then released
+// by closing the connection) and once on a held one (the webhook pattern:
+// 409 with the running execution's id). It also checks README shows each
+// file as it is. A missing interpreter fails the test.
 func TestReadmeClients(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -38,39 +42,54 @@ func TestReadmeClients(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	c := unixClient(sock)
 
-	for _, c := range []struct {
-		file string
-		cmd  []string
+	for _, cl := range []struct {
+		file, key string
+		cmd       []string
 	}{
-		{"client.py", []string{"python3", "client.py"}},
-		{"client.js", []string{"node", "client.js"}},
-		{"go/main.go", []string{"go", "run", "./go"}},
+		{"hold.sh", "nightly/report", []string{"bash", "hold.sh"}},
+		{"client.py", "flow-123/readiness", []string{"python3", "client.py"}},
+		{"client.js", "tenant-acme/gcp_billing_export", []string{"node", "client.js"}},
+		{"go/main.go", "terraform-prod", []string{"go", "run", "./go"}},
 	} {
-		t.Run(c.file, func(t *testing.T) {
-			src, err := os.ReadFile(filepath.Join("../../examples/clients", c.file))
+		t.Run(cl.file, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("../../examples/clients", cl.file))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(string(readme), string(src)) {
-				t.Errorf("README does not show examples/clients/%s as it is", c.file)
+				t.Errorf("README does not show examples/clients/%s as it is", cl.file)
 			}
-			if _, err := exec.LookPath(c.cmd[0]); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("%s is not installed", c.cmd[0])
+			if _, err := exec.LookPath(cl.cmd[0]); err != nil {
+				t.Fatalf("%s is needed to test the README's client: %v", cl.cmd[0], err)
+			}
+			runClient := func() string {
+				t.Helper()
+				cmd := exec.Command(cl.cmd[0], cl.cmd[1:]...)
+				cmd.Dir = "../../examples/clients"
+				cmd.Env = append(os.Environ(), "BATON_SOCKET="+sock)
+				got, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%v: %v\n%s", cl.cmd, err, got)
 				}
-				t.Skipf("%s is not installed", c.cmd[0])
+				return string(got)
 			}
-			cmd := exec.Command(c.cmd[0], c.cmd[1:]...)
-			cmd.Dir = "../../examples/clients"
-			cmd.Env = append(os.Environ(), "BATON_SOCKET="+sock)
-			got, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("%v: %v\n%s", c.cmd, err, got)
+
+			got := runClient()
+			if !strings.Contains(got, "with fence") || !strings.Contains(got, "released") {
+				t.Errorf("on a free lock %v printed %q; want a grant with its fence and a release", cl.cmd, got)
 			}
-			if !strings.Contains(string(got), "with fence") || !strings.Contains(string(got), "released") {
-				t.Errorf("%v printed %q; want a grant with its fence and a release", c.cmd, got)
+			waitStatus(t, c, cl.key, `"held":false`)
+
+			if code, body := do(t, c, http.MethodPost, "/v1/locks/"+cl.key, `{"owner":"exec-running"}`); code != 200 {
+				t.Fatalf("hold the lock: %d %s", code, body)
 			}
+			got = runClient()
+			if !strings.Contains(got, "409") || !strings.Contains(got, `"running_execution_id":"exec-running"`) {
+				t.Errorf("on a held lock %v printed %q; want 409 with the running execution id", cl.cmd, got)
+			}
+			do(t, c, http.MethodDelete, "/v1/locks/"+cl.key+"?owner=exec-running", "")
 		})
 	}
 }

@@ -1,39 +1,62 @@
-// Run one phase under a Baton lock, with nothing but Node's standard library.
+// Hold a Baton lock while a phase runs, with nothing but Node's standard library.
+// The lock is held as long as the request stays open; a second caller gets 409
+// and the running execution's id: the webhook pattern.
 const http = require("node:http");
 
 const socketPath = process.env.BATON_SOCKET || "/var/run/baton/baton.sock";
 
-function call(method, path, body) {
+function runPhase(key, owner, work) {
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { socketPath, method, path, headers: { "Content-Type": "application/json" } },
+      { socketPath, method: "POST", path: `/v1/locks/${key}:hold`, headers: { "Content-Type": "application/json" } },
       (res) => {
-        let data = "";
-        res.on("data", (chunk) => (data += chunk));
-        res.on("end", () => resolve({ status: res.statusCode, body: JSON.parse(data) }));
+        let buf = "";
+        res.setEncoding("utf8");
+        res.on("data", async (chunk) => {
+          buf += chunk;
+          if (res.statusCode !== 200) return;
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            const event = JSON.parse(buf.slice(0, nl));
+            buf = buf.slice(nl + 1);
+            if (event.event === "granted") {
+              try {
+                await work(event.fence); // pass the fence to what you write
+                resolve({ status: 200, body: { execution_id: owner } });
+              } catch (err) {
+                reject(err);
+              } finally {
+                req.destroy(); // closing the connection releases the lock
+                console.log("released");
+              }
+            } else if (["lost", "refused", "error"].includes(event.event)) {
+              req.destroy();
+              reject(new Error(`baton: ${event.event}: ${event.message}`));
+            }
+          }
+        });
+        res.on("end", () => {
+          if (res.statusCode === 409) {
+            // webhook pattern: answer 409 with the running execution's id
+            const running = JSON.parse(buf).holder.owner;
+            resolve({ status: 409, body: { error: "already running", running_execution_id: running } });
+          } else if (res.statusCode !== 200) {
+            reject(new Error(`baton: ${res.statusCode} ${buf}`));
+          }
+        });
       },
     );
-    req.on("error", reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
+    req.on("error", (err) => {
+      if (!req.destroyed) reject(err);
+    });
+    req.end(JSON.stringify({ owner, ttl: "10m" }));
   });
 }
 
-(async () => {
-  const key = "tenant-acme/gcp_billing_export";
-  const owner = "exec-js";
-  const { status, body } = await call("POST", `/v1/locks/${key}`, { owner, ttl: "10m" });
-  if (status === 409) {
-    console.log(`already running: ${body.holder.owner} (${body.message})`);
-    return;
-  }
-  if (status !== 200) throw new Error(`baton: ${status} ${body.code}: ${body.message}`);
-  try {
-    console.log(`running ${key} with fence ${body.fence}`); // pass the fence to what you write
-  } finally {
-    const rel = await call("DELETE", `/v1/locks/${key}?owner=${owner}`);
-    console.log(rel.status === 200 ? "released" : `release: ${rel.body.code}: ${rel.body.message}`);
-  }
-})().catch((err) => {
-  console.error(err.message);
-  process.exit(1);
-});
+const key = "tenant-acme/gcp_billing_export";
+runPhase(key, "exec-js", async (fence) => console.log(`running ${key} with fence ${fence}`))
+  .then(({ status, body }) => console.log(status, JSON.stringify(body)))
+  .catch((err) => {
+    console.error(err.message);
+    process.exit(1);
+  });

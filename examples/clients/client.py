@@ -1,4 +1,9 @@
-"""Run one phase under a Baton lock, with nothing but Python's standard library."""
+"""Hold a Baton lock while a phase runs, with nothing but Python's standard library.
+
+The lock is held as long as the connection stays open: if this process dies,
+Baton releases it at once. A second caller gets 409 and the running
+execution's id: the webhook pattern.
+"""
 import http.client
 import json
 import os
@@ -8,36 +13,40 @@ SOCKET = os.environ.get("BATON_SOCKET", "/var/run/baton/baton.sock")
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
+    def __init__(self, path, timeout=None):
         super().__init__("baton", timeout=timeout)
         self.unix_path = path
 
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
         self.sock.connect(self.unix_path)
 
 
-def call(method, path, body=None):
+def run_phase(key, owner):
     conn = UnixHTTPConnection(SOCKET)
-    try:
-        conn.request(method, path, json.dumps(body) if body is not None else None,
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
+    conn.request("POST", f"/v1/locks/{key}:hold", json.dumps({"owner": owner, "ttl": "10m"}),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status == 409:  # webhook pattern: answer 409 with the running execution's id
+        running = json.loads(resp.read())["holder"]["owner"]
         conn.close()
-
-
-key, owner = "flow-123/readiness", "exec-py"
-status, lock = call("POST", f"/v1/locks/{key}", {"owner": owner, "ttl": "10m", "wait": "30s"})
-if status == 200:
+        return 409, {"error": "already running", "running_execution_id": running}
+    if resp.status != 200:
+        err = json.loads(resp.read())
+        conn.close()
+        raise RuntimeError(f"baton: {resp.status} {err['code']}: {err['message']}")
     try:
-        print(f"running {key} with fence {lock['fence']}")  # pass the fence to what you write
+        for line in resp:  # one JSON event a line
+            event = json.loads(line)
+            if event["event"] == "granted":
+                print(f"running {key} with fence {event['fence']}")  # pass the fence to what you write
+                return 200, {"execution_id": owner}
+            if event["event"] in ("lost", "refused", "error"):
+                raise RuntimeError(f"baton: {event['event']}: {event.get('message')}")
     finally:
-        status, rel = call("DELETE", f"/v1/locks/{key}?owner={owner}")
-        print("released" if status == 200 else f"release: {rel['code']}: {rel['message']}")
-elif status == 409:
-    print(f"already running: {lock['holder']['owner']} ({lock['message']})")
-else:
-    raise SystemExit(f"baton: {status} {lock['code']}: {lock['message']}")
+        conn.close()  # closing the connection releases the lock
+        print("released")
+
+
+status, body = run_phase("flow-123/readiness", "exec-py")
+print(status, json.dumps(body, separators=(",", ":")))

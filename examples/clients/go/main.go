@@ -1,14 +1,16 @@
-// Command go-client runs one phase under a Baton lock with net/http alone.
+// Command go-client holds a Baton lock while a phase runs, with net/http
+// alone. The lock is held as long as the response body stays open; a second
+// caller gets 409 and the running execution's id: the webhook pattern.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 )
@@ -25,37 +27,45 @@ func main() {
 	}}
 	key, owner := "terraform-prod", "exec-go"
 
-	resp, err := client.Post("http://baton/v1/locks/"+key, "application/json",
+	resp, err := client.Post("http://baton/v1/locks/"+key+":hold", "application/json",
 		strings.NewReader(`{"owner":"`+owner+`","ttl":"30m"}`))
 	if err != nil {
 		log.Fatal(err)
 	}
-	var lock struct {
-		Fence   int64  `json:"fence"`
-		Code    string `json:"code"`
-		Message string `json:"message"`
+	defer resp.Body.Close()
+	type holder struct {
+		Owner string `json:"owner"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&lock)
-	resp.Body.Close()
-	if err != nil {
-		log.Fatal(err)
+	var ev struct {
+		Event   string  `json:"event"`
+		Fence   int64   `json:"fence"`
+		Code    string  `json:"code"`
+		Message string  `json:"message"`
+		Holder  *holder `json:"holder"`
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusConflict:
-		fmt.Println("already running:", lock.Message)
+	if resp.StatusCode == http.StatusConflict { // webhook pattern: 409 with the running execution's id
+		json.NewDecoder(resp.Body).Decode(&ev)
+		fmt.Printf("409 {\"error\":\"already running\",\"running_execution_id\":%q}\n", ev.Holder.Owner)
 		return
-	default:
-		log.Fatalf("baton: %d %s: %s", resp.StatusCode, lock.Code, lock.Message)
 	}
-
-	fmt.Printf("running %s with fence %d\n", key, lock.Fence) // pass the fence to what you write
-
-	req, _ := http.NewRequest(http.MethodDelete, "http://baton/v1/locks/"+key+"?owner="+url.QueryEscape(owner), nil)
-	resp, err = client.Do(req)
-	if err != nil {
-		log.Fatal(err)
+	if resp.StatusCode != http.StatusOK {
+		json.NewDecoder(resp.Body).Decode(&ev)
+		log.Fatalf("baton: %d %s: %s", resp.StatusCode, ev.Code, ev.Message)
 	}
-	resp.Body.Close()
-	fmt.Println("released:", resp.StatusCode == http.StatusOK)
+	lines := bufio.NewScanner(resp.Body) // one JSON event a line
+	for lines.Scan() {
+		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+			log.Fatal(err)
+		}
+		switch ev.Event {
+		case "granted":
+			fmt.Printf("running %s with fence %d\n", key, ev.Fence) // pass the fence to what you write
+			resp.Body.Close()                                       // closing the stream releases the lock
+			fmt.Println("released")
+			return
+		case "lost", "refused", "error":
+			log.Fatalf("baton: %s: %s", ev.Event, ev.Message)
+		}
+	}
+	log.Fatalf("baton: the stream ended before a grant: %v", lines.Err())
 }
