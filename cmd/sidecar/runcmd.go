@@ -73,7 +73,7 @@ sidecar cannot be reached; 2 for a bad command line.`,
 	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if cmd.ArgsLenAtDash() != 0 {
-			return usageError{errors.New("put the command after --: baton run --key K -- COMMAND ARGS...")}
+			return usageError{errors.New("put the command after --, as in: baton run --key K -- COMMAND ARGS")}
 		}
 		if _, err := keyspace.ParseKey(o.key); err != nil {
 			return usageError{fmt.Errorf("--key: %w", err)}

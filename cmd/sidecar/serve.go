@@ -1,31 +1,21 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/server"
 )
 
@@ -182,206 +172,4 @@ func coordFlag(err error) string {
 		}
 	}
 	return "configuration"
-}
-
-// serve runs the sidecar until ctx ends, then releases every lock (by
-// revoking the lease) and removes the socket.
-func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error {
-	logs, err := newLoggers(stderr, o.logLevel)
-	if err != nil {
-		return err
-	}
-	log := logs.log
-	// Take the socket first: a second sidecar on the same path must fail
-	// before it starts an etcd.
-	sock, err := server.ListenUnix(o.socketPath)
-	if err != nil {
-		return err
-	}
-	defer sock.Close()
-	var health, metricsL net.Listener
-	if o.healthAddr != "" {
-		if health, err = net.Listen("tcp", o.healthAddr); err != nil {
-			return fmt.Errorf("--health-addr: %w", err)
-		}
-		defer health.Close()
-	}
-	if o.metricsAddr != "" {
-		if metricsL, err = net.Listen("tcp", o.metricsAddr); err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		defer metricsL.Close()
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, o.metricsKeyDepth)
-	if err != nil {
-		return err
-	}
-
-	endpoints, where := o.etcd.endpoints, "etcd at "+strings.Join(o.etcd.endpoints, ",")
-	if len(endpoints) == 0 {
-		cfg := embedetcd.Default(o.dataDir)
-		cfg.ClientURL, cfg.Logger = o.clientURL, logs.etcdServer
-		e, err := embedetcd.Start(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			logs.quiet()
-			e.Close()
-		}()
-		endpoints = e.Endpoints()
-		abs, _ := filepath.Abs(o.dataDir)
-		where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(endpoints, ","), abs)
-	}
-	cli, err := o.etcd.client(endpoints, logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-
-	prev, err := readState(o.statePath)
-	if err != nil {
-		log.Warn("ignoring an unreadable state file", "err", err)
-	}
-	if prev.Scope != o.coord.Scope {
-		prev = state{}
-	}
-	keeperOpts := []lease.Option{lease.OnSessionLost(m.SessionLost)}
-	if id := prev.leaseID(); id != 0 {
-		keeperOpts = append(keeperOpts, lease.ResumeLease(id))
-	}
-	keeper, err := lease.NewKeeper(cli, o.lease, log, keeperOpts...)
-	if err != nil {
-		return err
-	}
-	coord, err := coordinator.New(o.coord, cli, keeper, log, coordinator.WithObserver(m))
-	if err != nil {
-		return err
-	}
-	api, err := server.New(o.server, coord, log)
-	if err != nil {
-		return err
-	}
-
-	runCtx, stopRun := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	goRun := func(f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(runCtx); err != nil {
-				log.Error("component stopped", "err", err)
-			}
-		}()
-	}
-	goRun(keeper.Run)
-	goRun(coord.Run)
-	serveCtx, stopServing := context.WithCancel(context.Background())
-	serveOn := func(l net.Listener, h http.Handler) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := server.Serve(serveCtx, api.HTTPServer(h), l, 500*time.Millisecond); err != nil {
-				log.Error("server stopped", "addr", l.Addr().String(), "err", err)
-			}
-		}()
-	}
-	if health != nil {
-		serveOn(health, api.HealthHandler())
-	}
-	if metricsL != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		serveOn(metricsL, mux)
-	}
-
-	ready := waitReady(ctx, coord, log)
-	if ready && prev.leaseID() != 0 {
-		keepLocks(ctx, keeper, coord, prev, log)
-	}
-	goRun(func(ctx context.Context) error { return saveState(ctx, o.statePath, o.coord.Scope, coord) })
-	// Callers that connected meanwhile wait in the socket's backlog until
-	// the previous process's locks are back.
-	serveOn(sock, api.Handler())
-	if ready {
-		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
-			o.socketPath, where, o.coord.Scope, o.socketPath)
-		log.Info("serving", "socket", o.socketPath, "etcd", endpoints, "scope", o.coord.Scope, "pod", o.coord.Identity.Pod)
-	}
-
-	<-ctx.Done()
-	start := time.Now()
-	log.Info("shutting down: releasing every lock")
-	coord.Shutdown()
-	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err = keeper.Close(rctx)
-	cancel()
-	if err != nil {
-		log.Error("revoke lease: locks stay held until the lease TTL passes", "err", err)
-	}
-	stopServing()
-	stopRun()
-	wg.Wait()
-	if err := os.Remove(o.statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		log.Warn("remove state file", "err", err)
-	}
-	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// keepLocks takes over the locks of the process before this one (it
-// crashed while the app ran on) if their lease could be resumed, or
-// reports them lost.
-func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev state, log *slog.Logger) {
-	sess, err := keeper.Current()
-	if err != nil || !sess.Resumed() || sess.ID() != prev.leaseID() {
-		coord.Forget(prev.Locks)
-		return
-	}
-	n, err := coord.Adopt(ctx, sess, prev.Locks)
-	if err != nil {
-		log.Error("could not take over every lock of the previous process", "err", err, "kept", n)
-		return
-	}
-	log.Info("kept the locks of the previous process", "leaseID", prev.Lease, "kept", n, "known", len(prev.Locks))
-}
-
-// saveState writes the held locks to the state file whenever they change.
-func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-coord.Changes():
-		}
-		locks, id := coord.HeldLocks()
-		if err := writeState(path, state{Scope: scope, Lease: fmt.Sprintf("%x", int64(id)), Locks: locks}); err != nil {
-			return fmt.Errorf("state file: %w", err)
-		}
-	}
-}
-
-// waitReady waits until coord can grant locks, or ctx ends; it says so in
-// the log every few seconds while etcd cannot be reached.
-func waitReady(ctx context.Context, coord *coordinator.Coordinator, log *slog.Logger) bool {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	start, warned := time.Now(), time.Now()
-	for {
-		err := coord.Ready()
-		if err == nil {
-			return true
-		}
-		if time.Since(warned) > 5*time.Second {
-			warned = time.Now()
-			log.Warn("not ready yet", "err", err, "waited", time.Since(start).Round(time.Second))
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick.C:
-		}
-	}
 }

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/embedetcd"
+	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/server"
+)
+
+// serve runs the sidecar until ctx ends, then releases every lock (by
+// revoking the lease) and removes the socket.
+func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error {
+	logs, err := newLoggers(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	sc := &sidecar{o: o, logs: logs, log: logs.log}
+	defer sc.close()
+	if err := sc.listen(); err != nil {
+		return err
+	}
+	if err := sc.connect(ctx); err != nil {
+		return err
+	}
+	if err := sc.build(); err != nil {
+		return err
+	}
+	return sc.run(ctx, stdout)
+}
+
+// sidecar is `baton serve` being wired, run and taken down.
+type sidecar struct {
+	o    *serveOptions
+	logs loggers
+	log  *slog.Logger
+
+	sock, health, metricsL net.Listener
+	reg                    *prometheus.Registry
+	metrics                *metrics.Metrics
+	where                  string // the etcd, for the ready line
+	endpoints              []string
+	cli                    *clientv3.Client
+	prev                   state
+	keeper                 *lease.Keeper
+	coord                  *coordinator.Coordinator
+	api                    *server.Server
+
+	closers []func() // run by close, last first
+}
+
+func (sc *sidecar) close() {
+	for i := len(sc.closers) - 1; i >= 0; i-- {
+		sc.closers[i]()
+	}
+}
+
+// listen takes the socket first (a second sidecar on the same path must
+// fail before it starts an etcd), then the TCP ports.
+func (sc *sidecar) listen() error {
+	l, err := server.ListenUnix(sc.o.socketPath)
+	if err != nil {
+		return err
+	}
+	sc.sock = l
+	sc.closers = append(sc.closers, func() { l.Close() })
+	for _, t := range []struct {
+		flag, addr string
+		l          *net.Listener
+	}{{"--health-addr", sc.o.healthAddr, &sc.health}, {"--metrics-addr", sc.o.metricsAddr, &sc.metricsL}} {
+		if t.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", t.addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.flag, err)
+		}
+		*t.l = l
+		sc.closers = append(sc.closers, func() { l.Close() })
+	}
+	return nil
+}
+
+// connect starts the embedded etcd unless endpoints were given, and
+// connects to etcd with every request timed for the metrics.
+func (sc *sidecar) connect(ctx context.Context) error {
+	sc.reg = prometheus.NewRegistry()
+	sc.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(sc.reg, sc.o.metricsKeyDepth)
+	if err != nil {
+		return err
+	}
+	sc.metrics = m
+	sc.endpoints, sc.where = sc.o.etcd.endpoints, "etcd at "+strings.Join(sc.o.etcd.endpoints, ",")
+	if len(sc.endpoints) == 0 {
+		cfg := embedetcd.Default(sc.o.dataDir)
+		cfg.ClientURL, cfg.Logger = sc.o.clientURL, sc.logs.etcdServer
+		e, err := embedetcd.Start(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		sc.closers = append(sc.closers, func() {
+			sc.logs.quiet() // its shutdown logs errors that are none
+			e.Close()
+		})
+		sc.endpoints = e.Endpoints()
+		abs, _ := filepath.Abs(sc.o.dataDir)
+		sc.where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(sc.endpoints, ","), abs)
+	}
+	cli, err := sc.o.etcd.client(sc.endpoints, sc.logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
+	if err != nil {
+		return err
+	}
+	sc.cli = cli
+	sc.closers = append(sc.closers, func() { cli.Close() })
+	return nil
+}
+
+// build makes the keeper (resuming the lease of a crashed predecessor, if
+// the state file names one), the coordinator and the socket API.
+func (sc *sidecar) build() error {
+	prev, err := readState(sc.o.statePath)
+	if err != nil {
+		sc.log.Warn("ignoring an unreadable state file", "err", err)
+	}
+	if prev.Scope == sc.o.coord.Scope {
+		sc.prev = prev
+	}
+	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost)}
+	if id := sc.prev.leaseID(); id != 0 {
+		opts = append(opts, lease.ResumeLease(id))
+	}
+	if sc.keeper, err = lease.NewKeeper(sc.cli, sc.o.lease, sc.log, opts...); err != nil {
+		return err
+	}
+	if sc.coord, err = coordinator.New(sc.o.coord, sc.cli, sc.keeper, sc.log, coordinator.WithObserver(sc.metrics)); err != nil {
+		return err
+	}
+	sc.api, err = server.New(sc.o.server, sc.coord, sc.log)
+	return err
+}
+
+// run serves until ctx ends, then shuts down: every lock is released at
+// once by revoking the lease.
+func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
+	runCtx, stopRun := context.WithCancel(context.Background())
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	goRun := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil {
+				sc.log.Error("component stopped", "err", err)
+			}
+		}()
+	}
+	serveOn := func(l net.Listener, h http.Handler) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := server.Serve(serveCtx, sc.api.HTTPServer(h), l, 500*time.Millisecond); err != nil {
+				sc.log.Error("server stopped", "addr", l.Addr().String(), "err", err)
+			}
+		}()
+	}
+	goRun(sc.keeper.Run)
+	goRun(sc.coord.Run)
+	if sc.health != nil {
+		serveOn(sc.health, sc.api.HealthHandler())
+	}
+	if sc.metricsL != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(sc.reg, promhttp.HandlerOpts{Registry: sc.reg}))
+		serveOn(sc.metricsL, mux)
+	}
+
+	ready := waitReady(ctx, sc.coord, sc.log)
+	if ready && sc.prev.leaseID() != 0 {
+		keepLocks(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
+	}
+	goRun(func(ctx context.Context) error { return saveState(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord) })
+	// Callers that connected meanwhile wait in the socket's backlog until
+	// the previous process's locks are back.
+	serveOn(sc.sock, sc.api.Handler())
+	if ready {
+		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
+			sc.o.socketPath, sc.where, sc.o.coord.Scope, sc.o.socketPath)
+		sc.log.Info("serving", "socket", sc.o.socketPath, "etcd", sc.endpoints, "scope", sc.o.coord.Scope, "pod", sc.o.coord.Identity.Pod)
+	}
+
+	<-ctx.Done()
+	start := time.Now()
+	sc.log.Info("shutting down: releasing every lock")
+	sc.coord.Shutdown()
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := sc.keeper.Close(rctx)
+	cancel()
+	if err != nil {
+		sc.log.Error("revoke lease: locks stay held until the lease TTL passes", "err", err)
+	}
+	stopServing()
+	stopRun()
+	wg.Wait()
+	if err := os.Remove(sc.o.statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		sc.log.Warn("remove state file", "err", err)
+	}
+	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// keepLocks takes over the locks of the process before this one (it
+// crashed while the app ran on) if their lease could be resumed, or
+// reports them lost.
+func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev state, log *slog.Logger) {
+	sess, err := keeper.Current()
+	if err != nil || !sess.Resumed() || sess.ID() != prev.leaseID() {
+		coord.Forget(prev.Locks)
+		return
+	}
+	n, err := coord.Adopt(ctx, sess, prev.Locks)
+	if err != nil {
+		log.Error("could not take over every lock of the previous process", "err", err, "kept", n)
+		return
+	}
+	log.Info("kept the locks of the previous process", "leaseID", prev.Lease, "kept", n, "known", len(prev.Locks))
+}
+
+// saveState writes the held locks to the state file whenever they change.
+func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-coord.Changes():
+		}
+		locks, id := coord.HeldLocks()
+		if err := writeState(path, state{Scope: scope, Lease: fmt.Sprintf("%x", int64(id)), Locks: locks}); err != nil {
+			return fmt.Errorf("state file: %w", err)
+		}
+	}
+}
+
+// waitReady waits until coord can grant locks, or ctx ends; it says so in
+// the log every few seconds while etcd cannot be reached.
+func waitReady(ctx context.Context, coord *coordinator.Coordinator, log *slog.Logger) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	start, warned := time.Now(), time.Now()
+	for {
+		err := coord.Ready()
+		if err == nil {
+			return true
+		}
+		if time.Since(warned) > 5*time.Second {
+			warned = time.Now()
+			log.Warn("not ready yet", "err", err, "waited", time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
