@@ -30,6 +30,8 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// OnQueued, if set, is called from the waiting goroutine with the number
 	// of contenders ahead of the caller, each time that number is learned.
+	// It may run under the coordinator's lock: it must return at once and
+	// must not call the coordinator.
 	OnQueued func(ahead int)
 	// Hold marks a lock bound to its caller's connection (a hold stream): a
 	// restarted sidecar does not keep it, since the connection died too.
