@@ -66,6 +66,16 @@ func TestRunCommandUnderLock(t *testing.T) {
 		}
 	})
 
+	t.Run("gives up when the wait runs out", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "flow-1/plan", "--wait", "300ms", "--", "sh", "-c", "echo ran")
+		if code := exitOf(t, cmd.Run()); code != exitHeld {
+			t.Fatalf("exit %d, want %d; stderr %s", code, exitHeld, errb.String())
+		}
+		if strings.Contains(out.String(), "ran") || !strings.Contains(errb.String(), "already running: held by next") {
+			t.Errorf("stdout %q stderr %q", out.String(), errb.String())
+		}
+	})
+
 	t.Run("waits its turn", func(t *testing.T) {
 		cmd, out, errb := batonRun(t, sc.socket, "--key", "flow-1/plan", "--wait", "20s", "--", "sh", "-c", "echo ran")
 		if err := cmd.Start(); err != nil {

@@ -166,3 +166,20 @@ func TestHoldHearsLoss(t *testing.T) {
 		t.Error("the stream goes on after the loss")
 	}
 }
+
+func TestHoldWithdrawsAQueuedCallerThatGoes(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")
+	h := b.openHold("q", `{"owner":"waiter","wait":"1m"}`)
+	if ev := h.next(); ev["event"] != EventQueued {
+		t.Fatalf("event %v, want queued", ev)
+	}
+	if st := a.do("GET", "/v1/locks/q", ""); st.body["waiters"] != 1.0 {
+		t.Fatalf("status %s, want 1 waiter", st.raw)
+	}
+	h.cancel()
+	took := waitUntil(t, 5*time.Second, "the waiter to go", func() bool {
+		return a.do("GET", "/v1/locks/q", "").body["waiters"] == 0.0
+	})
+	t.Logf("waiter withdrawn %v after its caller closed the stream", took)
+}
