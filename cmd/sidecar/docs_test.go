@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestReadmeClients runs the curl, Python, Node and Go clients that README
@@ -27,21 +25,8 @@ func TestReadmeClients(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "baton.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"serve", "--socket-path", sock, "--data-dir", filepath.Join(dir, "etcd"),
-			"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", ""}, env(nil), &out, &errb)
-	}()
-	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "serving on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready line; stderr: %s", errb.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	serveInProcess(t, "--socket-path", sock, "--data-dir", filepath.Join(dir, "etcd"),
+		"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "")
 	c := unixClient(sock)
 
 	for _, cl := range []struct {

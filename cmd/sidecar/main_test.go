@@ -172,3 +172,26 @@ func TestServeEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// serveInProcess runs `baton serve args...` in this process until the test
+// ends, and waits for its ready line.
+func serveInProcess(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int)
+	go func() { done <- run(ctx, append([]string{"serve"}, args...), env(nil), &out, &errb) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "serving on") {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("exit %d before the ready line; stderr: %s", code, errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line; stderr: %s", errb.String())
+		}
+	}
+}

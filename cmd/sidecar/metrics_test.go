@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"os"
@@ -64,22 +63,9 @@ func TestMetrics(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock, addr := filepath.Join(dir, "baton.sock"), freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"serve", "--socket-path", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
-			"--scope", "metrics-test", "--health-addr", "", "--metrics-addr", addr, "--metrics-key-depth", "1",
-			"--lease-ttl", "2s", "--request-timeout", "900ms"}, env(nil), &out, &errb)
-	}()
-	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "serving on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready line; stderr: %s", errb.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	serveInProcess(t, "--socket-path", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scope", "metrics-test", "--health-addr", "", "--metrics-addr", addr, "--metrics-key-depth", "1",
+		"--lease-ttl", "2s", "--request-timeout", "900ms")
 	c := unixClient(sock)
 	for _, step := range []struct {
 		path, body string

@@ -130,16 +130,9 @@ type Released struct {
 
 // Release releases owner's lock of key.
 func (c *Client) Release(ctx context.Context, key, owner string) (Released, error) {
-	resp, err := c.do(ctx, http.MethodDelete, "/v1/locks/"+key+"?owner="+url.QueryEscape(owner), nil)
-	if err != nil {
-		return Released{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Released{}, decodeError(resp)
-	}
 	var r Released
-	return r, json.NewDecoder(resp.Body).Decode(&r)
+	err := c.call(ctx, http.MethodDelete, "/v1/locks/"+key+"?owner="+url.QueryEscape(owner), &r)
+	return r, err
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
@@ -186,7 +179,7 @@ type LockStatus struct {
 // Status reads one lock.
 func (c *Client) Status(ctx context.Context, key string) (LockStatus, error) {
 	var st LockStatus
-	err := c.getJSON(ctx, "/v1/locks/"+key, &st)
+	err := c.call(ctx, http.MethodGet, "/v1/locks/"+key, &st)
 	return st, err
 }
 
@@ -200,7 +193,7 @@ func (c *Client) List(ctx context.Context, prefix string) (locks []LockStatus, t
 	if prefix != "" {
 		path += "?prefix=" + url.QueryEscape(prefix)
 	}
-	err = c.getJSON(ctx, path, &out)
+	err = c.call(ctx, http.MethodGet, path, &out)
 	return out.Locks, out.Truncated, err
 }
 
@@ -221,20 +214,14 @@ func (c *Client) ForceRelease(ctx context.Context, key string, fence int64, by s
 	if by != "" {
 		q.Set("by", by)
 	}
-	resp, err := c.do(ctx, http.MethodDelete, "/v1/locks/"+key+"?"+q.Encode(), nil)
-	if err != nil {
-		return Forced{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Forced{}, decodeError(resp)
-	}
 	var f Forced
-	return f, json.NewDecoder(resp.Body).Decode(&f)
+	err := c.call(ctx, http.MethodDelete, "/v1/locks/"+key+"?"+q.Encode(), &f)
+	return f, err
 }
 
-func (c *Client) getJSON(ctx context.Context, path string, v any) error {
-	resp, err := c.do(ctx, http.MethodGet, path, nil)
+// call makes a request without a body and decodes a 200 answer into out.
+func (c *Client) call(ctx context.Context, method, path string, out any) error {
+	resp, err := c.do(ctx, method, path, nil)
 	if err != nil {
 		return err
 	}
@@ -242,5 +229,5 @@ func (c *Client) getJSON(ctx context.Context, path string, v any) error {
 	if resp.StatusCode != http.StatusOK {
 		return decodeError(resp)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return json.NewDecoder(resp.Body).Decode(out)
 }
