@@ -6,14 +6,18 @@ set -euo pipefail
 sock=${BATON_SOCKET:-/var/run/baton/baton.sock}
 key=nightly/report owner=exec-sh
 
-coproc HOLD { exec curl -sN --unix-socket "$sock" -X POST "http://baton/v1/locks/$key:hold" -d "{\"owner\":\"$owner\",\"ttl\":\"10m\"}"; }
-read -r event <&"${HOLD[0]}"
+events=$(mktemp -u) && mkfifo "$events" && trap 'rm -f "$events"' EXIT
+curl -sN --unix-socket "$sock" -X POST "http://baton/v1/locks/$key:hold" \
+  -d "{\"owner\":\"$owner\",\"ttl\":\"10m\"}" >"$events" &
+curl_pid=$!
+exec 3<"$events"
+read -r event <&3
 case "$event" in
 *'"event":"granted"'*)
   fence=$(sed 's/.*"fence":\([0-9]*\).*/\1/' <<<"$event")
   echo "running $key with fence $fence" # pass the fence to what you write
-  kill "$HOLD_PID"                      # closing the connection releases the lock
-  wait "$HOLD_PID" || true
+  kill "$curl_pid"                      # closing the connection releases the lock
+  wait "$curl_pid" || true
   echo released
   ;;
 *'"code":"already_running"'*) # webhook pattern: 409 with the running execution's id

@@ -102,21 +102,32 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 			c.mu.Unlock()
 			return g, nil // idempotent
 		}
-		if req.Wait == 0 {
+		if req.Wait == 0 && !h.ending {
 			err := &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence}
 			c.mu.Unlock()
 			return Grant{}, err
 		}
 	}
 	if req.Wait == 0 {
-		if !c.tryTurnLocked(e) {
+		if c.tryTurnLocked(e) {
 			c.mu.Unlock()
-			// A local caller is queued in etcd or a key of ours is being
-			// deleted: whoever holds the lock, it is not this caller.
-			return Grant{}, c.refusal(ctx, req.Key, false, 0)
+			return c.try(ctx, e, req)
+		}
+		if letGo := e.retiring || (e.held != nil && e.held.ending); letGo {
+			// The lock is being released here: etcd may already show it
+			// free. Wait for that one request, then try.
+			wctx, cancel := c.etcdCtx(ctx)
+			err := c.waitTurnLocked(wctx, e)
+			cancel()
+			if err == nil {
+				c.mu.Unlock()
+				return c.try(ctx, e, req)
+			}
 		}
 		c.mu.Unlock()
-		return c.try(ctx, e, req)
+		// A local caller is queued in etcd: whoever holds the lock, it is
+		// not this caller.
+		return Grant{}, c.refusal(ctx, req.Key, false, 0)
 	}
 	if c.waiting >= c.cfg.MaxWaiters {
 		c.mu.Unlock()

@@ -199,8 +199,12 @@ func TestWaitersServedInOrder(t *testing.T) {
 				t.Errorf("%s release: %v", owner, err)
 			}
 		}()
-		// Queue strictly one after the other.
-		waitFor(t, 5*time.Second, owner+" queued", func() bool { return len(holder.contenders(t, k)) == i+2 })
+		// Queue strictly one after the other, each knowing its place.
+		waitFor(t, 5*time.Second, owner+" queued", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(holder.contenders(t, k)) == i+2 && len(positions[owner]) > 0
+		})
 	}
 	if _, err := holder.c.Release(context.Background(), k, "first"); err != nil {
 		t.Fatal(err)

@@ -93,8 +93,9 @@ type entry struct {
 	refs int // callers and holders using the entry; 0 lets it go
 
 	// The turn: whoever has it owns this sidecar's contender slot.
-	busy  bool
-	queue []chan struct{}
+	busy     bool
+	queue    []chan struct{}
+	retiring bool // the turn's owner is deleting a key of ours: the lock is being let go
 
 	held *held // the local holder, nil when none
 }
@@ -313,6 +314,7 @@ func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry) error {
 
 // passTurnLocked gives the turn to the next queued caller, or frees it.
 func (c *Coordinator) passTurnLocked(e *entry) {
+	e.retiring = false
 	if len(e.queue) == 0 {
 		e.busy = false
 		c.dropIfIdleLocked(e)

@@ -187,6 +187,9 @@ func (c *Coordinator) expire(e *entry, h *held) {
 // lost). On failure it retries in the background until the key is deleted
 // or its session has ended (taking the key with it).
 func (c *Coordinator) retire(e *entry, key string, rev int64, sess *lease.Session) {
+	c.mu.Lock()
+	e.retiring = true
+	c.mu.Unlock()
 	if c.deleteKey(key, rev) == nil {
 		c.leaveTurn(e)
 		return

@@ -16,7 +16,7 @@ import (
 
 // holdStream is an open :hold connection.
 type holdStream struct {
-	t      *testing.T
+	t      testing.TB
 	resp   *http.Response
 	dec    *json.Decoder
 	cancel context.CancelFunc

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // api is one sidecar serving the socket API on a real unix socket.
 type api struct {
-	t      *testing.T
+	t      testing.TB
 	socket string
 	client *http.Client
 	coord  *coordinator.Coordinator
@@ -37,7 +37,7 @@ type api struct {
 	srv    *Server
 }
 
-func newAPI(t *testing.T, pod string, mods ...func(*coordinator.Config, *Config)) *api {
+func newAPI(t testing.TB, pod string, mods ...func(*coordinator.Config, *Config)) *api {
 	t.Helper()
 	cli, calls := testEtcd.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -57,7 +57,6 @@ type Server struct {
 	cfg   Config
 	locks *coordinator.Coordinator
 	log   *slog.Logger
-	mux   *http.ServeMux
 }
 
 // New returns a Server for locks.
@@ -65,35 +64,45 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger) (*Server,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, locks: locks, log: log, mux: http.NewServeMux()}
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.HandleFunc("/v1/locks", s.list)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
-			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks", r.Method, r.URL.Path)})
-	})
-	return s, nil
+	return &Server{cfg: cfg, locks: locks, log: log}, nil
 }
 
-// Handler returns the whole socket API. Lock paths bypass ServeMux, whose
-// path cleaning would silently turn the invalid key "a/../b" into "b".
+// Handler returns the whole socket API. It routes by hand rather than
+// with ServeMux, whose path cleaning would silently turn the invalid key
+// "a/../b" into "b" and whose 404 and 405 answers are not JSON.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/locks/"); ok {
 			s.lock(w, r, rest)
 			return
 		}
-		s.mux.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/locks" {
+			s.list(w, r)
+			return
+		}
+		s.health(w, r)
 	})
 }
 
 // HealthHandler returns only /healthz and /readyz, for a TCP probe port.
-func (s *Server) HealthHandler() http.Handler {
-	m := http.NewServeMux()
-	m.HandleFunc("GET /healthz", s.healthz)
-	m.HandleFunc("GET /readyz", s.readyz)
-	return m
+func (s *Server) HealthHandler() http.Handler { return http.HandlerFunc(s.health) }
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path != "/healthz" && r.URL.Path != "/readyz":
+		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks", r.Method, r.URL.Path)})
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		notAllowed(w, r, "GET")
+	case r.URL.Path == "/healthz":
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	default:
+		if err := s.locks.Ready(); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
 }
 
 // HTTPServer returns an http.Server for h with the configured limits. It
@@ -108,18 +117,6 @@ func (s *Server) HTTPServer(h http.Handler) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-}
-
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if err := s.locks.Ready(); err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // lock routes /v1/locks/{key}[:verb].
