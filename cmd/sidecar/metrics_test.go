@@ -85,17 +85,25 @@ func TestMetrics(t *testing.T) {
 	if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("release: %v %v", resp, err)
 	}
-	time.Sleep(1500 * time.Millisecond) // flow-2/plan expires
-
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	scrape := func() map[string]*dto.MetricFamily {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		return fams
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
+	var fams map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) { // flow-2/plan expires
+		fams = scrape()
+		if v, _ := value(fams, "baton_locks_expired_total", map[string]string{"key": "flow-2"}); v == 1 || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, c := range []struct {
 		name   string

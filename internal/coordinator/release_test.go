@@ -126,7 +126,7 @@ func TestExtend(t *testing.T) {
 	k := key(t, "long")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
-	g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "job", TTL: time.Second})
+	g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "job", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func TestExtend(t *testing.T) {
 		t.Errorf("extend past max hold: %v", err)
 	}
 	for i := 0; i < 3; i++ {
-		time.Sleep(600 * time.Millisecond)
-		e, err := a.c.Extend(ctx, k, "job", time.Second)
+		time.Sleep(800 * time.Millisecond)
+		e, err := a.c.Extend(ctx, k, "job", 2*time.Second)
 		if err != nil {
 			t.Fatalf("extend %d: %v", i, err)
 		}
@@ -146,7 +146,7 @@ func TestExtend(t *testing.T) {
 			t.Errorf("extended grant %+v", e)
 		}
 	}
-	// Held 1.8s on a 1s ttl; others see the new deadline.
+	// Held 2.4s on a 2s ttl; others see the new deadline.
 	_, err = b.acquire(t, k, "other", 0)
 	var he *HeldError
 	if !errors.As(err, &he) || !he.Holder.ExpiresAt.After(g.ExpiresAt) {

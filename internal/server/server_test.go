@@ -87,7 +87,9 @@ func TestGeneratedOwnerAndLostLock(t *testing.T) {
 		t.Errorf("generated owner %q", g.str("owner"))
 	}
 	s := a.do("POST", "/v1/locks/short", `{"owner":"o","ttl":1}`).expect(t, 200, "")
-	time.Sleep(1500 * time.Millisecond)
+	waitUntil(t, 10*time.Second, "the deadline to pass", func() bool {
+		return a.do("GET", "/v1/locks/short", "").body["held"] == false
+	})
 	lost := a.do("DELETE", "/v1/locks/short?owner=o", "").expect(t, 410, "lock_lost")
 	if lost.str("reason") != "expired" || lost.num("fence") != s.num("fence") {
 		t.Errorf("lost %s", lost.raw)
