@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // MinTTL is the shortest lease etcd handles reliably: the server checks
@@ -30,6 +29,17 @@ type Config struct {
 	// RetryMin and RetryMax bound the back-off between failed grants.
 	// Defaults 200ms and 5s.
 	RetryMin, RetryMax time.Duration
+	// LossMargin is how long before etcd could expire the lease, counting
+	// from the last renewal heard, the session is given up. 0 means TTL/4;
+	// less than TTL/2.
+	LossMargin time.Duration
+}
+
+func (c Config) lossMargin() time.Duration {
+	if c.LossMargin == 0 {
+		return c.TTL / 4
+	}
+	return c.LossMargin
 }
 
 // Default returns the documented defaults.
@@ -46,6 +56,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("grant timeout %v: must be positive and less than the lease TTL %v", c.GrantTimeout, c.TTL)
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("retry back-off %v..%v: need 0 < min <= max", c.RetryMin, c.RetryMax)
+	case c.LossMargin < 0 || c.LossMargin >= c.TTL/2:
+		return fmt.Errorf("loss margin %v: must be at least 0 and less than half the lease TTL %v", c.LossMargin, c.TTL)
 	}
 	return nil
 }
@@ -56,15 +68,29 @@ func TTLSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 // ErrNoSession is returned by Keeper.Current while no session is alive.
 var ErrNoSession = errors.New("no etcd session")
 
+// ErrLeaseGone is returned by Resume when the lease expired or was revoked.
+var ErrLeaseGone = errors.New("lease is gone")
+
 // Session is one lease kept alive by one keep-alive stream.
+//
+// It ends (Done) when etcd says the lease is gone, and also when no renewal
+// has been heard for the lease TTL less a margin (Config.LossMargin): etcd
+// expires a lease a TTL after the last renewal it processed, and that
+// renewal was answered no earlier, so giving the session up a margin before
+// then tells the holders of its locks that they lost them before etcd can
+// hand the locks to anyone else, as long as an answer takes less than the
+// margin to arrive.
 type Session struct {
-	s       *concurrency.Session
+	cli     *clientv3.Client
+	id      clientv3.LeaseID
 	ttl     time.Duration
 	resumed bool
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // Open grants a lease of cfg.TTL and keeps it alive until ctx ends, the
-// lease expires, or Revoke is called.
+// lease is lost, or Revoke is called.
 func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, error) {
 	gctx, cancel := context.WithTimeout(ctx, cfg.GrantTimeout)
 	defer cancel()
@@ -72,15 +98,8 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	s, err := concurrency.NewSession(cli, concurrency.WithLease(g.ID), concurrency.WithContext(ctx), concurrency.WithTTL(int(TTLSeconds(cfg.TTL))))
-	if err != nil {
-		return nil, fmt.Errorf("keep lease %x alive: %w", int64(g.ID), err)
-	}
-	return &Session{s: s, ttl: time.Duration(g.TTL) * time.Second}, nil
+	return keep(ctx, cli, cfg, g.ID, time.Duration(g.TTL)*time.Second, false)
 }
-
-// ErrLeaseGone is returned by Resume when the lease expired or was revoked.
-var ErrLeaseGone = errors.New("lease is gone")
 
 // Resume keeps an existing lease alive again, such as the one a restarted
 // sidecar held before it crashed. It fails with ErrLeaseGone when the lease
@@ -95,11 +114,41 @@ func Resume(ctx context.Context, cli *clientv3.Client, cfg Config, id clientv3.L
 	if ttl.TTL <= 0 {
 		return nil, fmt.Errorf("resume lease %x: %w", int64(id), ErrLeaseGone)
 	}
-	s, err := concurrency.NewSession(cli, concurrency.WithLease(id), concurrency.WithContext(ctx), concurrency.WithTTL(int(ttl.GrantedTTL)))
+	// Until the first renewal, the lease is good for what etcd said is left.
+	return keep(ctx, cli, cfg, id, time.Duration(ttl.TTL)*time.Second, true)
+}
+
+// keep starts the keep-alive of lease id, good for left from now.
+func keep(ctx context.Context, cli *clientv3.Client, cfg Config, id clientv3.LeaseID, left time.Duration, resumed bool) (*Session, error) {
+	kctx, stop := context.WithCancel(ctx)
+	ch, err := cli.KeepAlive(kctx, id)
 	if err != nil {
+		stop()
 		return nil, fmt.Errorf("keep lease %x alive: %w", int64(id), err)
 	}
-	return &Session{s: s, ttl: time.Duration(ttl.GrantedTTL) * time.Second, resumed: true}, nil
+	s := &Session{cli: cli, id: id, ttl: cfg.TTL, resumed: resumed, stop: stop, done: make(chan struct{})}
+	go s.watch(ch, left-cfg.lossMargin(), cfg.lossMargin())
+	return s, nil
+}
+
+// watch drains the keep-alive answers and ends the session when they stop
+// or come too late.
+func (s *Session) watch(ch <-chan *clientv3.LeaseKeepAliveResponse, first, margin time.Duration) {
+	defer close(s.done)
+	defer s.stop()
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return // etcd says the lease is gone, or the stream was stopped
+			}
+			t.Reset(time.Duration(resp.TTL)*time.Second - margin)
+		case <-t.C:
+			return // no renewal heard in time: etcd may expire the lease soon
+		}
+	}
 }
 
 // Resumed reports whether the session continues a lease of an earlier
@@ -107,19 +156,19 @@ func Resume(ctx context.Context, cli *clientv3.Client, cfg Config, id clientv3.L
 func (s *Session) Resumed() bool { return s.resumed }
 
 // ID is the lease id that every contender key of this session carries.
-func (s *Session) ID() clientv3.LeaseID { return s.s.Lease() }
+func (s *Session) ID() clientv3.LeaseID { return s.id }
 
-// TTL is the lease TTL granted by etcd.
+// TTL is the lease TTL.
 func (s *Session) TTL() time.Duration { return s.ttl }
 
-// Done is closed when the session ends: the lease expired, keep-alive could
-// not reach etcd for a TTL, or the session was revoked.
-func (s *Session) Done() <-chan struct{} { return s.s.Done() }
+// Done is closed when the session ends: the lease expired or was revoked,
+// renewals stopped for nearly a TTL, or Revoke was called.
+func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Alive reports whether Done is still open.
 func (s *Session) Alive() bool {
 	select {
-	case <-s.Done():
+	case <-s.done:
 		return false
 	default:
 		return true
@@ -129,9 +178,9 @@ func (s *Session) Alive() bool {
 // Revoke stops the keep-alive and revokes the lease, deleting every key
 // attached to it at once.
 func (s *Session) Revoke(ctx context.Context) error {
-	s.s.Orphan()
-	if _, err := s.s.Client().Revoke(ctx, s.ID()); err != nil {
-		return fmt.Errorf("revoke lease %x: %w", int64(s.ID()), err)
+	s.stop()
+	if _, err := s.cli.Revoke(ctx, s.id); err != nil {
+		return fmt.Errorf("revoke lease %x: %w", int64(s.id), err)
 	}
 	return nil
 }
