@@ -127,7 +127,10 @@ func keep(ctx context.Context, cli *clientv3.Client, cfg Config, id clientv3.Lea
 		return nil, fmt.Errorf("keep lease %x alive: %w", int64(id), err)
 	}
 	s := &Session{cli: cli, id: id, ttl: cfg.TTL, resumed: resumed, stop: stop, done: make(chan struct{})}
-	go s.watch(ch, left-cfg.lossMargin(), cfg.lossMargin())
+	// A resumed lease may have less left than the margin; its first renewal
+	// is sent at once, so give that half of what is left to arrive.
+	first := max(left-cfg.lossMargin(), left/2)
+	go s.watch(ch, first, cfg.lossMargin())
 	return s, nil
 }
 
