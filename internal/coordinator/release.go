@@ -118,6 +118,12 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	if e != nil {
 		h = e.held
 	}
+	if h != nil && !h.ending && !h.sess.Alive() {
+		// The session was given up and its watcher has not run yet.
+		c.loseLocked(e, h, LeaseLost)
+		c.passTurnLocked(e)
+		h = nil
+	}
 	if h != nil && h.owner == owner {
 		if h.ending {
 			c.mu.Unlock()
