@@ -366,13 +366,10 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, hold: req.Hold,
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{}),
 	}
-	h.timer = time.AfterFunc(req.TTL, func() { c.expire(e, h) })
-	e.held = h
 	e.refs++
+	c.holdLocked(e, h, req.TTL)
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
-	c.obs.Granted(req.Key.String())
-	c.changedLocked()
 	return grantOf(e, h), nil
 }
 

@@ -90,9 +90,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		e.busy = true
 		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess,
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{})}
-		h.timer = time.AfterFunc(max(time.Until(rec.ExpiresAt), 0), func() { c.expire(e, h) })
-		e.held = h
-		c.obs.Granted(k.String())
+		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0))
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	}

@@ -336,6 +336,19 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
 }
 
+// holdLocked makes h e's holder, expiring in d; the caller has the turn.
+func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration) {
+	c.armLocked(e, h, d)
+	e.held = h
+	c.obs.Granted(e.key.String())
+	c.changedLocked()
+}
+
+// armLocked sets h's deadline timer to fire in d.
+func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
+	h.timer = time.AfterFunc(d, func() { c.expire(e, h) })
+}
+
 // endLocked forgets h as e's holder; the caller decides about the turn.
 func (c *Coordinator) endLocked(e *entry, h *held) {
 	if e.held != h {

@@ -95,7 +95,7 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	h.expiresAt = rec.ExpiresAt
 	h.timer.Stop()
-	h.timer = time.AfterFunc(ttl, func() { c.expire(e, h) })
+	c.armLocked(e, h, ttl)
 	c.changedLocked()
 	c.log.Info("lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
@@ -169,12 +169,12 @@ func (c *Coordinator) expire(e *entry, h *held) {
 		return
 	}
 	if h.ending { // a release or extend is in flight: look again soon
-		h.timer = time.AfterFunc(100*time.Millisecond, func() { c.expire(e, h) })
+		c.armLocked(e, h, 100*time.Millisecond)
 		c.mu.Unlock()
 		return
 	}
 	if d := h.expiresAt.Sub(c.now()); d > 0 { // extended meanwhile
-		h.timer = time.AfterFunc(d, func() { c.expire(e, h) })
+		c.armLocked(e, h, d)
 		c.mu.Unlock()
 		return
 	}
