@@ -162,15 +162,31 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 }
 
 // releaseHeld releases a hold stream's lock after its caller went away.
+// While etcd cannot be reached it retries, so that a lock whose caller is
+// gone never waits for its deadline: it ends released, or lost with the
+// session once etcd has been out of reach for the lease TTL.
 func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := s.locks.Release(ctx, k, g.Owner)
-	if err != nil && !errors.Is(err, coordinator.ErrLost) && !errors.Is(err, coordinator.ErrNotHeld) {
-		s.log.Warn("cannot release a hold stream's lock; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
-		return
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.locks.Release(ctx, k, g.Owner)
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld):
+			s.log.Info("hold stream closed", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
+			return
+		case !errors.Is(err, coordinator.ErrUnavailable):
+			s.log.Warn("cannot release a hold stream's lock; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
+			return
+		}
+		s.log.Warn("cannot release a hold stream's lock yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", backoff, "err", err)
+		select {
+		case <-g.Done: // lost with the session, or released by someone else
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	s.log.Info("hold stream closed", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
 }
 
 func grantEvent(g coordinator.Grant) eventJSON {
