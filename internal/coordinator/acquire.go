@@ -149,7 +149,38 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
 	}
 	c.mu.Unlock()
-	return c.wait(ctx, e, req, start)
+	return c.waitThrough(ctx, e, req, start)
+}
+
+// waitThrough waits for the lock (the caller has the turn) and rides out
+// etcd being out of reach: when a wait fails for want of etcd, or its
+// session ends and takes the contender key with it, it queues again on the
+// next session (behind whoever queued meanwhile) until the caller's wait
+// runs out. Nothing is granted without an etcd commit; a wait that runs
+// out while etcd is still unreachable answers unavailable.
+func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		g, err := c.wait(ctx, e, req, start)
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return g, err
+		}
+		c.log.Debug("waiting through an etcd outage", "lock", req.Key.String(), "owner", req.Owner, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+		case <-c.stop.Done():
+			return Grant{}, err
+		}
+		backoff = min(2*backoff, time.Second)
+		c.mu.Lock()
+		if err := c.waitTurnLocked(ctx, e); err != nil {
+			c.mu.Unlock()
+			return Grant{}, c.waitFailed(ctx, req.Key, start, err)
+		}
+		c.mu.Unlock()
+	}
 }
 
 func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
