@@ -24,6 +24,7 @@ const (
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"
+	CodeBodyTimeout      = "body_timeout"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal"

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -157,5 +158,38 @@ func TestHealthHandlerOnTCP(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s on the health port: %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+}
+
+// TestShortBodyIsCut: a Content-Length larger than the body, or a chunked
+// body without its end, gets 408 once BodyTimeout passes instead of holding
+// the connection and its goroutine forever.
+func TestShortBodyIsCut(t *testing.T) {
+	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.BodyTimeout = 200 * time.Millisecond })
+	for name, raw := range map[string]string{
+		"content-length": "POST /v1/locks/short HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"owner\":",
+		"chunked":        "POST /v1/locks/short HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"own\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("unix", a.socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte(raw))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a short body: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"body_timeout"`) {
+				t.Fatalf("short body: %d %s, want 408 body_timeout", resp.StatusCode, body)
+			}
+		})
+	}
+	if r := a.do("GET", "/v1/locks/short", "").expect(t, 200, ""); r.body["held"] != false {
+		t.Errorf("a short body took the lock: %s", r.raw)
 	}
 }

@@ -27,6 +27,9 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections. Default 2m.
 	IdleTimeout time.Duration
+	// BodyTimeout bounds reading a request's body once its headers are in;
+	// past it the caller gets 408. Default 5s.
+	BodyTimeout time.Duration
 	// HeartbeatInterval is how often a hold stream says it is alive, so that
 	// a reader that died is noticed. Default 5s.
 	HeartbeatInterval time.Duration
@@ -34,7 +37,7 @@ type Config struct {
 
 // Default returns the documented defaults.
 func Default() Config {
-	return Config{MaxBodyBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, HeartbeatInterval: 5 * time.Second}
+	return Config{MaxBodyBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 5 * time.Second, HeartbeatInterval: 5 * time.Second}
 }
 
 // Validate checks the fields.
@@ -46,6 +49,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("read header timeout %v: must be positive", c.ReadHeaderTimeout)
 	case c.IdleTimeout <= 0:
 		return fmt.Errorf("idle timeout %v: must be positive", c.IdleTimeout)
+	case c.BodyTimeout <= 0:
+		return fmt.Errorf("body timeout %v: must be positive", c.BodyTimeout)
 	case c.HeartbeatInterval <= 0:
 		return fmt.Errorf("heartbeat interval %v: must be positive", c.HeartbeatInterval)
 	}
@@ -299,7 +304,20 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) (acquireBody, erro
 	if _, err := query(r); err != nil {
 		return acquireBody{}, err
 	}
-	return decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	// The server has no read timeout (hold streams stay open for hours), so
+	// the body gets a deadline of its own: a Content-Length larger than
+	// the body, or a chunked body without its end, must not hang.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	b, err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		// The rest of the body is not worth waiting for: answer and close,
+		// rather than let the server read on to reuse the connection.
+		w.Header().Set("Connection", "close")
+		return b, err
+	}
+	rc.SetReadDeadline(time.Time{})
+	return b, nil
 }
 
 // fail answers an error from the coordinator, logging those worth a look.

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -30,9 +32,27 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		TTL   json.RawMessage `json:"ttl"`
 		Wait  json.RawMessage `json:"wait"`
 	}
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return acquireBody{}, err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return acquireBody{}, &apiError{status: http.StatusRequestTimeout, code: CodeBodyTimeout,
+				msg: "the request body did not arrive in time: is Content-Length larger than the body?"}
+		}
+		return acquireBody{}, badRequest(CodeInvalidRequest, "the body could not be read: "+err.Error())
+	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
+		return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
+	}
+	if name, dup := duplicateField(data); dup {
+		return acquireBody{}, badRequest(CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&raw)
+	err = dec.Decode(&raw)
 	if errors.Is(err, io.EOF) {
 		return acquireBody{}, nil
 	}
@@ -66,6 +86,11 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	}
 	if b.TTL, err = parseDuration("ttl", raw.TTL); err != nil {
 		return acquireBody{}, err
+	}
+	if b.TTL == 0 && len(raw.TTL) > 0 && string(raw.TTL) != "null" {
+		// Zero is how the API says "not given"; a caller who wrote it meant
+		// something else than the default.
+		return acquireBody{}, badRequest("invalid_ttl", "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
 	if b.Wait, err = parseDuration("wait", raw.Wait); err != nil {
 		return acquireBody{}, err
@@ -197,4 +222,31 @@ type forcedJSON struct {
 	Key      string      `json:"key"`
 	Fence    int64       `json:"fence"`
 	Holder   *holderJSON `json:"holder"`
+}
+
+// duplicateField returns the first field name that a top-level JSON object
+// repeats: {"ttl":5,"ttl":6} is ambiguous (encoding/json keeps the last),
+// so it is refused rather than guessed at.
+func duplicateField(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		name, _ := t.(string)
+		if seen[name] {
+			return name, true
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }

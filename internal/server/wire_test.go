@@ -29,10 +29,37 @@ func TestDecodeBody(t *testing.T) {
 	}
 }
 
+func TestDecodeBodyRefusesDuplicateFields(t *testing.T) {
+	for _, in := range []string{`{"ttl":5,"ttl":6}`, `{"owner":"a","wait":1,"owner":"b"}`} {
+		_, err := decodeBody(strings.NewReader(in))
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || !strings.Contains(ae.msg, "more than once") {
+			t.Errorf("decodeBody(%q) = %v, want a 400 naming the repeated field", in, err)
+		}
+	}
+}
+
+func TestDecodeBodyWantsAnObject(t *testing.T) {
+	for _, in := range []string{`null`, ` null `, `[]`, `"x"`, `5`, `true`} {
+		_, err := decodeBody(strings.NewReader(in))
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.code != CodeInvalidJSON {
+			t.Errorf("decodeBody(%q) = %v, want a 400 invalid_json", in, err)
+		}
+	}
+	for _, in := range []string{`{"ttl":0}`, `{"ttl":"0s"}`} {
+		_, err := decodeBody(strings.NewReader(in))
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.code != "invalid_ttl" {
+			t.Errorf("decodeBody(%q) = %v, want a 400 invalid_ttl", in, err)
+		}
+	}
+}
+
 // FuzzAcquireJSON: decoding never panics, and what it accepts is sane.
 func FuzzAcquireJSON(f *testing.F) {
 	for _, s := range []string{``, `{}`, `{"owner":"o","ttl":"5m","wait":"30s"}`, `{"ttl":1e308}`, `{"wait":-0}`,
-		`{"ttl":"-1ns"}`, `{"owner":"\u0000"}`, `[`, `{"a":1}`, `{"ttl":"9223372036s"}`, `{} x`, `"str"`, `{"wait":NaN}`} {
+		`{"ttl":"-1ns"}`, `{"owner":"\u0000"}`, `[`, `{"a":1}`, `{"ttl":"9223372036s"}`, `{} x`, `"str"`, `{"wait":NaN}`, `{"ttl":1,"ttl":2}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
