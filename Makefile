@@ -13,7 +13,7 @@ RUN_ARGS  ?=
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build bin/baton.
@@ -24,21 +24,36 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket-path $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet ## Run every test (with -race) against a real embedded etcd, fuzz seeds included.
+test: vet ## Run every test (with -race) against a real embedded etcd, fuzz seeds and the reliability suite included.
 	$(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
+	@mkdir -p $(BIN)
+	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
+	@cat $(BIN)/e2e-report.md
+
+.PHONY: test-e2e
+test-e2e: ## Run the reliability suite (S1-S13) and write test/e2e/REPORT.md.
+	BATON_E2E_REPORT=$(CURDIR)/test/e2e/REPORT.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
+	@cat test/e2e/REPORT.md
+
+.PHONY: soak
+soak: ## Run the long reliability suite and S14 (about 25 minutes; not in CI).
+	BATON_SOAK=1 BATON_E2E_REPORT=$(BIN)/soak-report.md $(GO) test $(GOFLAGS) -count=1 -timeout 90m -tags e2e ./test/e2e
+	@cat $(BIN)/soak-report.md
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(GO) test -run '^$$' -fuzz '^FuzzLockName$$' -fuzztime $(FUZZTIME) ./internal/keyspace
 	$(GO) test -run '^$$' -fuzz '^FuzzAcquireJSON$$' -fuzztime $(FUZZTIME) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./internal/server
 
 .PHONY: fmt
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet, the reliability suite included.
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e
 
 .PHONY: verify
 verify: vet ## Fail on gofmt or go.mod drift.

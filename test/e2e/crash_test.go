@@ -1,0 +1,95 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// crashBound is the liveness bound the tests enforce on a crashed holder's
+// lock: the lease TTL plus etcd's 500 ms expiry sweep plus room for a
+// loaded machine. The report shows the figures against TTL + 0.5 s.
+const crashBound = leaseTTL + 2*time.Second
+
+// TestS2HolderCrash: the holder's sidecar is SIGKILLed mid-hold; a waiter
+// on another sidecar must get the lock once the lease expires, and the
+// killed sidecar comes back after that.
+func TestS2HolderCrash(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var apps []*app
+	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
+		apps = append(apps, e.apps(sc, 2, 5*time.Millisecond)...)
+	}
+	stop := make(chan struct{})
+	wg := runApps(apps, stop, "s2", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 3 * time.Second, pause: 50 * time.Millisecond})
+	var faults []time.Duration
+	for range scale(10, 20) {
+		x := e.holderOf("s2")
+		time.Sleep(rand.N(300 * time.Millisecond))
+		f := e.h.now()
+		x.kill()
+		faults = append(faults, f)
+		if _, ok := e.grantedAfter("s2", f, crashBound+5*time.Second); !ok {
+			t.Fatalf("no grant of s2 within %v of the holder's crash", crashBound+5*time.Second)
+		}
+		x.start(t)
+	}
+	close(stop)
+	wg.Wait()
+	e.finish("S2 holder crash", requirements{minOK: len(faults)}, func(o *outcome) {
+		o.gaps = reacquireGaps(e.h.snapshot(), "s2", faults)
+		o.note("%d SIGKILLs of the holder's sidecar, restarted after the next grant", len(faults))
+		checkGaps(t, o)
+	})
+}
+
+// TestS3KillChurn: app clients loop on one lock while the sidecar of a
+// random holder is SIGKILLed at an interval and restarted at once (it then
+// resumes its lease and frees its dead hold streams' locks).
+func TestS3KillChurn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var apps []*app
+	for _, sc := range e.addSidecars(scale(4, 8), sidecarOptions{}) {
+		apps = append(apps, e.apps(sc, scale(4, 8), 5*time.Millisecond)...)
+	}
+	stop := make(chan struct{})
+	wg := runApps(apps, stop, "s3", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 300 * time.Millisecond, pause: 50 * time.Millisecond})
+	var faults []time.Duration
+	end := time.Now().Add(scale(15*time.Second, 5*time.Minute))
+	for time.Now().Before(end) {
+		time.Sleep(scale(3*time.Second, 5*time.Second))
+		x := e.holderOf("s3")
+		f := e.h.now()
+		x.kill()
+		faults = append(faults, f)
+		x.start(t)
+	}
+	close(stop)
+	wg.Wait()
+	e.finish("S3 SIGKILL churn", requirements{minOK: 10}, func(o *outcome) {
+		o.gaps = reacquireGaps(e.h.snapshot(), "s3", faults)
+		o.note("%d clients, a holder's sidecar SIGKILLed every %v and restarted at once (%d kills)",
+			len(apps), scale(3*time.Second, 5*time.Second), len(faults))
+		checkGaps(t, o)
+	})
+}
+
+// checkGaps enforces the liveness bound on reacquire gaps.
+func checkGaps(t *testing.T, o *outcome) {
+	t.Helper()
+	if len(o.gaps) == 0 {
+		t.Error("no reacquire gap measured")
+	}
+	within := 0
+	for _, g := range o.gaps {
+		if g > crashBound {
+			t.Errorf("a crashed holder's lock was granted again only after %v (bound %v)", g, crashBound)
+		}
+		if g <= leaseTTL+500*time.Millisecond+210*time.Millisecond {
+			within++
+		}
+	}
+	o.note("%d of %d reacquire gaps within TTL + 0.5 s + 0.21 s", within, len(o.gaps))
+}
