@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -96,7 +97,7 @@ func TestS10KernelPartition(t *testing.T) {
 	e.sidecars = []*sidecar{cut, other}
 	holder, waiter := e.apps(cut, 1, 5*time.Millisecond)[0], e.apps(other, 1, 5*time.Millisecond)[0]
 
-	var faults []time.Duration
+	var faults, recoveries []time.Duration
 	for round := range scale(2, 5) {
 		lock := fmt.Sprintf("s10-%d", round)
 		done := holdOnce(holder, lock, holdPlan{increments: 1, holdFor: 4 * leaseTTL})
@@ -107,11 +108,22 @@ func TestS10KernelPartition(t *testing.T) {
 		must(t, ipCmd("-n", n.a, "link", "set", n.devA, "down"))
 		time.Sleep(2 * leaseTTL)
 		must(t, ipCmd("-n", n.a, "link", "set", n.devA, "up"))
+		up := time.Now()
 		if !<-waited {
 			e.dump()
 			t.Fatalf("round %d: the waiter was not granted the cut-off holder's lock", round)
 		}
 		<-done
+		// The cut-off sidecar reconnects once TCP retransmits or gRPC's
+		// keepalive notice the link is back.
+		for !ready(cut) {
+			if time.Since(up) > 30*time.Second {
+				e.dump()
+				t.Fatalf("round %d: the cut-off sidecar not ready 30s after the link came back", round)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		recoveries = append(recoveries, time.Since(up))
 	}
 	e.finish("S10 kernel partition (netns, link down)", requirements{noOverlap: true, minOK: 2 * len(faults)}, func(o *outcome) {
 		ops := e.h.snapshot()
@@ -127,6 +139,15 @@ func TestS10KernelPartition(t *testing.T) {
 		for i, f := range faults {
 			o.gaps = append(o.gaps, reacquireGaps(ops, fmt.Sprintf("s10-%d", i), []time.Duration{f})...)
 		}
-		o.note("sidecar in netns %s, etcd in netns %s over veth; link down for 2×TTL, %d times", n.a, n.b, len(faults))
+		o.note("sidecar in netns %s, etcd in netns %s over veth; link down for 2×TTL, %d times; the cut-off sidecar ready again %s after the link came back",
+			n.a, n.b, len(faults), quantiles(recoveries, 0, 1))
 	})
+}
+
+// ready reports whether a sidecar's /readyz answers 200.
+func ready(s *sidecar) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	code, _, err := call(ctx, httpClient(s), "GET", "/readyz", "")
+	return err == nil && code == 200
 }
