@@ -64,6 +64,11 @@ func (g Grant) Err() error {
 	return nil
 }
 
+// maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
+// the memory starts over (a forgotten lock costs one write on its next
+// refusal, nothing more).
+const maxHeldElsewhere = 1 << 16
+
 // errWaitOver is the cause of a wait's context when the wait runs out.
 var errWaitOver = errors.New("wait over")
 
@@ -249,6 +254,29 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 
+	// A lock last seen held elsewhere is read first: a refusal is then a
+	// linearizable read, with no raft entry (a transaction whose compare
+	// fails still costs one, and an fsync, when it has a write branch).
+	c.mu.Lock()
+	readFirst := c.heldElsewhere[req.Key.String()]
+	c.mu.Unlock()
+	if readFirst {
+		tctx, cancel := c.etcdCtx(ctx)
+		resp, err := c.cli.Get(tctx, pfx, clientv3.WithFirstCreate()...)
+		cancel()
+		if err != nil {
+			c.leaveTurn(e)
+			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+		}
+		if len(resp.Kvs) > 0 {
+			c.leaveTurn(e)
+			return Grant{}, heldFrom(req.Key, resp.Kvs, false, 0)
+		}
+		c.mu.Lock()
+		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
+		c.mu.Unlock()
+	}
+
 	// The outcome must not depend on the caller hanging up mid-call.
 	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
 	resp, err := c.cli.Txn(tctx).
@@ -262,6 +290,12 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 	}
 	if !resp.Succeeded {
+		c.mu.Lock()
+		if len(c.heldElsewhere) >= maxHeldElsewhere {
+			clear(c.heldElsewhere)
+		}
+		c.heldElsewhere[req.Key.String()] = true
+		c.mu.Unlock()
 		c.leaveTurn(e)
 		return Grant{}, heldFrom(req.Key, resp.Responses[0].GetResponseRange().Kvs, false, 0)
 	}
@@ -306,14 +340,19 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		return c.grant(e, req, sess, key, myRev, rec)
 	}
 
+wait:
 	for {
-		pred, ahead, readRev, err := c.predecessor(ctx, pfx, myRev)
+		pred, ahead, readRev, mine, err := c.predecessor(ctx, key, pfx, myRev)
 		if err != nil {
 			c.retire(e, key, myRev, sess)
 			if isContextErr(ctx, err) {
 				return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return Grant{}, unavailable(op, err)
+		}
+		if !mine {
+			c.leaveTurn(e)
+			return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 		}
 		if pred == nil {
 			break
@@ -327,7 +366,13 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		if req.OnQueued != nil {
 			below = myRev
 		}
-		for !w.deleted(string(pred.Key), readRev, below) {
+		for {
+			if ahead == 1 && w.onlyAheadGone(string(pred.Key), key, readRev) {
+				break wait // first in line: no read needed
+			}
+			if w.deleted(string(pred.Key), readRev, below) {
+				break // read again
+			}
 			select {
 			case <-w.notify:
 			case <-ctx.Done():
@@ -343,44 +388,59 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		}
 	}
 
-	// First in line. Write the grant time and deadline into the record; the
-	// compare also proves the key (and so the session) is still there
-	// (etcd issue #11456).
+	// First in line, and the key (so the session) was still there when
+	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
+	// with no write on the way.
+	// The record's grant time and deadline follow off the hand-off's path.
 	now = c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
-	tctx, cancel = c.etcdCtx(context.WithoutCancel(ctx))
-	upd, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+	g, err := c.grant(e, req, sess, key, myRev, rec)
+	if err == nil {
+		go c.rewriteRecord(key, myRev, rec, sess)
+	}
+	return g, err
+}
+
+// rewriteRecord writes a waiter's record again once it holds the lock: the
+// record written when it queued carries the queueing time. The compare
+// leaves alone a key released or taken anew meanwhile.
+func (c *Coordinator) rewriteRecord(key string, rev int64, rec keyspace.Holder, sess *lease.Session) {
+	ctx, cancel := c.etcdCtx(context.Background())
+	defer cancel()
+	_, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID()))).
 		Commit()
-	cancel()
 	if err != nil {
-		c.retire(e, key, myRev, sess)
-		return Grant{}, unavailable(op, err)
+		c.log.Debug("cannot update a holder record", "key", key, "err", err)
 	}
-	if !upd.Succeeded {
-		c.leaveTurn(e)
-		return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
-	}
-	return c.grant(e, req, sess, key, myRev, rec)
 }
 
 // predecessor returns the contender created last before myRev (nil when
-// there is none), how many contenders are ahead, and the revision the read
-// saw. etcd reads the whole prefix for a create-revision filter whatever
-// the limit, so reading the keys without values costs no more.
-func (c *Coordinator) predecessor(ctx context.Context, pfx string, myRev int64) (*mvccpb.KeyValue, int, int64, error) {
+// there is none), how many contenders are ahead, the revision the read saw,
+// and whether key (created at myRev) still exists. It is one read-only
+// transaction: a linearizable read, no raft entry. etcd reads the whole
+// prefix for a create-revision filter whatever the limit, so reading the
+// keys without values costs no more.
+func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (pred *mvccpb.KeyValue, ahead int, rev int64, mine bool, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithMaxCreateRev(myRev-1))
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+		Then(clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithMaxCreateRev(myRev-1))).
+		Commit()
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, false, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, resp.Header.Revision, nil
+	if !resp.Succeeded {
+		return nil, 0, resp.Header.Revision, false, nil
 	}
-	return resp.Kvs[0], len(resp.Kvs), resp.Header.Revision, nil
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, 0, resp.Header.Revision, true, nil
+	}
+	return kvs[0], len(kvs), resp.Header.Revision, true, nil
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the

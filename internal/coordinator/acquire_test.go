@@ -70,6 +70,26 @@ func TestTryAcquire(t *testing.T) {
 		if keys := a.contenders(t, k); len(keys) != 1 {
 			t.Errorf("contenders after refusal = %v, want only the holder", keys)
 		}
+
+		// Refused again: a read, no write.
+		txns, ranges = b.calls.Txns(), b.calls.Ranges()
+		for range 3 {
+			if _, err := b.acquire(t, k, "exec-3", 0); !errors.As(err, &he) || he.Fence != g.Fence {
+				t.Fatalf("err = %v, want a HeldError naming fence %d", err, g.Fence)
+			}
+		}
+		if got := b.calls.Txns() - txns; got != 0 {
+			t.Errorf("3 more refusals cost %d transactions, want 0", got)
+		}
+		if got := b.calls.Ranges() - ranges; got != 3 {
+			t.Errorf("3 more refusals cost %d reads, want 3", got)
+		}
+
+		// Once the holder lets go, the next try is granted.
+		if _, err := a.c.Release(context.Background(), k, "exec-1"); err != nil {
+			t.Fatal(err)
+		}
+		b.mustAcquire(t, k, "exec-3")
 	})
 }
 

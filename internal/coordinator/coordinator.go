@@ -77,13 +77,18 @@ type Coordinator struct {
 	stopNow  context.CancelFunc
 	watching map[clientv3.LeaseID]bool // sessions whose end is watched
 
-	mu      sync.Mutex
-	locks   map[string]*entry
-	ended   map[endedKey]endedLock
-	sweptAt time.Time // last pruning of ended
-	waiting int       // blocking acquires in progress
-	closed  bool
-	changes chan struct{} // poked when the set of held locks changes
+	mu    sync.Mutex
+	locks map[string]*entry
+	ended map[endedKey]endedLock
+	// heldElsewhere names the locks that a try found held by another
+	// sidecar and whose holder's delete has not been seen since: the next
+	// try reads first, so a refusal costs no etcd write.
+	heldElsewhere map[string]bool
+	leftKeys      []string  // keys of the locks Shutdown ended, for DrainKeys
+	sweptAt       time.Time // last pruning of ended
+	waiting       int       // blocking acquires in progress
+	closed        bool
+	changes       chan struct{} // poked when the set of held locks changes
 }
 
 // entry is the local state of one lock. All fields are guarded by
@@ -140,10 +145,11 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 	c := &Coordinator{
 		cfg: cfg, cli: cli, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, now: time.Now,
 		stop: stop, stopNow: cancel,
-		watching: map[clientv3.LeaseID]bool{},
-		locks:    map[string]*entry{},
-		ended:    map[endedKey]endedLock{},
-		changes:  make(chan struct{}, 1),
+		watching:      map[clientv3.LeaseID]bool{},
+		locks:         map[string]*entry{},
+		ended:         map[endedKey]endedLock{},
+		heldElsewhere: map[string]bool{},
+		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)
@@ -194,8 +200,68 @@ func (c *Coordinator) Shutdown() {
 		if h := e.held; h != nil {
 			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
 			c.endLocked(e, h)
+			c.leftKeys = append(c.leftKeys, h.etcdKey)
 		}
 	}
+}
+
+// drainBatch is how many keys one transaction of DrainKeys deletes: etcd's
+// default --max-txn-ops.
+const drainBatch = 128
+
+// DrainKeys deletes, after Shutdown, the keys of the locks held here, a
+// batch of keys a transaction, a few transactions at a time. Revoking the
+// lease would delete them too, but in one raft entry: with 100k keys on
+// it, every other write of the cluster waits about a second behind it.
+// Only this sidecar writes keys under its lease, and it grants nothing
+// once shut down, so the deletes need no compare.
+func (c *Coordinator) DrainKeys(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	keys := c.leftKeys
+	c.leftKeys = nil
+	c.mu.Unlock()
+	batches := make(chan []string)
+	go func() {
+		defer close(batches)
+		for len(keys) > 0 {
+			n := min(drainBatch, len(keys))
+			select {
+			case batches <- keys[:n]:
+			case <-ctx.Done():
+				return
+			}
+			keys = keys[n:]
+		}
+	}()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		deleted int
+		first   error
+	)
+	for range 4 {
+		wg.Go(func() {
+			for b := range batches {
+				ops := make([]clientv3.Op, len(b))
+				for i, k := range b {
+					ops[i] = clientv3.OpDelete(k)
+				}
+				_, err := c.cli.Txn(ctx).Then(ops...).Commit()
+				mu.Lock()
+				if err == nil {
+					deleted += len(b)
+				} else if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return deleted, fmt.Errorf("delete the keys of held locks: %w", first)
+	}
+	return deleted, ctx.Err()
 }
 
 // session returns the current session, waiting for one a bounded time

@@ -237,6 +237,7 @@ func (c *Coordinator) deleteKey(key string, rev int64) error {
 // It must not block the watch: telling why the key went takes a request.
 func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
 	c.mu.Lock()
+	delete(c.heldElsewhere, k.String())
 	e := c.locks[k.String()]
 	if e == nil || e.held == nil || e.held.etcdKey != key || e.held.fence != createRev || e.held.ending {
 		c.mu.Unlock()
@@ -269,6 +270,8 @@ func (c *Coordinator) lostByDelete(e *entry, h *held) {
 // in etcd, and loses those that are not.
 func (c *Coordinator) checkHeld() {
 	c.mu.Lock()
+	clear(c.heldElsewhere) // deletes may have been missed
+
 	var hs []*held
 	var es []*entry
 	for _, e := range c.locks {

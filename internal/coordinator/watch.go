@@ -81,6 +81,27 @@ func (w *waiter) deleted(key string, rev, below int64) bool {
 	return hit
 }
 
+// onlyAheadGone reports, for a waiter whose only contender ahead at
+// revision rev was pred, that the watch has delivered pred's delete and not
+// mine's: the waiter is first in line as of that delete. Nothing created
+// after rev can get ahead of it (create revisions only grow), and the watch
+// delivers every delete under the prefix in revision order, its own key's
+// included, so no read is needed to know it. After a gap in the watch it
+// answers false, and the waiter reads.
+func (w *waiter) onlyAheadGone(pred, mine string, rev int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.resync {
+		return false
+	}
+	d, ok := w.gone[pred]
+	if !ok || d.modRev <= rev {
+		return false
+	}
+	m, ok := w.gone[mine]
+	return !ok || m.modRev <= rev
+}
+
 func (h *hub) watching() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -165,9 +186,7 @@ func (h *hub) dispatch(ev *clientv3.Event) {
 		poke(w.notify)
 	}
 	h.mu.Unlock()
-	if ev.PrevKv != nil {
-		h.onDelete(k, key, createRev)
-	}
+	h.onDelete(k, key, createRev) // createRev 0 when etcd sent no previous value
 }
 
 func poke(ch chan struct{}) {
