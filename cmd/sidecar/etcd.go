@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // etcdOptions says how to reach an external etcd cluster.
@@ -49,6 +50,14 @@ func (e *etcdOptions) validate() error {
 
 // client returns an etcd client for endpoints with the TLS and auth options.
 func (e *etcdOptions) client(endpoints []string, log *zap.Logger, dial ...grpc.DialOption) (*clientv3.Client, error) {
+	// gRPC's default reconnect back-off grows to two minutes: after an etcd
+	// outage of a few seconds the client would come back seconds after
+	// etcd did, and every session and waiter with it. Keep trying each
+	// second at most.
+	dial = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})}, dial...)
 	cfg := clientv3.Config{
 		DialOptions:          dial,
 		Endpoints:            endpoints,

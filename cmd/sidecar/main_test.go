@@ -49,6 +49,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"endpoint without scheme", []string{"--etcd-endpoints=127.0.0.1:2379"}, nil, "--etcd-endpoints"},
 		{"password without user", []string{"--etcd-endpoints=http://127.0.0.1:1"}, map[string]string{"BATON_ETCD_PASSWORD": "pw"}, "--etcd-username"},
 		{"health address", []string{"--health-addr=8081"}, nil, "--health-addr"},
+		{"pprof without a metrics address", []string{"--pprof"}, nil, "--pprof"},
 		{"embedded client URL", []string{"--embedded-client-url=ftp://x"}, nil, "--embedded-client-url"},
 		{"log level", []string{"--log-level=loud", "--socket-path=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
 		{"unknown flag", []string{"--lease=5s"}, nil, "unknown flag"},

@@ -62,6 +62,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 		}
 	}()
 	waitStatus(t, cb, "b-lock", `"waiters":1`)
+	waitStateFile(t, sockA+".state", `"plain"`)
 
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.exited
@@ -86,7 +87,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 	if code, _ := do(t, ca2, "POST", "/v1/locks/plain2", `{"owner":"p2"}`); code != 200 {
 		t.Fatal("acquire plain2")
 	}
-	time.Sleep(200 * time.Millisecond) // the state file is written
+	waitStateFile(t, sockA+".state", `"plain2"`)
 	a2.cmd.Process.Signal(syscall.SIGKILL)
 	<-a2.exited
 	waitStatus(t, cb, "plain2", `"held":false`)
@@ -94,6 +95,23 @@ func TestRestartKeepsLocks(t *testing.T) {
 	code, body = do(t, unixClient(a3.socket), "DELETE", "/v1/locks/plain2?owner=p2", "")
 	if code != 410 || !strings.Contains(body, `"reason":"lease_lost"`) {
 		t.Errorf("release of a lock lost while the sidecar was down: %d %s", code, body)
+	}
+}
+
+// waitStateFile waits until the sidecar's state file mentions want: it is
+// written a moment after the locks change.
+func waitStateFile(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state file %s does not mention %s after 5s: %s", path, want, b)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

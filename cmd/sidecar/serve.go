@@ -26,6 +26,7 @@ type serveOptions struct {
 	healthAddr      string
 	metricsAddr     string
 	metricsKeyDepth int
+	pprof           bool
 	logLevel        string
 
 	etcd      etcdOptions
@@ -97,6 +98,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz probes; empty disables")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP address for Prometheus /metrics, e.g. :9090; empty disables")
 	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
@@ -134,6 +136,9 @@ func (o *serveOptions) validate() error {
 		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr %q: want host:port, e.g. :9090", o.metricsAddr)
 		}
+	}
+	if o.pprof && o.metricsAddr == "" {
+		return errors.New("--pprof: profiles are served on --metrics-addr, which is not set")
 	}
 	if o.metricsKeyDepth < 0 || o.metricsKeyDepth > keyspace.MaxSegments {
 		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +192,11 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	if sc.metricsL != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(sc.reg, promhttp.HandlerOpts{Registry: sc.reg}))
+		if sc.o.pprof {
+			mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+			mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		}
 		serveOn(sc.metricsL, mux)
 	}
 
@@ -212,6 +218,13 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	start := time.Now()
 	sc.log.Info("shutting down: releasing every lock")
 	sc.coord.Shutdown()
+	// Delete the keys in batches first: a revoke of a lease that carries
+	// many keys holds up every other etcd write meanwhile.
+	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	if n, err := sc.coord.DrainKeys(dctx); err != nil {
+		sc.log.Warn("cannot delete every lock's key; the lease revoke deletes the rest", "deleted", n, "err", err)
+	}
+	cancel()
 	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	err := sc.keeper.Close(rctx)
 	cancel()
@@ -246,19 +259,38 @@ func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coo
 }
 
 // saveState writes the held locks to the state file whenever they change.
+//
+// Changes are gathered for a short while (stateDelay, or four times the
+// last write when the file is large) and written together: one write per
+// grant and release would cost more than the lock service's own work, and
+// compete with etcd for the disk. A lock granted in the last moments before
+// a crash may so be missing from the file; the restarted sidecar then
+// deletes its key, and its owner learns at its next call (404 not_held).
 func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator) error {
+	delay := stateDelay
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-coord.Changes():
 		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		start := time.Now()
 		locks, id := coord.HeldLocks()
 		if err := writeState(path, state{Scope: scope, Lease: fmt.Sprintf("%x", int64(id)), Locks: locks}); err != nil {
 			return fmt.Errorf("state file: %w", err)
 		}
+		delay = max(stateDelay, 4*time.Since(start))
 	}
 }
+
+// stateDelay is how long changes to the held locks are gathered before the
+// state file is written.
+const stateDelay = 100 * time.Millisecond
 
 // waitReady waits until coord can grant locks, or ctx ends; it says so in
 // the log every few seconds while etcd cannot be reached.

@@ -44,7 +44,7 @@ func (c Config) lossMargin() time.Duration {
 
 // Default returns the documented defaults.
 func Default() Config {
-	return Config{TTL: 10 * time.Second, GrantTimeout: 3 * time.Second, RetryMin: 200 * time.Millisecond, RetryMax: 5 * time.Second}
+	return Config{TTL: 10 * time.Second, GrantTimeout: 3 * time.Second, RetryMin: 200 * time.Millisecond, RetryMax: time.Second}
 }
 
 // Validate checks the fields and their relations.
