@@ -63,3 +63,12 @@ verify: vet ## Fail on gofmt or go.mod drift.
 .PHONY: clean
 clean: ## Remove build output and the data of `make run`.
 	rm -rf $(BIN) ./.baton $(SOCKET)
+
+.PHONY: bench
+bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 4 minutes.
+	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
+	$(BIN)/bench --baton $(BIN)/baton $(BENCH_ARGS)
+
+.PHONY: bench-deps
+bench-deps: ## Install redis-server from Debian's packages, the reference make bench compares with.
+	@command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }

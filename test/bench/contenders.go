@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// contender is one way of taking and giving back a lock.
+type contender struct {
+	name string
+	// setup prepares for c clients and returns one acquire + release cycle
+	// of client i, and what to do after the run.
+	setup func(ctx context.Context, c int) (cycle func(ctx context.Context, i int) error, done func(), err error)
+}
+
+// rawTxn is the physical limit: one Txn to take the key under a lease, one
+// to delete it if it is still ours.
+func (w *world) rawTxn() contender {
+	return contender{name: "raw etcd Txn", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		l, err := w.cli.Grant(ctx, 60)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, i int) error {
+				k := fmt.Sprintf("/bench/raw/k%d", i)
+				r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+					Then(clientv3.OpPut(k, "", clientv3.WithLease(l.ID))).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return errors.New("raw: key taken")
+				}
+				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", r.Header.Revision)).
+					Then(clientv3.OpDelete(k)).Commit()
+				return err
+			}, func() {
+				w.cli.Revoke(context.Background(), l.ID)
+			}, nil
+	}}
+}
+
+// mutexTry is etcd's concurrency.Mutex, TryLock and Unlock, one session.
+func (w *world) mutexTry() contender {
+	return contender{name: "concurrency.Mutex TryLock", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		sess, err := concurrency.NewSession(w.cli, concurrency.WithTTL(60))
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, i int) error {
+			m := concurrency.NewMutex(sess, fmt.Sprintf("/bench/mutex/k%d", i))
+			if err := m.TryLock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}, func() { sess.Close() }, nil
+	}}
+}
+
+// baton takes and releases the lock through a sidecar's socket.
+func (w *world) baton(s *sidecar) contender {
+	return contender{name: "Baton (socket)", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		return func(ctx context.Context, i int) error {
+			k := fmt.Sprintf("k%d", i)
+			if err := s.call(ctx, "POST", "/v1/locks/"+k, fmt.Sprintf(`{"owner":"c%d","ttl":"1m"}`, i), 200); err != nil {
+				return err
+			}
+			return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/%s?owner=c%d", k, i), "", 200)
+		}, func() {}, nil
+	}}
+}
+
+// call sends one request and wants status want.
+func (s *sidecar) call(ctx context.Context, method, path, body string, want int) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	return nil
+}
+
+// roundTrips is the floor a sidecar adds: the two HTTP round trips of a
+// cycle over the unix socket, answered without etcd.
+func (w *world) roundTrips(s *sidecar) contender {
+	return contender{name: "2 × GET /healthz (no etcd)", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		return func(ctx context.Context, i int) error {
+			if err := s.call(ctx, "GET", "/healthz", "", 200); err != nil {
+				return err
+			}
+			return s.call(ctx, "GET", "/healthz", "", 200)
+		}, func() {}, nil
+	}}
+}

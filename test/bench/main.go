@@ -1,0 +1,84 @@
+// Command bench measures Baton side by side with raw etcd and with what
+// users would pick instead (etcd's concurrency.Mutex, Redis SET NX), in one
+// run, with the same keys and concurrency, the contenders interleaved so
+// that machine drift hits all of them. It starts its own etcd (a child
+// process, fsync on) and sidecars, prints a markdown table, one line per
+// goal and `bench: N of M goals met`. Run it with `make bench`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+func main() {
+	if dir := os.Getenv(etcdChildEnv); dir != "" {
+		os.Exit(runEtcdChild(dir))
+	}
+	var o options
+	flag.StringVar(&o.baton, "baton", "bin/baton", "the baton binary to measure")
+	flag.DurationVar(&o.slice, "slice", 2*time.Second, "how long each contender runs in each round")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of interleaved runs; medians are reported")
+	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
+	flag.StringVar(&o.redis, "redis-server", "redis-server", "redis-server binary; skipped when not found")
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's C=64 cycles to this file")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the flags.
+type options struct {
+	baton    string
+	slice    time.Duration
+	rounds   int
+	scaleMax int
+	redis    string
+	profile  string
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "bb")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if o.baton, err = filepath.Abs(o.baton); err != nil {
+		return err
+	}
+	et, err := startEtcd(dir)
+	if err != nil {
+		return err
+	}
+	defer et.stop()
+	w := &world{o: o, dir: dir, etcd: et}
+	defer w.close()
+	if err := w.connect(); err != nil {
+		return err
+	}
+	r := &results{}
+	steps := []struct {
+		name string
+		f    func(context.Context, *results) error
+	}{
+		{"cycles", w.cycles},
+		{"refusals", w.refusals},
+		{"hand-off", w.handoff},
+		{"crash release", w.crash},
+		{"scale", w.scale},
+	}
+	for _, s := range steps {
+		fmt.Fprintf(os.Stderr, "bench: %s…\n", s.name)
+		if err := s.f(ctx, r); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	r.print(os.Stdout, o)
+	return nil
+}

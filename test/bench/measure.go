@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// sample is one timed run of a contender.
+type sample struct {
+	ops  int
+	errs int
+	took time.Duration
+	lat  []time.Duration
+}
+
+func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
+
+// runFor runs c goroutines, each calling op(ctx, i) in a loop, for d. An
+// op's error counts but does not stop the run.
+func runFor(ctx context.Context, c int, d time.Duration, op func(ctx context.Context, i int) error) sample {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		all sample
+		wg  sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range c {
+		wg.Go(func() {
+			var s sample
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				err := op(ctx, i)
+				if ctx.Err() != nil {
+					break // the run ended mid-operation: not counted
+				}
+				if err != nil {
+					s.errs++
+					continue
+				}
+				s.ops++
+				s.lat = append(s.lat, time.Since(t0))
+			}
+			mu.Lock()
+			all.ops += s.ops
+			all.errs += s.errs
+			all.lat = append(all.lat, s.lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	all.took = time.Since(start)
+	return all
+}
+
+// series is the samples of one contender at one setting over the rounds.
+type series []sample
+
+// rate is the median rate over the rounds.
+func (s series) rate() float64 {
+	var rs []float64
+	for _, x := range s {
+		rs = append(rs, x.rate())
+	}
+	slices.Sort(rs)
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[len(rs)/2]
+}
+
+// quantile of the latencies of all rounds.
+func (s series) quantile(q float64) time.Duration {
+	var all []time.Duration
+	for _, x := range s {
+		all = append(all, x.lat...)
+	}
+	if len(all) == 0 {
+		return 0
+	}
+	slices.Sort(all)
+	return all[int(q*float64(len(all)-1))]
+}
+
+func (s series) errs() int {
+	n := 0
+	for _, x := range s {
+		n += x.errs
+	}
+	return n
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// scaleResult is one sidecar holding n locks.
+type scaleResult struct {
+	n          int
+	rate       float64 // acquisitions per second, 64 clients
+	rss        int64
+	leases     int // leases the sidecar keeps alive
+	exit       time.Duration
+	released   time.Duration // SIGTERM → no key left
+	worstWrite time.Duration // slowest etcd write meanwhile
+}
+
+// scale: one sidecar acquires n distinct locks (64 clients), then is
+// SIGTERMed while a probe writes to etcd every 5 ms.
+func (w *world) scale(ctx context.Context, r *results) error {
+	sizes := []int{w.o.scaleMax}
+	if w.o.scaleMax > 10_000 {
+		sizes = []int{10_000, w.o.scaleMax}
+	}
+	for _, n := range sizes {
+		res, err := w.scaleOnce(ctx, n)
+		if err != nil {
+			return err
+		}
+		r.scale = append(r.scale, res)
+	}
+	return nil
+}
+
+func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
+	res := scaleResult{n: n}
+	leasesBefore, err := w.cli.Leases(ctx)
+	if err != nil {
+		return res, err
+	}
+	s, err := w.startSidecar(fmt.Sprintf("scale%d", n))
+	if err != nil {
+		return res, err
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for i := range 64 {
+		wg.Go(func() {
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(n) {
+					return
+				}
+				if err := s.call(ctx, "POST", fmt.Sprintf("/v1/locks/sc%d", j), fmt.Sprintf(`{"owner":"o%d","ttl":"1h"}`, i), 200); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return res, err
+	}
+	res.rate = float64(n) / time.Since(start).Seconds()
+	res.rss = s.rss()
+	leasesAfter, err := w.cli.Leases(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.leases = len(leasesAfter.Leases) - len(leasesBefore.Leases)
+
+	// Release all: SIGTERM, while a probe measures etcd's write latency.
+	stop := make(chan struct{})
+	var worst atomic.Int64
+	var pwg sync.WaitGroup
+	pwg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			t0 := time.Now()
+			if _, err := w.cli.Put(ctx, "/bench/probe", "x"); err == nil {
+				if d := int64(time.Since(t0)); d > worst.Load() {
+					worst.Store(d)
+				}
+			}
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	worst.Store(0)
+	t0 := time.Now()
+	res.exit = s.term()
+	for {
+		c, err := w.cli.Get(ctx, "/baton/v1/bench/locks/sc", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return res, err
+		}
+		if c.Count == 0 {
+			break
+		}
+		if time.Since(t0) > time.Minute {
+			return res, fmt.Errorf("%d keys still there a minute after SIGTERM", c.Count)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res.released = time.Since(t0)
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	pwg.Wait()
+	res.worstWrite = time.Duration(worst.Load())
+	return res, nil
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// concurrencies are the client counts of the cycle benchmark.
+var concurrencies = []int{1, 16, 64}
+
+// errRefused marks a refused try: not an error, not a grant.
+var errRefused = errors.New("refused")
+
+// cycles: acquire + release at each concurrency, contenders interleaved
+// and their order rotated each round.
+func (w *world) cycles(ctx context.Context, r *results) error {
+	var extra []string
+	profAddr := ""
+	if w.o.profile != "" {
+		a, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		profAddr = a
+		extra = []string{"--metrics-addr", a, "--pprof"}
+	}
+	main, err := w.startSidecar("main", extra...)
+	if err != nil {
+		return err
+	}
+	w.main = main
+	cs := []contender{w.rawTxn(), w.mutexTry(), w.baton(main), w.roundTrips(main)}
+	if rc, ok, err := w.redisContender(); err != nil {
+		return err
+	} else if ok {
+		cs = append(cs, rc)
+	}
+	r.cycles = map[string]map[int]series{}
+	for round := range w.o.rounds {
+		for _, c := range concurrencies {
+			for k := range cs {
+				ct := cs[(k+round)%len(cs)]
+				cycle, done, err := ct.setup(ctx, c)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ct.name, err)
+				}
+				var prof chan error
+				if profAddr != "" && round == 0 && c == 64 && ct.name == baton {
+					prof = make(chan error, 1)
+					go func() { prof <- fetchProfile(profAddr, w.o.slice, w.o.profile) }()
+				}
+				s := runFor(ctx, c, w.o.slice, cycle)
+				if prof != nil {
+					if err := <-prof; err != nil {
+						return fmt.Errorf("profile: %w", err)
+					}
+				}
+				done()
+				if r.cycles[ct.name] == nil {
+					r.cycles[ct.name] = map[int]series{}
+					r.order = append(r.order, ct.name)
+				}
+				r.cycles[ct.name][c] = append(r.cycles[ct.name][c], s)
+			}
+		}
+	}
+	return nil
+}
+
+// refusals: 16 clients try a lock held elsewhere, Baton against the Mutex;
+// and etcd's raft entries per refusal, from its raft index.
+func (w *world) refusals(ctx context.Context, r *results) error {
+	holder, err := w.startSidecar("holder")
+	if err != nil {
+		return err
+	}
+	if err := holder.call(ctx, "POST", "/v1/locks/held", `{"owner":"holder","ttl":"1h"}`, 200); err != nil {
+		return err
+	}
+	hs, err := concurrency.NewSession(w.cli, concurrency.WithTTL(60))
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	if err := concurrency.NewMutex(hs, "/bench/mutex/held").Lock(ctx); err != nil {
+		return err
+	}
+	const c = 16
+	sessions := make([]*concurrency.Session, c)
+	for i := range sessions {
+		if sessions[i], err = concurrency.NewSession(w.cli, concurrency.WithTTL(60)); err != nil {
+			return err
+		}
+		defer sessions[i].Close()
+	}
+	batonTry := func(ctx context.Context, i int) error {
+		err := w.main.call(ctx, "POST", "/v1/locks/held", fmt.Sprintf(`{"owner":"r%d"}`, i), http.StatusConflict)
+		return err
+	}
+	mutexTry := func(ctx context.Context, i int) error {
+		if err := concurrency.NewMutex(sessions[i], "/bench/mutex/held").TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+			return fmt.Errorf("mutex try on a held key: %v", err)
+		}
+		return nil
+	}
+	r.refusals = map[string]series{}
+	r.entries = map[string][]float64{}
+	for range w.o.rounds {
+		for _, x := range []struct {
+			name string
+			op   func(context.Context, int) error
+		}{{"Baton (socket)", batonTry}, {"concurrency.Mutex TryLock", mutexTry}} {
+			before, err := w.raftIndex(ctx)
+			if err != nil {
+				return err
+			}
+			s := runFor(ctx, c, w.o.slice, x.op)
+			after, err := w.raftIndex(ctx)
+			if err != nil {
+				return err
+			}
+			r.refusals[x.name] = append(r.refusals[x.name], s)
+			r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(max(1, s.ops)))
+		}
+	}
+	return nil
+}
+
+// handoff: under contention on one key, with tries (16 clients across 4
+// sidecars looping on try-acquire) and with blocking waiters (Baton's wait
+// against Mutex.Lock); grants per second.
+func (w *world) handoff(ctx context.Context, r *results) error {
+	scs := []*sidecar{w.main}
+	for i := range 3 {
+		s, err := w.startSidecar(fmt.Sprintf("h%d", i))
+		if err != nil {
+			return err
+		}
+		scs = append(scs, s)
+	}
+	const c = 16
+	sessions := make([]*concurrency.Session, c)
+	for i := range sessions {
+		var err error
+		if sessions[i], err = concurrency.NewSession(w.cli, concurrency.WithTTL(60)); err != nil {
+			return err
+		}
+		defer sessions[i].Close()
+	}
+	batonTry := func(ctx context.Context, i int) error {
+		s := scs[i%len(scs)]
+		err := s.call(ctx, "POST", "/v1/locks/hot-try", fmt.Sprintf(`{"owner":"t%d","ttl":"1m"}`, i), 200)
+		if err != nil {
+			return errRefused
+		}
+		return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/hot-try?owner=t%d", i), "", 200)
+	}
+	mutexTry := func(ctx context.Context, i int) error {
+		m := concurrency.NewMutex(sessions[i], "/bench/mutex/hot-try")
+		if err := m.TryLock(ctx); err != nil {
+			return errRefused
+		}
+		return m.Unlock(context.WithoutCancel(ctx))
+	}
+	batonWait := func(ctx context.Context, i int) error {
+		s := scs[i%len(scs)]
+		if err := s.call(ctx, "POST", "/v1/locks/hot", fmt.Sprintf(`{"owner":"w%d","ttl":"1m","wait":"30s"}`, i), 200); err != nil {
+			return err
+		}
+		return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/hot?owner=w%d", i), "", 200)
+	}
+	mutexLock := func(ctx context.Context, i int) error {
+		m := concurrency.NewMutex(sessions[i], "/bench/mutex/hot")
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(context.WithoutCancel(ctx))
+	}
+	r.handoff = map[string]series{}
+	for range w.o.rounds {
+		for _, x := range []struct {
+			name string
+			op   func(context.Context, int) error
+		}{
+			{"Baton try loop", batonTry}, {"Mutex TryLock loop", mutexTry},
+			{"Baton blocking wait", batonWait}, {"Mutex.Lock", mutexLock},
+		} {
+			r.handoff[x.name] = append(r.handoff[x.name], runFor(ctx, c, w.o.slice, x.op))
+		}
+	}
+	// A run cut short leaves Mutex waiters' keys: clear them for the next.
+	_, err := w.cli.Delete(ctx, "/bench/mutex/hot", clientv3.WithPrefix())
+	return err
+}
+
+// crash: the holder's sidecar is SIGKILLed; how long until a waiter on
+// another sidecar is granted, against the lease TTL (2 s here).
+func (w *world) crash(ctx context.Context, r *results) error {
+	waiter, err := w.startSidecar("waiter", "--lease-ttl", "2s", "--request-timeout", "900ms")
+	if err != nil {
+		return err
+	}
+	for i := range 3 {
+		holder, err := w.startSidecar(fmt.Sprintf("crash%d", i), "--lease-ttl", "2s", "--request-timeout", "900ms")
+		if err != nil {
+			return err
+		}
+		if err := holder.call(ctx, "POST", "/v1/locks/crash", `{"owner":"h","ttl":"1h"}`, 200); err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		var granted time.Time
+		var werr error
+		wg.Go(func() {
+			werr = waiter.call(ctx, "POST", "/v1/locks/crash", `{"owner":"w","ttl":"1h","wait":"1m"}`, 200)
+			granted = time.Now()
+		})
+		time.Sleep(300 * time.Millisecond) // queued
+		killed := time.Now()
+		holder.kill()
+		wg.Wait()
+		if werr != nil {
+			return werr
+		}
+		r.crash = append(r.crash, granted.Sub(killed))
+		if err := waiter.call(ctx, "DELETE", "/v1/locks/crash?owner=w", "", 200); err != nil {
+			return err
+		}
+	}
+	r.crashTTL = 2 * time.Second
+	return nil
+}
