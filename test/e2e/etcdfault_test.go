@@ -98,6 +98,7 @@ func TestS7EtcdKillRestart(t *testing.T) {
 		bound := leaseTTL + electionTimeout + 500*time.Millisecond + 2*time.Second
 		for _, d := range afterReady {
 			if d > bound {
+				e.dump()
 				t.Errorf("waiter granted %v after etcd was ready (bound %v)", d, bound)
 			}
 		}

@@ -73,7 +73,7 @@ func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarO
 	}
 	s.args = append([]string{"serve", "--socket-path", s.socket, "--scope", "e2e",
 		"--etcd-endpoints", strings.Join(eps, ","), "--lease-ttl", leaseTTL.String(),
-		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "warn"}, o.extra...)
+		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "info"}, o.extra...)
 	s.client = client.New(s.socket)
 	s.start(t)
 	t.Cleanup(func() { s.kill() })
