@@ -218,13 +218,6 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	start := time.Now()
 	sc.log.Info("shutting down: releasing every lock")
 	sc.coord.Shutdown()
-	// Delete the keys in batches first: a revoke of a lease that carries
-	// many keys holds up every other etcd write meanwhile.
-	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	if n, err := sc.coord.DrainKeys(dctx); err != nil {
-		sc.log.Warn("cannot delete every lock's key; the lease revoke deletes the rest", "deleted", n, "err", err)
-	}
-	cancel()
 	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	err := sc.keeper.Close(rctx)
 	cancel()

@@ -200,68 +200,8 @@ func (c *Coordinator) Shutdown() {
 		if h := e.held; h != nil {
 			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
 			c.endLocked(e, h)
-			c.leftKeys = append(c.leftKeys, h.etcdKey)
 		}
 	}
-}
-
-// drainBatch is how many keys one transaction of DrainKeys deletes: etcd's
-// default --max-txn-ops.
-const drainBatch = 128
-
-// DrainKeys deletes, after Shutdown, the keys of the locks held here, a
-// batch of keys a transaction, a few transactions at a time. Revoking the
-// lease would delete them too, but in one raft entry: with 100k keys on
-// it, every other write of the cluster waits about a second behind it.
-// Only this sidecar writes keys under its lease, and it grants nothing
-// once shut down, so the deletes need no compare.
-func (c *Coordinator) DrainKeys(ctx context.Context) (int, error) {
-	c.mu.Lock()
-	keys := c.leftKeys
-	c.leftKeys = nil
-	c.mu.Unlock()
-	batches := make(chan []string)
-	go func() {
-		defer close(batches)
-		for len(keys) > 0 {
-			n := min(drainBatch, len(keys))
-			select {
-			case batches <- keys[:n]:
-			case <-ctx.Done():
-				return
-			}
-			keys = keys[n:]
-		}
-	}()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		deleted int
-		first   error
-	)
-	for range 4 {
-		wg.Go(func() {
-			for b := range batches {
-				ops := make([]clientv3.Op, len(b))
-				for i, k := range b {
-					ops[i] = clientv3.OpDelete(k)
-				}
-				_, err := c.cli.Txn(ctx).Then(ops...).Commit()
-				mu.Lock()
-				if err == nil {
-					deleted += len(b)
-				} else if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return deleted, fmt.Errorf("delete the keys of held locks: %w", first)
-	}
-	return deleted, ctx.Err()
 }
 
 // session returns the current session, waiting for one a bounded time

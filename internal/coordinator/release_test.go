@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -226,40 +225,4 @@ func TestLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.mustAcquire(t, k, "victim")
-}
-
-// TestDrainKeysDeletesInBatches: after Shutdown, DrainKeys deletes every
-// held lock's key in transactions of at most drainBatch deletes, without
-// the lease revoke that would delete them all in one raft entry.
-func TestDrainKeysDeletesInBatches(t *testing.T) {
-	a := newSidecar(t, "pod-a")
-	const n = 2*drainBatch + 7
-	for i := range n {
-		a.mustAcquire(t, key(t, fmt.Sprintf("drain-%d", i)), "o")
-	}
-	count := func() int64 {
-		r, err := a.cli.Get(context.Background(), a.c.Layout().Base(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Count
-	}
-	if got := count(); got != n {
-		t.Fatalf("%d keys before the drain, want %d", got, n)
-	}
-	a.c.Shutdown()
-	txns := a.calls.Txns()
-	deleted, err := a.c.DrainKeys(context.Background())
-	if err != nil || deleted != n {
-		t.Fatalf("DrainKeys = %d, %v; want %d, nil", deleted, err, n)
-	}
-	if got, want := a.calls.Txns()-txns, int64((n+drainBatch-1)/drainBatch); got != want {
-		t.Errorf("%d transactions, want %d", got, want)
-	}
-	if got := count(); got != 0 {
-		t.Errorf("%d keys left after the drain", got)
-	}
-	if again, err := a.c.DrainKeys(context.Background()); again != 0 || err != nil {
-		t.Errorf("a second drain = %d, %v; want 0, nil", again, err)
-	}
 }

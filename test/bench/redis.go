@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -33,8 +32,8 @@ func (w *world) redisContender() (contender, bool, error) {
 		return contender{}, false, nil
 	}
 	sock := filepath.Join(w.dir, "redis.sock")
-	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	cmd.Stdout, cmd.Stderr = nil, nil // its log says nothing the bench needs
 	if err := cmd.Start(); err != nil {
 		return contender{}, false, err
 	}
