@@ -16,10 +16,7 @@ import (
 // across leader changes; grants must resume after each fault.
 func TestS9Cluster(t *testing.T) {
 	e := newEnv(t, envOptions{cluster: true})
-	var apps []*app
-	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 2, 5*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 2, 5*time.Millisecond)
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s9", 0, holdPlan{wait: 10 * time.Second, increments: 1, holdFor: 200 * time.Millisecond, pause: 20 * time.Millisecond})
 	c := e.cluster

@@ -13,10 +13,7 @@ import (
 func TestS1Contention(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	per := scale(16, 64)
-	var apps []*app
-	for _, sc := range e.addSidecars(8, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 8, 20*time.Millisecond)...)
-	}
+	apps := e.startClients(8, 8, 20*time.Millisecond)
 	start := time.Now()
 	runApps(apps, nil, "s1", per, holdPlan{wait: 2 * time.Minute, increments: 1}).Wait()
 	took := time.Since(start)

@@ -18,10 +18,7 @@ const crashBound = leaseTTL + 2*time.Second
 // killed sidecar comes back after that.
 func TestS2HolderCrash(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var apps []*app
-	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 2, 5*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 2, 5*time.Millisecond)
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s2", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 3 * time.Second, pause: 50 * time.Millisecond})
 	var faults []time.Duration

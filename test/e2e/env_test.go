@@ -70,6 +70,16 @@ func (e *env) addSidecars(n int, o sidecarOptions) []*sidecar {
 	return out
 }
 
+// startClients starts n sidecars with k app clients each, their store pauses up
+// to maxSleep.
+func (e *env) startClients(n, k int, maxSleep time.Duration) []*app {
+	var out []*app
+	for _, sc := range e.addSidecars(n, sidecarOptions{}) {
+		out = append(out, e.apps(sc, k, maxSleep)...)
+	}
+	return out
+}
+
 // apps makes n app clients of sc, their store pauses up to maxSleep.
 func (e *env) apps(sc *sidecar, n int, maxSleep time.Duration) []*app {
 	var out []*app

@@ -123,10 +123,7 @@ func lostBy(ops []histOp, owner, lock string) bool {
 // holders may act, and grants resume once etcd does.
 func TestS8EtcdPaused(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var apps []*app
-	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 2, 5*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 2, 5*time.Millisecond)
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s8", 0, holdPlan{wait: 10 * time.Second, increments: 1, holdFor: 300 * time.Millisecond, pause: 20 * time.Millisecond})
 	var lines []string

@@ -15,10 +15,7 @@ import (
 // belief overlap.
 func TestS5Blackhole(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	var apps []*app
-	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 1, 5*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 1, 5*time.Millisecond)
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s5", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 8 * time.Second, pause: 50 * time.Millisecond})
 	var faults []time.Duration
@@ -56,11 +53,8 @@ func TestS5Blackhole(t *testing.T) {
 // Locks may be lost and requests fail; no two holders may act.
 func TestS6DelayDrop(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	scs := e.addSidecars(3, sidecarOptions{})
-	var apps []*app
-	for _, sc := range scs {
-		apps = append(apps, e.apps(sc, 2, 5*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 2, 5*time.Millisecond)
+	scs := e.sidecars
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s6", 0, holdPlan{wait: 10 * time.Second, increments: 1, holdFor: 200 * time.Millisecond, pause: 20 * time.Millisecond})
 	phase := 3 * leaseTTL / 2

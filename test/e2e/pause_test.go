@@ -14,10 +14,7 @@ import (
 // only the fence can keep its writes out.
 func pauseRun(t *testing.T, name string, noFence bool, pauses int) *outcome {
 	e := newEnv(t, envOptions{noFence: noFence})
-	var apps []*app
-	for _, sc := range e.addSidecars(3, sidecarOptions{}) {
-		apps = append(apps, e.apps(sc, 1, 20*time.Millisecond)...)
-	}
+	apps := e.startClients(3, 1, 20*time.Millisecond)
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s4", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 8 * time.Second, pause: 50 * time.Millisecond})
 	type pauseAt struct {

@@ -16,11 +16,8 @@ func TestS14Soak(t *testing.T) {
 		t.Skip("soak only: BATON_SOAK=1 (make soak)")
 	}
 	e := newEnv(t, envOptions{})
-	scs := e.addSidecars(8, sidecarOptions{})
-	var apps []*app
-	for _, sc := range scs {
-		apps = append(apps, e.apps(sc, 8, 10*time.Millisecond)...)
-	}
+	apps := e.startClients(8, 8, 10*time.Millisecond)
+	scs := e.sidecars
 	stop := make(chan struct{})
 	wg := runApps(apps, stop, "s14", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 500 * time.Millisecond, pause: 50 * time.Millisecond})
 	kinds := map[string]int{}
