@@ -135,3 +135,26 @@ func TestMetrics(t *testing.T) {
 }
 
 func eq(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
+
+// TestPprofOnMetricsAddr: --pprof serves Go's profiles beside /metrics, and
+// only with it.
+func TestPprofOnMetricsAddr(t *testing.T) {
+	for _, pprof := range []bool{true, false} {
+		dir := t.TempDir()
+		addr := freePort(t)
+		args := []string{"--socket-path", filepath.Join(dir, "baton.sock"), "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+			"--scope", "pprof-test", "--health-addr", "", "--metrics-addr", addr, "--lease-ttl", "2s", "--request-timeout", "900ms"}
+		if pprof {
+			args = append(args, "--pprof")
+		}
+		serveInProcess(t, args...)
+		resp, err := http.Get("http://" + addr + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{true: 200, false: 404}[pprof]; resp.StatusCode != want {
+			t.Errorf("--pprof=%v: GET /debug/pprof/ = %d, want %d", pprof, resp.StatusCode, want)
+		}
+	}
+}

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 func TestTryAcquire(t *testing.T) {
@@ -393,4 +396,35 @@ func TestEtcdMutexContends(t *testing.T) {
 		t.Errorf("Mutex.TryLock after Baton released: %v", err)
 	}
 	m2.Unlock(ctx)
+}
+
+// TestWaiterRecordShowsItsGrant: a waiter's holder record in etcd, written
+// when it queued, is rewritten with its grant time and deadline once it
+// holds the lock, so that other sidecars show the right holder times.
+func TestWaiterRecordShowsItsGrant(t *testing.T) {
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "record")
+	a.mustAcquire(t, k, "first")
+	done := make(chan Grant, 1)
+	go func() {
+		g, err := b.acquire(t, k, "second", 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- g
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
+	time.Sleep(300 * time.Millisecond) // the queueing time differs from the grant time
+	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	g := <-done
+	waitFor(t, 5*time.Second, "the record's grant time", func() bool {
+		resp, err := b.cli.Get(context.Background(), b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
+		if err != nil || len(resp.Kvs) != 1 {
+			return false
+		}
+		rec := keyspace.DecodeHolder(resp.Kvs[0].Value)
+		return rec.Owner == "second" && rec.AcquiredAt.Equal(g.AcquiredAt) && rec.ExpiresAt.Equal(g.ExpiresAt)
+	})
 }
