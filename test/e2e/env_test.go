@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func (e *env) holderOf(lock string) *sidecar {
 func (e *env) ownersOf(s *sidecar) []string {
 	var out []string
 	for _, op := range e.h.snapshot() {
-		if op.Kind == opAcquire && len(op.Owner) > len(s.name) && op.Owner[:len(s.name)+1] == s.name+"-" {
+		if op.Kind == opAcquire && strings.HasPrefix(op.Owner, s.name+"-") {
 			out = append(out, op.Owner)
 		}
 	}

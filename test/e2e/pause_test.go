@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -45,7 +46,7 @@ func pauseRun(t *testing.T, name string, noFence bool, pauses int) *outcome {
 		var windows []time.Duration
 		for _, p := range ps {
 			for _, op := range ops {
-				if op.Kind == opLoss && op.Return != never && op.Return >= p.resume && containsOwner(p.owners, op.Owner) {
+				if op.Kind == opLoss && op.Return != never && op.Return >= p.resume && slices.Contains(p.owners, op.Owner) {
 					windows = append(windows, op.Return-p.resume)
 					break
 				}
@@ -53,15 +54,6 @@ func pauseRun(t *testing.T, name string, noFence bool, pauses int) *outcome {
 		}
 		o.note("%d pauses of TTL+0.5s…%v; stale-belief window after SIGCONT min/p50/max %s", pauses, maxPause, quantiles(windows, 0, 0.5, 1))
 	})
-}
-
-func containsOwner(owners []string, o string) bool {
-	for _, x := range owners {
-		if x == o {
-			return true
-		}
-	}
-	return false
 }
 
 // TestS4Pause: the fence must reject every write of the paused holder once
