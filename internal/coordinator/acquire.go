@@ -180,6 +180,11 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		}
 		backoff = min(2*backoff, time.Second)
 		c.mu.Lock()
+		if e.busy && req.OnQueued != nil {
+			// Behind a local caller again: say so, as on arrival (a hold
+			// stream may not have told its caller anything yet).
+			req.OnQueued(len(e.queue) + 1)
+		}
 		if err := c.waitTurnLocked(ctx, e); err != nil {
 			c.mu.Unlock()
 			return Grant{}, c.waitFailed(ctx, req.Key, start, err)
