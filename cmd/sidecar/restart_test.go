@@ -30,13 +30,14 @@ func do(t *testing.T, c *http.Client, method, path, body string) (int, string) {
 // TestRestartKeepsLocks: a sidecar SIGKILLed and restarted while the app
 // runs on keeps the app's plain locks (same fence), drops its hold streams'
 // locks and its waiters' keys; restarted after its lease expired, it
-// answers 410 lease_lost for the locks it had.
+// answers 410 lease_lost for the locks it had. One key per lease spreads
+// them over several leases, which the restarted process all resumes.
 func TestRestartKeepsLocks(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "baton-restart")
 	defer os.RemoveAll(dir)
 	scope := "restart-test"
 	sockA := filepath.Join(dir, "a.sock")
-	a := startProc(t, sockA, scope, "--lease-ttl", "4s")
+	a := startProc(t, sockA, scope, "--lease-ttl", "4s", "--keys-per-lease", "1")
 	b := startProc(t, filepath.Join(dir, "b.sock"), scope)
 	ca, cb := unixClient(sockA), unixClient(b.socket)
 
@@ -62,17 +63,30 @@ func TestRestartKeepsLocks(t *testing.T) {
 		}
 	}()
 	waitStatus(t, cb, "b-lock", `"waiters":1`)
-	waitStateFile(t, sockA+".state", `"plain"`)
+	for i := range 4 { // more locks, on the leases added meanwhile
+		if code, body := do(t, ca, "POST", fmt.Sprintf("/v1/locks/more%d", i), `{"owner":"m","ttl":"10m"}`); code != 200 {
+			t.Fatalf("acquire more%d: %d %s", i, code, body)
+		}
+	}
+	waitStateFile(t, sockA+".state", `"more3"`)
+	if saved, err := readState(sockA + ".state"); err != nil || len(saved.Leases) < 2 {
+		t.Fatalf("state file names the leases %v (%v); want the locks spread over several", saved.Leases, err)
+	}
 
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.exited
 	hold.Close()
-	a2 := startProc(t, sockA, scope, "--lease-ttl", "4s")
+	a2 := startProc(t, sockA, scope, "--lease-ttl", "4s", "--keys-per-lease", "1")
 	ca2 := unixClient(a2.socket)
 
 	_, st := do(t, cb, "GET", "/v1/locks/plain", "")
 	if !strings.Contains(st, `"owner":"p1"`) || !strings.Contains(st, fmt.Sprintf(`"fence":%d`, fence)) {
 		t.Errorf("plain lock after the restart: %s", st)
+	}
+	for i := range 4 {
+		if _, st := do(t, cb, "GET", fmt.Sprintf("/v1/locks/more%d", i), ""); !strings.Contains(st, `"owner":"m"`) {
+			t.Errorf("more%d after the restart: %s", i, st)
+		}
 	}
 	waitStatus(t, cb, "held", `"held":false`)
 	waitStatus(t, cb, "b-lock", `"waiters":0`)

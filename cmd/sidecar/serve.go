@@ -101,6 +101,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
+	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
 	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend")
 	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,8 +148,8 @@ func (sc *sidecar) build() error {
 		sc.prev = prev
 	}
 	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost)}
-	if id := sc.prev.leaseID(); id != 0 {
-		opts = append(opts, lease.ResumeLease(id))
+	if ids := sc.prev.leaseIDs(); len(ids) > 0 {
+		opts = append(opts, lease.ResumeLeases(ids...))
 	}
 	if sc.keeper, err = lease.NewKeeper(sc.cli, sc.o.lease, sc.log, opts...); err != nil {
 		return err
@@ -185,7 +186,14 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		}()
 	}
 	goRun(sc.keeper.Run)
-	goRun(sc.coord.Run)
+	coordCtx, stopCoord := context.WithCancel(runCtx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := sc.coord.Run(coordCtx); err != nil {
+			sc.log.Error("component stopped", "err", err)
+		}
+	}()
 	if sc.health != nil {
 		serveOn(sc.health, sc.api.HealthHandler())
 	}
@@ -201,10 +209,12 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	ready := waitReady(ctx, sc.coord, sc.log)
-	if ready && sc.prev.leaseID() != 0 {
+	if ready && len(sc.prev.leaseIDs()) > 0 {
 		keepLocks(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
 	}
-	goRun(func(ctx context.Context) error { return saveState(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord) })
+	goRun(func(ctx context.Context) error {
+		return saveState(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.keeper)
+	})
 	// Callers that connected meanwhile wait in the socket's backlog until
 	// the previous process's locks are back.
 	serveOn(sc.sock, sc.api.Handler())
@@ -218,7 +228,11 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	start := time.Now()
 	sc.log.Info("shutting down: releasing every lock")
 	sc.coord.Shutdown()
-	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The watch would only hear this process's own deletes now; with many
+	// locks, receiving them would compete with the revokes for CPU.
+	stopCoord()
+	// One revoke per lease of the session, a few milliseconds each.
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := sc.keeper.Close(rctx)
 	cancel()
 	if err != nil {
@@ -239,7 +253,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 // reports them lost.
 func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev state, log *slog.Logger) {
 	sess, err := keeper.Current()
-	if err != nil || !sess.Resumed() || sess.ID() != prev.leaseID() {
+	if err != nil || !sess.Resumed() || !slices.ContainsFunc(prev.leaseIDs(), sess.Owns) {
 		coord.Forget(prev.Locks)
 		return
 	}
@@ -248,18 +262,20 @@ func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coo
 		log.Error("could not take over every lock of the previous process", "err", err, "kept", n)
 		return
 	}
-	log.Info("kept the locks of the previous process", "leaseID", prev.Lease, "kept", n, "known", len(prev.Locks))
+	log.Info("kept the locks of the previous process", "leases", len(prev.Leases), "kept", n, "known", len(prev.Locks))
 }
 
-// saveState writes the held locks to the state file whenever they change.
+// saveState keeps the state file up to date with the held locks.
 //
 // Changes are gathered for a short while (stateDelay, or four times the
-// last write when the file is large) and written together: one write per
+// last write when that took long) and appended together: one write per
 // grant and release would cost more than the lock service's own work, and
 // compete with etcd for the disk. A lock granted in the last moments before
 // a crash may so be missing from the file; the restarted sidecar then
 // deletes its key, and its owner learns at its next call (404 not_held).
-func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator) error {
+func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator, keeper *lease.Keeper) error {
+	w := &stateWriter{path: path, scope: scope}
+	defer w.closeFile()
 	delay := stateDelay
 	for {
 		select {
@@ -273,8 +289,22 @@ func saveState(ctx context.Context, path, scope string, coord *coordinator.Coord
 		case <-time.After(delay):
 		}
 		start := time.Now()
-		locks, id := coord.HeldLocks()
-		if err := writeState(path, state{Scope: scope, Lease: fmt.Sprintf("%x", int64(id)), Locks: locks}); err != nil {
+		changes, held, complete := coord.HeldChanges()
+		var leases []string // read after the changes: it has every lease they use
+		if s, err := keeper.Current(); err == nil {
+			leases = leasesHex(s.IDs())
+		}
+		var err error
+		switch {
+		case held == 0:
+			err = w.remove()
+		case w.f == nil || !complete || w.compactable(held):
+			locks, ids := coord.HeldLocks()
+			err = w.snapshot(locks, leasesHex(ids))
+		default:
+			err = w.append(changes, leases)
+		}
+		if err != nil {
 			return fmt.Errorf("state file: %w", err)
 		}
 		delay = max(stateDelay, 4*time.Since(start))

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,24 +17,61 @@ import (
 )
 
 // state is what a sidecar keeps next to its socket so that, restarted
-// after a crash while the app runs on, it resumes its lease and keeps the
+// after a crash while the app runs on, it resumes its leases and keeps the
 // app's locks.
+//
+// The file is a journal of JSON lines, so that it grows by what changed
+// rather than being rewritten whole on every change: the first line names
+// the scope, and each further line is one of
+//
+//	{"leases":["694d7a3b2c1e0f05",...]}   the session's leases from now on
+//	{"held":{"key":...,"owner":...,"fence":...,...}}   a lock granted or extended
+//	{"ended":{"key":...,"fence":...}}   a lock that ended
+//
+// It is written anew (a snapshot) when the sidecar starts, when ended lines
+// make up most of it, and when the sidecar lost track of the changes.
 type state struct {
-	Scope string                 `json:"scope"`
-	Lease string                 `json:"lease"` // hex, as in the contender keys
-	Locks []coordinator.HeldLock `json:"locks"`
+	Scope  string
+	Leases []string // hex, as in the contender keys
+	Locks  []coordinator.HeldLock
 }
 
-// leaseID returns the state's lease, 0 when none.
-func (s state) leaseID() clientv3.LeaseID {
-	id, err := strconv.ParseInt(s.Lease, 16, 64)
-	if err != nil {
-		return 0
+// stateLine is one line of the state file.
+type stateLine struct {
+	Scope  string                `json:"scope,omitempty"`
+	Leases []string              `json:"leases,omitempty"`
+	Held   *coordinator.HeldLock `json:"held,omitempty"`
+	Ended  *endedLock            `json:"ended,omitempty"`
+}
+
+// endedLock names a lock that ended.
+type endedLock struct {
+	Key   string `json:"key"`
+	Fence int64  `json:"fence"`
+}
+
+// leaseIDs returns the state's leases, none when it has none.
+func (s state) leaseIDs() []clientv3.LeaseID {
+	var ids []clientv3.LeaseID
+	for _, l := range s.Leases {
+		if id, err := strconv.ParseInt(l, 16, 64); err == nil && id != 0 {
+			ids = append(ids, clientv3.LeaseID(id))
+		}
 	}
-	return clientv3.LeaseID(id)
+	return ids
 }
 
-// readState reads path; a missing file is an empty state.
+// leasesHex writes ids as the state file keeps them.
+func leasesHex(ids []clientv3.LeaseID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strconv.FormatInt(int64(id), 16)
+	}
+	return out
+}
+
+// readState replays the journal at path; a missing file is an empty state.
+// A last line cut short (the process died while writing it) is ignored.
 func readState(path string) (state, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -40,36 +80,127 @@ func readState(path string) (state, error) {
 	if err != nil {
 		return state{}, err
 	}
-	var s state
-	if err := json.Unmarshal(b, &s); err != nil {
-		return state{}, fmt.Errorf("state file %s: %w", path, err)
+	var (
+		s     state
+		locks = map[string]coordinator.HeldLock{}
+	)
+	for n := 1; len(b) > 0; n++ {
+		line, rest, complete := bytes.Cut(b, []byte{'\n'})
+		b = rest
+		var l stateLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			if !complete {
+				break // cut short by a crash
+			}
+			return state{}, fmt.Errorf("state file %s, line %d: %w", path, n, err)
+		}
+		switch {
+		case n == 1 && l.Scope == "":
+			return state{}, fmt.Errorf("state file %s: the first line names no scope", path)
+		case n == 1:
+			s.Scope = l.Scope
+		case l.Held != nil:
+			locks[l.Held.Key] = *l.Held
+		case l.Ended != nil:
+			if old, ok := locks[l.Ended.Key]; ok && old.Fence == l.Ended.Fence {
+				delete(locks, l.Ended.Key)
+			}
+		}
+		if l.Leases != nil {
+			s.Leases = l.Leases
+		}
+	}
+	for _, l := range locks {
+		s.Locks = append(s.Locks, l)
 	}
 	return s, nil
 }
 
-// writeState replaces path atomically; with no locks it removes it.
-func writeState(path string, s state) error {
-	if len(s.Locks) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	b, err := json.Marshal(s)
+// stateWriter keeps the journal at path.
+type stateWriter struct {
+	path, scope string
+	f           *os.File // open for appending; nil when the file must be written anew
+	lines       int      // lines in the file
+	leases      []string // the leases it names last
+	buf         bytes.Buffer
+}
+
+// snapshot replaces the file with one that holds locks, atomically.
+func (w *stateWriter) snapshot(locks []coordinator.HeldLock, leases []string) error {
+	w.closeFile()
+	tmp, err := os.CreateTemp(filepath.Dir(w.path), ".baton-state-*")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".baton-state-*")
-	if err != nil {
-		return err
+	defer os.Remove(tmp.Name()) // fails once renamed
+	bw := bufio.NewWriter(tmp)
+	enc := json.NewEncoder(bw)
+	err = enc.Encode(stateLine{Scope: w.scope, Leases: leases})
+	for i := 0; i < len(locks) && err == nil; i++ {
+		err = enc.Encode(stateLine{Held: &locks[i]})
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), w.path)
+	}
+	if err != nil {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Close(); err != nil {
+	w.f, w.lines, w.leases = tmp, 1+len(locks), leases
+	return nil
+}
+
+// append adds changes, and the leases when they changed, to the file.
+func (w *stateWriter) append(changes []coordinator.HeldChange, leases []string) error {
+	w.buf.Reset()
+	enc := json.NewEncoder(&w.buf)
+	n := 0
+	if !slices.Equal(leases, w.leases) && leases != nil {
+		_ = enc.Encode(stateLine{Leases: leases})
+		n++
+	}
+	for i := range changes {
+		ch := &changes[i]
+		if ch.Ended {
+			_ = enc.Encode(stateLine{Ended: &endedLock{Key: ch.Lock.Key, Fence: ch.Lock.Fence}})
+		} else {
+			_ = enc.Encode(stateLine{Held: &ch.Lock})
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := w.f.Write(w.buf.Bytes()); err != nil {
+		w.closeFile() // written anew next time
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	w.lines += n
+	if leases != nil {
+		w.leases = leases
+	}
+	return nil
 }
+
+// remove deletes the file: nothing is held.
+func (w *stateWriter) remove() error {
+	w.closeFile()
+	if err := os.Remove(w.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (w *stateWriter) closeFile() {
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+}
+
+// compactable reports whether the file holds more than twice the lines
+// that held locks need.
+func (w *stateWriter) compactable(held int) bool { return w.lines > 2*held+1024 }

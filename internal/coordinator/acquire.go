@@ -258,6 +258,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	id := c.leaseFor(sess)
 
 	// A lock last seen held elsewhere is read first: a refusal is then a
 	// linearizable read, with no raft entry (a transaction whose compare
@@ -286,7 +287,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID()))).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))).
 		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	cancel()
@@ -304,7 +305,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, heldFrom(req.Key, resp.Responses[0].GetResponseRange().Kvs, false, 0)
 	}
-	return c.grant(e, req, sess, key, resp.Header.Revision, rec)
+	return c.grant(e, req, sess, id, key, resp.Header.Revision, rec)
 }
 
 // wait queues in etcd behind the contenders created before it; the caller
@@ -319,6 +320,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	id := c.leaseFor(sess)
 
 	w := c.hub.register(pfx) // before any read, so no delete goes unseen
 	defer c.hub.unregister(pfx, w)
@@ -326,7 +328,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID())), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	cancel()
 	if err != nil {
@@ -342,7 +344,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	myRev := resp.Header.Revision
 	first := resp.Responses[1].GetResponseRange().Kvs
 	if len(first) == 1 && first[0].CreateRevision == myRev {
-		return c.grant(e, req, sess, key, myRev, rec)
+		return c.grant(e, req, sess, id, key, myRev, rec)
 	}
 
 wait:
@@ -399,22 +401,33 @@ wait:
 	// The record's grant time and deadline follow off the hand-off's path.
 	now = c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
-	g, err := c.grant(e, req, sess, key, myRev, rec)
+	g, err := c.grant(e, req, sess, id, key, myRev, rec)
 	if err == nil {
-		go c.rewriteRecord(key, myRev, rec, sess)
+		go c.rewriteRecord(key, myRev, rec, id)
 	}
 	return g, err
+}
+
+// leaseFor picks the lease of sess that a new contender key carries. The
+// key's name stays that of the session (its first lease), as in
+// concurrency.Mutex, so one session has one contender key per lock whatever
+// lease carries it.
+func (c *Coordinator) leaseFor(sess *lease.Session) clientv3.LeaseID {
+	c.mu.Lock()
+	load := len(c.locks)
+	c.mu.Unlock()
+	return sess.LeaseFor(load)
 }
 
 // rewriteRecord writes a waiter's record again once it holds the lock: the
 // record written when it queued carries the queueing time. The compare
 // leaves alone a key released or taken anew meanwhile.
-func (c *Coordinator) rewriteRecord(key string, rev int64, rec keyspace.Holder, sess *lease.Session) {
+func (c *Coordinator) rewriteRecord(key string, rev int64, rec keyspace.Holder, id clientv3.LeaseID) {
 	ctx, cancel := c.etcdCtx(context.Background())
 	defer cancel()
 	_, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(sess.ID()))).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
 		c.log.Debug("cannot update a holder record", "key", key, "err", err)
@@ -450,7 +463,7 @@ func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev in
 
 // grant records a lock granted in etcd; the caller has the turn, which the
 // holder keeps until the lock ends.
-func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {
@@ -459,7 +472,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, k
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
 	}
 	h := &held{
-		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, hold: req.Hold,
+		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{}),
 	}
 	e.refs++

@@ -12,41 +12,8 @@ import (
 	"github.com/baton-dev/baton/internal/lease"
 )
 
-// HeldLock is a lock held by a local owner, as a restarted sidecar needs to
-// know it.
-type HeldLock struct {
-	Key        string    `json:"key"`
-	Owner      string    `json:"owner"`
-	Fence      int64     `json:"fence"`
-	Hold       bool      `json:"hold,omitempty"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-}
-
-// HeldLocks returns the locks held now, and the lease that carries them (0
-// when none is held).
-func (c *Coordinator) HeldLocks() ([]HeldLock, clientv3.LeaseID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var (
-		out []HeldLock
-		id  clientv3.LeaseID
-	)
-	for _, e := range c.locks {
-		if h := e.held; h != nil {
-			out = append(out, HeldLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Hold: h.hold, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt})
-			id = h.sess.ID()
-		}
-	}
-	return out, id
-}
-
-// Changes is signalled (level-triggered) whenever the held locks change:
-// granted, extended or ended.
-func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
-
 // Adopt takes over the locks that an earlier process of this sidecar held
-// under sess's lease, which Keeper resumed: their owners keep them, with the
+// under sess's leases, which Keeper resumed: their owners keep them, with the
 // same fences and deadlines. Keys of the lease that held no lock (waiters)
 // or that belonged to hold streams (whose connections died with that
 // process) are deleted. A lock of previous whose key is gone was force
@@ -76,7 +43,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 	c.watchLocked(sess)
 	for _, kv := range resp.Kvs {
 		k, pfx, ok := c.layout.ParseContender(string(kv.Key))
-		if !ok || clientv3.LeaseID(kv.Lease) != sess.ID() {
+		if !ok || !sess.Owns(clientv3.LeaseID(kv.Lease)) {
 			continue
 		}
 		id := fmt.Sprintf("%s\x00%d", k, kv.CreateRevision)
@@ -88,7 +55,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		rec := keyspace.DecodeHolder(kv.Value)
 		e := c.refLocked(k) // the holder's reference
 		e.busy = true
-		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess,
+		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess, lease: clientv3.LeaseID(kv.Lease),
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{})}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0))
 		adopted++
@@ -101,7 +68,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		}
 		c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now()})
 	}
-	c.changedLocked()
+	c.signalLocked()
 	c.mu.Unlock()
 
 	for _, kv := range stray {

@@ -84,6 +84,8 @@ type Coordinator struct {
 	// sidecar and whose holder's delete has not been seen since: the next
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
+	journal       journal   // changes of the held locks, for HeldChanges
+	deadlines     deadlines // when the held locks expire
 	leftKeys      []string  // keys of the locks Shutdown ended, for DrainKeys
 	sweptAt       time.Time // last pruning of ended
 	waiting       int       // blocking acquires in progress
@@ -111,9 +113,12 @@ type held struct {
 	fence      int64
 	etcdKey    string
 	sess       *lease.Session
+	lease      clientv3.LeaseID // the lease of sess that carries etcdKey
 	acquiredAt time.Time
 	expiresAt  time.Time
-	timer      *time.Timer
+	entry      *entry        // the lock's entry, for its deadline
+	due        time.Time     // when its deadline fires
+	slot       int           // its place in the deadline queue; -1 when none
 	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	done       chan struct{} // closed when the lock ends
@@ -347,12 +352,8 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration) {
 	c.armLocked(e, h, d)
 	e.held = h
 	c.obs.Granted(e.key.String())
-	c.changedLocked()
-}
-
-// armLocked sets h's deadline timer to fire in d.
-func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
-	h.timer = time.AfterFunc(d, func() { c.expire(e, h) })
+	c.journal.held++
+	c.changedLocked(e, h, false)
 }
 
 // endLocked forgets h as e's holder; the caller decides about the turn.
@@ -360,7 +361,7 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	if e.held != h {
 		return
 	}
-	h.timer.Stop()
+	c.disarmLocked(h)
 	e.held = nil
 	close(h.done)
 	e.refs-- // the holder's reference; the turn, still busy, keeps e
@@ -369,11 +370,18 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 		reason = string(h.lost.Reason)
 	}
 	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
-	c.changedLocked()
+	c.journal.held--
+	c.changedLocked(e, h, true)
 }
 
-// changedLocked signals Changes.
-func (c *Coordinator) changedLocked() {
+// changedLocked notes a change of h for HeldChanges and signals Changes.
+func (c *Coordinator) changedLocked(e *entry, h *held, ended bool) {
+	c.noteLocked(HeldChange{Lock: heldLockOf(e, h), Ended: ended})
+	c.signalLocked()
+}
+
+// signalLocked signals Changes.
+func (c *Coordinator) signalLocked() {
 	select {
 	case c.changes <- struct{}{}:
 	default:

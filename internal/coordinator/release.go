@@ -72,7 +72,7 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)).
-		Then(clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.sess.ID()))).
+		Then(clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.lease))).
 		Commit()
 	cancel()
 
@@ -94,9 +94,8 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
 	}
 	h.expiresAt = rec.ExpiresAt
-	h.timer.Stop()
 	c.armLocked(e, h, ttl)
-	c.changedLocked()
+	c.changedLocked(e, h, false)
 	c.log.Info("lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
 }
@@ -253,7 +252,7 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
 func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	reason := ForceReleased
 	ctx, cancel := c.etcdCtx(c.stop)
-	ttl, err := c.cli.TimeToLive(ctx, h.sess.ID())
+	ttl, err := c.cli.TimeToLive(ctx, h.lease)
 	cancel()
 	if !h.sess.Alive() || (err == nil && ttl.TTL == -1) {
 		reason = LeaseLost

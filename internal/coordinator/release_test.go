@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -225,4 +226,52 @@ func TestLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.mustAcquire(t, k, "victim")
+}
+
+// TestDeadlinesOfManyLocks: the locks of one sidecar share one deadline
+// queue. Each expires at its own deadline, in order; an extended lock moves
+// back in the queue and a released one leaves it.
+func TestDeadlinesOfManyLocks(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	const n = 12
+	grants := make([]Grant, n)
+	start := time.Now()
+	for i := n - 1; i >= 0; i-- { // pushed in reverse order of their deadlines
+		g, err := a.c.Acquire(ctx, AcquireRequest{Key: key(t, fmt.Sprintf("dl%d", i)), Owner: "o", TTL: time.Second + time.Duration(i)*100*time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants[i] = g
+	}
+	if _, err := a.c.Extend(ctx, key(t, "dl0"), "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Release(ctx, key(t, "dl1"), "o"); err != nil {
+		t.Fatal(err)
+	}
+	var ended []time.Duration
+	for i := 2; i < n; i++ {
+		select {
+		case <-grants[i].Done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("dl%d (ttl %v) still held after 10s", i, time.Second+time.Duration(i)*100*time.Millisecond)
+		}
+		ended = append(ended, time.Since(start))
+		if le, ok := grants[i].Err().(*LostError); !ok || le.Reason != Expired {
+			t.Errorf("dl%d ended with %v; want expired", i, grants[i].Err())
+		}
+		if since := time.Since(grants[i].AcquiredAt); since < time.Second+time.Duration(i)*100*time.Millisecond {
+			t.Errorf("dl%d ended %v after its grant, before its ttl", i, since)
+		}
+	}
+	select {
+	case <-grants[0].Done:
+		t.Errorf("the extended lock ended: %v", grants[0].Err())
+	default:
+	}
+	if grants[1].Err() != nil {
+		t.Errorf("the released lock ended with %v; want its release", grants[1].Err())
+	}
+	t.Logf("expiries after %v", ended)
 }

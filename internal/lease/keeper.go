@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,7 +18,7 @@ type Keeper struct {
 	cfg    Config
 	log    *slog.Logger
 	onLost func()
-	resume clientv3.LeaseID
+	resume []clientv3.LeaseID
 
 	mu      sync.Mutex
 	cur     *Session
@@ -33,9 +32,10 @@ type Option func(*Keeper)
 // OnSessionLost makes f run each time a session is lost (not revoked).
 func OnSessionLost(f func()) Option { return func(k *Keeper) { k.onLost = f } }
 
-// ResumeLease makes the first session continue lease id, if it is still
-// alive: a restarted sidecar keeps the locks of the process before it.
-func ResumeLease(id clientv3.LeaseID) Option { return func(k *Keeper) { k.resume = id } }
+// ResumeLeases makes the first session continue the leases ids, those that
+// are still alive: a restarted sidecar keeps the locks of the process before
+// it.
+func ResumeLeases(ids ...clientv3.LeaseID) Option { return func(k *Keeper) { k.resume = ids } }
 
 // NewKeeper validates cfg and returns a Keeper; Run starts it.
 func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger, opts ...Option) (*Keeper, error) {
@@ -56,11 +56,11 @@ func (k *Keeper) Run(ctx context.Context) error {
 	for ctx.Err() == nil && !k.isClosed() {
 		var s *Session
 		var err error
-		if k.resume != 0 && time.Now().Before(resumeUntil) {
-			s, err = Resume(ctx, k.cli, k.cfg, k.resume)
+		if len(k.resume) > 0 && time.Now().Before(resumeUntil) {
+			s, err = Resume(ctx, k.cli, k.cfg, k.resume...)
 			if errors.Is(err, ErrLeaseGone) {
-				k.log.Warn("the lease of the previous process is gone; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(k.resume)))
-				k.resume = 0
+				k.log.Warn("the leases of the previous process are gone; its locks are lost", "leases", fmt.Sprintf("%x", k.resume))
+				k.resume = nil
 				continue
 			}
 		} else {
@@ -80,8 +80,8 @@ func (k *Keeper) Run(ctx context.Context) error {
 			_ = s.Revoke(context.Background())
 			return nil
 		}
-		k.resume = 0
-		k.log.Info("etcd session open", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "ttl", s.TTL(), "resumed", s.Resumed())
+		k.resume = nil
+		k.log.Info("etcd session open", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "leases", len(s.IDs()), "ttl", s.TTL(), "resumed", s.Resumed())
 		select {
 		case <-s.Done():
 			if k.unpublish(s) {
@@ -105,7 +105,7 @@ func (k *Keeper) revokeLost(ctx context.Context, s *Session) {
 		rctx, cancel := context.WithTimeout(ctx, k.cfg.GrantTimeout)
 		err := s.Revoke(rctx)
 		cancel()
-		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if err == nil {
 			return
 		}
 		select {

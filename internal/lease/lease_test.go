@@ -33,6 +33,8 @@ func TestValidate(t *testing.T) {
 		"grant timeout too big": func(c *Config) { c.GrantTimeout = c.TTL },
 		"no back-off":           func(c *Config) { c.RetryMin = 0 },
 		"max below min":         func(c *Config) { c.RetryMax = c.RetryMin / 2 },
+		"no keys per lease":     func(c *Config) { c.KeysPerLease = 0 },
+		"no leases":             func(c *Config) { c.MaxLeases = 0 },
 	} {
 		c := Default()
 		mod(&c)

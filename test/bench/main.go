@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,6 +28,8 @@ func main() {
 	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "redis-server binary; skipped when not found")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's C=64 cycles to this file")
+	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -41,6 +45,8 @@ type options struct {
 	scaleMax int
 	redis    string
 	profile  string
+	heap     string
+	only     string
 }
 
 func run(ctx context.Context, o options) error {
@@ -70,10 +76,13 @@ func run(ctx context.Context, o options) error {
 		{"cycles", w.cycles},
 		{"refusals", w.refusals},
 		{"hand-off", w.handoff},
-		{"crash release", w.crash},
+		{"crash", w.crash},
 		{"scale", w.scale},
 	}
 	for _, s := range steps {
+		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), s.name) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "bench: %s…\n", s.name)
 		if err := s.f(ctx, r); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

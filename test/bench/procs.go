@@ -217,7 +217,12 @@ func freeAddr() (string, error) {
 
 // fetchProfile writes a CPU profile of d taken from a sidecar's pprof.
 func fetchProfile(addr string, d time.Duration, path string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(1, int(d.Seconds()))))
+	return fetchPprof(addr, fmt.Sprintf("profile?seconds=%d", max(1, int(d.Seconds()))), path)
+}
+
+// fetchPprof writes the profile name (with its query) of a sidecar's pprof.
+func fetchPprof(addr, name, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", addr, name))
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,25 @@ func (r *results) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "# make bench\n\n%s, %d CPUs, etcd in a child process with fsync on, %d rounds of %v per contender and setting, interleaved; medians of the rounds' rates, latency quantiles over all rounds.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), o.rounds, o.slice)
 
+	if len(r.cycles) > 0 {
+		r.printCycles(w)
+	}
+	if len(r.refusals) > 0 {
+		r.printRefusals(w)
+	}
+	if len(r.handoff) > 0 {
+		r.printHandoff(w)
+	}
+	if len(r.scale) > 0 {
+		r.printScale(w)
+	}
+	if r.crashTTL > 0 {
+		r.printCrash(w)
+	}
+	r.printGoals(w)
+}
+
+func (r *results) printCycles(w io.Writer) {
 	fmt.Fprintf(w, "## Acquire + release cycles (each client its own key)\n\n| contender |")
 	for _, c := range concurrencies {
 		fmt.Fprintf(w, " C=%d cycles/s | p50 | p99 |", c)
@@ -62,24 +81,32 @@ func (r *results) print(w io.Writer, o options) {
 	if n := r.cycles[baton][1].errs() + r.cycles[baton][64].errs(); n > 0 {
 		fmt.Fprintf(w, "\nBaton cycles that failed: %d\n", n)
 	}
+}
 
+func (r *results) printRefusals(w io.Writer) {
 	fmt.Fprintf(w, "\n## Refusal of a lock held elsewhere (16 clients)\n\n| contender | refusals/s | p50 | etcd raft entries per refusal |\n|---|---|---|---|\n")
 	for _, name := range []string{baton, mutex} {
 		s := r.refusals[name]
 		fmt.Fprintf(w, "| %s | %.0f | %s | %.3f |\n", name, s.rate(), ms(s.quantile(0.5)), median(r.entries[name]))
 	}
+}
 
+func (r *results) printHandoff(w io.Writer) {
 	fmt.Fprintf(w, "\n## One hot key, 16 clients (Baton: 4 sidecars × 4)\n\n| contender | grants/s | p50 | p99 |\n|---|---|---|---|\n")
 	for _, name := range []string{"Baton try loop", "Mutex TryLock loop", "Baton blocking wait", "Mutex.Lock"} {
 		s := r.handoff[name]
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s |\n", name, s.rate(), ms(s.quantile(0.5)), ms(s.quantile(0.99)))
 	}
+}
 
+func (r *results) printScale(w io.Writer) {
 	fmt.Fprintf(w, "\n## Many locks held by one sidecar\n\n| locks | acquire/s (64 clients) | sidecar RSS | leases kept alive | SIGTERM → exit | SIGTERM → all keys gone | slowest etcd write meanwhile |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range r.scale {
 		fmt.Fprintf(w, "| %d | %.0f | %.1f MiB | %d | %s | %s | %s |\n", s.n, s.rate, float64(s.rss)/(1<<20), s.leases, ms(s.exit), ms(s.released), ms(s.worstWrite))
 	}
+}
 
+func (r *results) printCrash(w io.Writer) {
 	fmt.Fprintf(w, "\n## Crash release (lease TTL %v)\n\nSIGKILL of the holder's sidecar → the waiter's grant: ", r.crashTTL)
 	for i, d := range r.crash {
 		if i > 0 {
@@ -88,7 +115,10 @@ func (r *results) print(w io.Writer, o options) {
 		fmt.Fprint(w, ms(d))
 	}
 	fmt.Fprintln(w)
+}
 
+// printGoals writes one line per goal of the steps that ran, and the tally.
+func (r *results) printGoals(w io.Writer) {
 	fmt.Fprintf(w, "\n## Goals\n\n")
 	met, total := 0, 0
 	goal := func(ok bool, format string, args ...any) {
@@ -106,21 +136,27 @@ func (r *results) print(w io.Writer, o options) {
 		tr := bt[64].rate() / rw[64].rate()
 		goal(tr >= 0.85, "Baton throughput at C=64 is %.2f× raw Txn's (%.0f vs %.0f cycles/s; goal ≥ 0.85×)", tr, bt[64].rate(), rw[64].rate())
 	}
-	br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
-	goal(br >= 3*mr, "Baton refusals/s are %.1f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
-	e := median(r.entries[baton])
-	goal(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
-	tl := r.handoff["Baton try loop"].rate()
-	goal(tl >= 100, "16 clients on one key across 4 sidecars, try in a loop: %.0f grants/s (goal ≥ 100/s, no livelock; Mutex TryLock: %.0f/s)", tl, r.handoff["Mutex TryLock loop"].rate())
-	bw, ml := r.handoff["Baton blocking wait"].rate(), r.handoff["Mutex.Lock"].rate()
-	goal(bw >= 2*ml, "hot-key hand-off with blocking waiters is %.1f× Mutex.Lock's (%.0f vs %.0f grants/s; goal ≥ 2×)", bw/ml, bw, ml)
+	if len(r.refusals) > 0 {
+		br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
+		goal(br >= 3*mr, "Baton refusals/s are %.1f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
+		e := median(r.entries[baton])
+		goal(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
+	}
+	if len(r.handoff) > 0 {
+		tl := r.handoff["Baton try loop"].rate()
+		goal(tl >= 100, "16 clients on one key across 4 sidecars, try in a loop: %.0f grants/s (goal ≥ 100/s, no livelock; Mutex TryLock: %.0f/s)", tl, r.handoff["Mutex TryLock loop"].rate())
+		bw, ml := r.handoff["Baton blocking wait"].rate(), r.handoff["Mutex.Lock"].rate()
+		goal(bw >= 2*ml, "hot-key hand-off with blocking waiters is %.1f× Mutex.Lock's (%.0f vs %.0f grants/s; goal ≥ 2×)", bw/ml, bw, ml)
+	}
 	if len(r.scale) > 0 {
 		s := r.scale[len(r.scale)-1]
 		goal(s.rss <= 150<<20, "%d held locks: sidecar RSS %.1f MiB (goal ≤ 150 MiB)", s.n, float64(s.rss)/(1<<20))
 		goal(s.released <= 1500*time.Millisecond, "%d held locks: all released %s after SIGTERM (goal ≤ 1.5 s)", s.n, ms(s.released))
 		goal(s.worstWrite <= 100*time.Millisecond, "%d held locks: slowest etcd write during the release %s (goal ≤ 100 ms)", s.n, ms(s.worstWrite))
 	}
-	worst := slices.Max(append([]time.Duration{0}, r.crash...))
-	goal(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)
+	if r.crashTTL > 0 {
+		worst := slices.Max(append([]time.Duration{0}, r.crash...))
+		goal(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)
+	}
 	fmt.Fprintf(w, "\nbench: %d of %d goals met\n", met, total)
 }

@@ -44,7 +44,15 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	s, err := w.startSidecar(fmt.Sprintf("scale%d", n))
+	var extra []string
+	profAddr := ""
+	if w.o.heap != "" && n == w.o.scaleMax {
+		if profAddr, err = freeAddr(); err != nil {
+			return res, err
+		}
+		extra = []string{"--metrics-addr", profAddr, "--pprof"}
+	}
+	s, err := w.startSidecar(fmt.Sprintf("scale%d", n), extra...)
 	if err != nil {
 		return res, err
 	}
@@ -72,6 +80,11 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	}
 	res.rate = float64(n) / time.Since(start).Seconds()
 	res.rss = s.rss()
+	if profAddr != "" {
+		if err := fetchPprof(profAddr, "heap", w.o.heap); err != nil {
+			return res, fmt.Errorf("heap profile: %w", err)
+		}
+	}
 	leasesAfter, err := w.cli.Leases(ctx)
 	if err != nil {
 		return res, err

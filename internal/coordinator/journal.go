@@ -1,0 +1,94 @@
+package coordinator
+
+import (
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/lease"
+)
+
+// HeldLock is a lock held by a local owner, as a restarted sidecar needs to
+// know it.
+type HeldLock struct {
+	Key        string    `json:"key"`
+	Owner      string    `json:"owner"`
+	Fence      int64     `json:"fence"`
+	Hold       bool      `json:"hold,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// HeldChange is one change of the held locks: a lock granted, adopted or
+// extended, or (Ended) a lock that ended.
+type HeldChange struct {
+	Lock  HeldLock
+	Ended bool
+}
+
+// maxJournal bounds the changes kept for HeldChanges; past it they are
+// dropped and the reader must take the whole set again (HeldLocks).
+const maxJournal = 1 << 16
+
+// journal keeps the changes of the held locks since they were last read,
+// so that the state file grows by what changed rather than being rewritten
+// whole: with 100k locks held, a full copy is tens of megabytes.
+type journal struct {
+	changes  []HeldChange
+	overflow bool // changes were dropped since the last full read
+	held     int  // locks held now
+}
+
+func heldLockOf(e *entry, h *held) HeldLock {
+	return HeldLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Hold: h.hold, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt}
+}
+
+// noteLocked records ch.
+func (c *Coordinator) noteLocked(ch HeldChange) {
+	j := &c.journal
+	switch {
+	case j.overflow:
+	case len(j.changes) >= maxJournal:
+		j.changes, j.overflow = nil, true
+	default:
+		j.changes = append(j.changes, ch)
+	}
+}
+
+// HeldChanges returns the changes of the held locks, in order, since the
+// last call of HeldChanges or HeldLocks, and how many locks are held now.
+// ok is false when too many changes were made to keep: call HeldLocks.
+func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := &c.journal
+	changes, ok = j.changes, !j.overflow
+	j.changes = nil
+	return changes, j.held, ok
+}
+
+// HeldLocks returns the locks held now, and the leases of the session that
+// carries them (none when no lock is held). It resets HeldChanges.
+func (c *Coordinator) HeldLocks() ([]HeldLock, []clientv3.LeaseID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.journal.changes, c.journal.overflow = nil, false
+	var (
+		out  []HeldLock
+		sess *lease.Session
+	)
+	for _, e := range c.locks {
+		if h := e.held; h != nil {
+			out = append(out, heldLockOf(e, h))
+			sess = h.sess
+		}
+	}
+	if sess == nil {
+		return out, nil
+	}
+	return out, sess.IDs()
+}
+
+// Changes is signalled (level-triggered) whenever the held locks change:
+// granted, extended or ended.
+func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
