@@ -349,7 +349,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 
 wait:
 	for {
-		pred, ahead, readRev, mine, err := c.predecessor(ctx, key, pfx, myRev)
+		aheadKVs, readRev, mine, err := c.predecessor(ctx, key, pfx, myRev)
 		if err != nil {
 			c.retire(e, key, myRev, sess)
 			if isContextErr(ctx, err) {
@@ -361,23 +361,27 @@ wait:
 			c.leaveTurn(e)
 			return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 		}
-		if pred == nil {
+		if len(aheadKVs) == 0 {
 			break
 		}
+		pred, ahead := aheadKVs[0], len(aheadKVs)
 		if req.OnQueued != nil {
 			req.OnQueued(ahead)
 		}
 		// With OnQueued, any contender ahead leaving is news; otherwise
 		// only the one right ahead matters.
-		var below int64
-		if req.OnQueued != nil {
-			below = myRev
+		var anyOf map[string]bool
+		if req.OnQueued != nil && ahead > 1 {
+			anyOf = make(map[string]bool, ahead)
+			for _, kv := range aheadKVs {
+				anyOf[string(kv.Key)] = true
+			}
 		}
 		for {
 			if ahead == 1 && w.onlyAheadGone(string(pred.Key), key, readRev) {
 				break wait // first in line: no read needed
 			}
-			if w.deleted(string(pred.Key), readRev, below) {
+			if w.deleted(string(pred.Key), readRev, anyOf) {
 				break // read again
 			}
 			select {
@@ -434,13 +438,13 @@ func (c *Coordinator) rewriteRecord(key string, rev int64, rec keyspace.Holder, 
 	}
 }
 
-// predecessor returns the contender created last before myRev (nil when
-// there is none), how many contenders are ahead, the revision the read saw,
-// and whether key (created at myRev) still exists. It is one read-only
+// predecessor returns the contenders created before myRev, the last
+// created first (none when key is first in line), the revision the read
+// saw, and whether key (created at myRev) still exists. It is one read-only
 // transaction: a linearizable read, no raft entry. etcd reads the whole
 // prefix for a create-revision filter whatever the limit, so reading the
 // keys without values costs no more.
-func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (pred *mvccpb.KeyValue, ahead int, rev int64, mine bool, err error) {
+func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []*mvccpb.KeyValue, rev int64, mine bool, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
 	resp, err := c.cli.Txn(tctx).
@@ -449,16 +453,12 @@ func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev in
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithMaxCreateRev(myRev-1))).
 		Commit()
 	if err != nil {
-		return nil, 0, 0, false, err
+		return nil, 0, false, err
 	}
 	if !resp.Succeeded {
-		return nil, 0, resp.Header.Revision, false, nil
+		return nil, resp.Header.Revision, false, nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return nil, 0, resp.Header.Revision, true, nil
-	}
-	return kvs[0], len(kvs), resp.Header.Revision, true, nil
+	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, true, nil
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the

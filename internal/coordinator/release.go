@@ -234,11 +234,15 @@ func (c *Coordinator) deleteKey(key string, rev int64) error {
 // onDelete is called by the watch for every contender key deleted in the
 // scope. A holder key of ours deleted by someone else means a lost lock.
 // It must not block the watch: telling why the key went takes a request.
-func (c *Coordinator) onDelete(k keyspace.Key, key string, createRev int64) {
+//
+// A holder's key is named after its session, so a delete of that name is
+// of the holder's key if it came after the key was created (revision =
+// fence); an earlier key of the same name was deleted before.
+func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	c.mu.Lock()
 	delete(c.heldElsewhere, k.String())
 	e := c.locks[k.String()]
-	if e == nil || e.held == nil || e.held.etcdKey != key || e.held.fence != createRev || e.held.ending {
+	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending {
 		c.mu.Unlock()
 		return
 	}

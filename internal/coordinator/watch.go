@@ -19,7 +19,7 @@ type hub struct {
 	cli      *clientv3.Client
 	layout   keyspace.Layout
 	log      *slog.Logger
-	onDelete func(k keyspace.Key, key string, createRev int64)
+	onDelete func(k keyspace.Key, key string, modRev int64)
 	onResync func()
 
 	mu   sync.Mutex
@@ -36,9 +36,9 @@ type waiter struct {
 }
 
 // deletion is a contender key's delete seen by the watch.
-type deletion struct{ modRev, createRev int64 }
+type deletion struct{ modRev int64 }
 
-func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, onDelete func(keyspace.Key, string, int64), onResync func()) *hub {
+func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, onDelete func(k keyspace.Key, key string, modRev int64), onResync func()) *hub {
 	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, regs: map[string]*waiter{}}
 }
 
@@ -58,11 +58,10 @@ func (h *hub) unregister(pfx string, w *waiter) {
 	h.mu.Unlock()
 }
 
-// deleted reports whether key was deleted after revision rev, or, when
-// below is not 0, whether any contender created before revision below was;
-// or whether the watch had a gap (after which everything must be read
-// again). It forgets the deletes that a read at rev has seen.
-func (w *waiter) deleted(key string, rev, below int64) bool {
+// deleted reports whether key, or any key of anyOf, was deleted after
+// revision rev, or whether the watch had a gap (after which everything
+// must be read again). It forgets the deletes that a read at rev has seen.
+func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.resync {
@@ -74,7 +73,7 @@ func (w *waiter) deleted(key string, rev, below int64) bool {
 		switch {
 		case d.modRev <= rev:
 			delete(w.gone, k)
-		case k == key, d.createRev < below:
+		case k == key, anyOf[k]:
 			hit = true
 		}
 	}
@@ -113,7 +112,11 @@ func (h *hub) watching() bool {
 func (h *hub) run(ctx context.Context) error {
 	var next int64 // 0: from now
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
+		// No previous values: etcd would read each deleted key's last
+		// version from its backend, for every watching sidecar; revoking a
+		// lease with thousands of keys then stalls it. The key and the
+		// delete's revision are enough (see onDelete).
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
 		if next > 0 {
 			opts = append(opts, clientv3.WithRev(next))
 		}
@@ -176,17 +179,14 @@ func (h *hub) dispatch(ev *clientv3.Event) {
 	if !ok {
 		return
 	}
-	var createRev int64
-	if ev.PrevKv != nil {
-		createRev = ev.PrevKv.CreateRevision
-	}
+	modRev := ev.Kv.ModRevision
 	h.mu.Lock()
 	if w := h.regs[pfx]; w != nil {
-		w.gone[key] = deletion{modRev: ev.Kv.ModRevision, createRev: createRev}
+		w.gone[key] = deletion{modRev: modRev}
 		poke(w.notify)
 	}
 	h.mu.Unlock()
-	h.onDelete(k, key, createRev) // createRev 0 when etcd sent no previous value
+	h.onDelete(k, key, modRev)
 }
 
 func poke(ch chan struct{}) {

@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "redis-server binary; skipped when not found")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's C=64 cycles to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
+	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -39,14 +40,15 @@ func main() {
 
 // options are the flags.
 type options struct {
-	baton    string
-	slice    time.Duration
-	rounds   int
-	scaleMax int
-	redis    string
-	profile  string
-	heap     string
-	only     string
+	baton     string
+	slice     time.Duration
+	rounds    int
+	scaleMax  int
+	redis     string
+	profile   string
+	heap      string
+	only      string
+	scaleArgs string
 }
 
 func run(ctx context.Context, o options) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,13 +45,13 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	var extra []string
+	extra := strings.Fields(w.o.scaleArgs)
 	profAddr := ""
 	if w.o.heap != "" && n == w.o.scaleMax {
 		if profAddr, err = freeAddr(); err != nil {
 			return res, err
 		}
-		extra = []string{"--metrics-addr", profAddr, "--pprof"}
+		extra = append(extra, "--metrics-addr", profAddr, "--pprof")
 	}
 	s, err := w.startSidecar(fmt.Sprintf("scale%d", n), extra...)
 	if err != nil {

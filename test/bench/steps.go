@@ -81,6 +81,10 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 	if err != nil {
 		return err
 	}
+	main, err := w.mainSidecar()
+	if err != nil {
+		return err
+	}
 	if err := holder.call(ctx, "POST", "/v1/locks/held", `{"owner":"holder","ttl":"1h"}`, 200); err != nil {
 		return err
 	}
@@ -101,7 +105,7 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 		defer sessions[i].Close()
 	}
 	batonTry := func(ctx context.Context, i int) error {
-		err := w.main.call(ctx, "POST", "/v1/locks/held", fmt.Sprintf(`{"owner":"r%d"}`, i), http.StatusConflict)
+		err := main.call(ctx, "POST", "/v1/locks/held", fmt.Sprintf(`{"owner":"r%d"}`, i), http.StatusConflict)
 		return err
 	}
 	mutexTry := func(ctx context.Context, i int) error {
@@ -137,7 +141,11 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 // sidecars looping on try-acquire) and with blocking waiters (Baton's wait
 // against Mutex.Lock); grants per second.
 func (w *world) handoff(ctx context.Context, r *results) error {
-	scs := []*sidecar{w.main}
+	main, err := w.mainSidecar()
+	if err != nil {
+		return err
+	}
+	scs := []*sidecar{main}
 	for i := range 3 {
 		s, err := w.startSidecar(fmt.Sprintf("h%d", i))
 		if err != nil {
@@ -196,7 +204,7 @@ func (w *world) handoff(ctx context.Context, r *results) error {
 		}
 	}
 	// A run cut short leaves Mutex waiters' keys: clear them for the next.
-	_, err := w.cli.Delete(ctx, "/bench/mutex/hot", clientv3.WithPrefix())
+	_, err = w.cli.Delete(ctx, "/bench/mutex/hot", clientv3.WithPrefix())
 	return err
 }
 
@@ -236,4 +244,15 @@ func (w *world) crash(ctx context.Context, r *results) error {
 	}
 	r.crashTTL = 2 * time.Second
 	return nil
+}
+
+// mainSidecar returns the sidecar the cycles ran on, starting it when the
+// cycles were not run (-only).
+func (w *world) mainSidecar() (*sidecar, error) {
+	if w.main != nil {
+		return w.main, nil
+	}
+	s, err := w.startSidecar("main")
+	w.main = s
+	return s, err
 }
