@@ -54,11 +54,19 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"log level", []string{"--log-level=loud", "--socket-path=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
 		{"unknown flag", []string{"--lease=5s"}, nil, "unknown flag"},
 		{"stray argument", []string{"extra"}, nil, "unknown command"},
+		{"mirror without etcd", []string{"mirror"}, nil, "--etcd-endpoints"},
+		{"mirror bad scope", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--scopes=a/b"}, nil, "--scopes"},
+		{"mirror retention", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--free-retention=0s"}, nil, "--free-retention"},
+		{"mirror metrics address", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--metrics-addr=8080"}, nil, "--metrics-addr"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(context.Background(), append([]string{"serve"}, tt.args...), env(tt.env), &out, &errb)
+			args := append([]string{"serve"}, tt.args...)
+			if tt.args != nil && tt.args[0] == "mirror" {
+				args = tt.args
+			}
+			code := run(context.Background(), args, env(tt.env), &out, &errb)
 			if code != 2 {
 				t.Fatalf("exit %d, want 2; stderr: %s", code, errb.String())
 			}

@@ -171,3 +171,17 @@ func FuzzLockName(f *testing.F) {
 		}
 	})
 }
+
+func TestParseAnyContender(t *testing.T) {
+	l, _ := NewLayout("team-a")
+	k, _ := ParseKey("deploy/prod")
+	scope, got, pfx, ok := ParseAnyContender(l.ContenderKey(k, 0x1f))
+	if !ok || scope != "team-a" || got != k || pfx != l.LockPrefix(k) {
+		t.Errorf("ParseAnyContender = %q %v %q %v", scope, got, pfx, ok)
+	}
+	for _, bad := range []string{"/baton/v1/team-a", "/baton/v1/Bad Scope/locks/x/1f", "/other/team-a/locks/x/1f", "/baton/v1/team-a/locks/x/"} {
+		if _, _, _, ok := ParseAnyContender(bad); ok {
+			t.Errorf("ParseAnyContender(%q) ok", bad)
+		}
+	}
+}

@@ -64,3 +64,22 @@ func (l Layout) ParseContender(etcdKey string) (k Key, lockPrefix string, ok boo
 	}
 	return k, l.base + rest[:i+1], true
 }
+
+// ParseAnyContender splits a contender key of any scope into its scope,
+// its lock key and its lock prefix. ok is false for other keys.
+func ParseAnyContender(etcdKey string) (scope string, k Key, lockPrefix string, ok bool) {
+	rest, found := strings.CutPrefix(etcdKey, Root)
+	if !found {
+		return "", Key{}, "", false
+	}
+	scope, _, found = strings.Cut(rest, "/")
+	if !found {
+		return "", Key{}, "", false
+	}
+	l, err := NewLayout(scope)
+	if err != nil {
+		return "", Key{}, "", false
+	}
+	k, lockPrefix, ok = l.ParseContender(etcdKey)
+	return scope, k, lockPrefix, ok
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/mirror"
+)
+
+// mirrorOptions is everything `baton mirror` is configured with.
+type mirrorOptions struct {
+	kubeconfig        string
+	etcd              etcdOptions
+	mirror            mirror.Config
+	leaderElect       bool
+	electionNamespace string
+	healthAddr        string
+	metricsAddr       string
+	logLevel          string
+}
+
+func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mirror",
+		Short: "Copy the locks in etcd into Lock objects (kubectl get locks -A) and carry out force releases",
+		Long: `Copy the locks in etcd into Lock custom resources, one per held or
+waited-on lock, in the namespace named by the lock's scope, and delete a
+lock's key when its Lock is annotated baton.dev/force-release=<reason>
+(only if the holder shown still holds it).
+
+Runs as a Deployment with several replicas: one is elected leader (a
+coordination.k8s.io Lease) and mirrors; the others wait. The Kubernetes
+client configuration comes from --kubeconfig, $KUBECONFIG, the in-cluster
+service account or ~/.kube/config, in that order. Every flag can also be set
+by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
+		Args: cobra.NoArgs,
+	}
+	o := &mirrorOptions{
+		etcd:              etcdOptions{dialTimeout: 5 * time.Second},
+		mirror:            mirror.Default(),
+		leaderElect:       true,
+		electionNamespace: getenv("POD_NAMESPACE"),
+		healthAddr:        ":8081",
+		metricsAddr:       ":8080",
+		logLevel:          "info",
+	}
+	if o.electionNamespace == "" {
+		o.electionNamespace = "default"
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	fs.StringSliceVar(&o.etcd.endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated (required)")
+	fs.StringVar(&o.etcd.caCert, "etcd-cacert", "", "CA bundle to verify etcd's certificate")
+	fs.StringVar(&o.etcd.cert, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
+	fs.StringVar(&o.etcd.key, "etcd-key", "", "client key for etcd (with --etcd-cert)")
+	fs.StringVar(&o.etcd.username, "etcd-username", "", "etcd user; the password comes from BATON_ETCD_PASSWORD")
+	fs.DurationVar(&o.etcd.dialTimeout, "etcd-dial-timeout", o.etcd.dialTimeout, "bound of the first connection to etcd")
+	fs.StringSliceVar(&o.mirror.Scopes, "scopes", nil, "mirror only these scopes, comma-separated; default: all")
+	fs.DurationVar(&o.mirror.FreeRetention, "free-retention", o.mirror.FreeRetention, "how long a freed lock's object shows its last holder before it is deleted")
+	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "elect one leader among the replicas (a Lease); turn off only for a single replica")
+	fs.StringVar(&o.electionNamespace, "leader-election-namespace", o.electionNamespace, "namespace of the election's Lease; default $POD_NAMESPACE or default")
+	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz; empty disables")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "TCP address for Prometheus /metrics; empty disables")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := bindEnv(fs, getenv); err != nil {
+			return err
+		}
+		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
+		if err := o.validate(); err != nil {
+			return usageError{err}
+		}
+		return runMirror(cmd, o, stderr)
+	}
+	return cmd
+}
+
+func (o *mirrorOptions) validate() error {
+	if len(o.etcd.endpoints) == 0 {
+		return errors.New("--etcd-endpoints: required; the mirror reads the etcd cluster the sidecars use")
+	}
+	if err := o.etcd.validate(); err != nil {
+		return err
+	}
+	if err := o.mirror.Validate(); err != nil {
+		return fmt.Errorf("--scopes or --free-retention: %w", err)
+	}
+	for flag, addr := range map[string]string{"--health-addr": o.healthAddr, "--metrics-addr": o.metricsAddr} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s %q: want host:port, e.g. :8081", flag, addr)
+		}
+	}
+	return nil
+}
+
+// kubeConfig loads the Kubernetes client configuration.
+func (o *mirrorOptions) kubeConfig() (*rest.Config, error) {
+	if o.kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	}
+	return ctrl.GetConfig()
+}
+
+func runMirror(cmd *cobra.Command, o *mirrorOptions, stderr io.Writer) error {
+	logs, err := newLoggers(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(logs.log.Handler())
+	ctrl.SetLogger(log)
+	kcfg, err := o.kubeConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := batonv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	metricsAddr, healthAddr := o.metricsAddr, o.healthAddr
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(kcfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        healthAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "baton-mirror",
+		LeaderElectionNamespace:       o.electionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("controller manager: %w", err)
+	}
+	if healthAddr != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+	}
+	cli, err := o.etcd.client(o.etcd.endpoints, logs.etcdClient)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := mirror.Setup(mgr, o.mirror, cli); err != nil {
+		return err
+	}
+	logs.log.Info("mirroring", "etcd", o.etcd.endpoints, "scopes", o.mirror.Scopes, "leaderElection", o.leaderElect)
+	return mgr.Start(cmd.Context())
+}

@@ -1,0 +1,72 @@
+package mirror
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// Config configures the mirror.
+type Config struct {
+	// Scopes limits the mirror to these scopes (each mirrored into the
+	// namespace of the same name). Empty: every scope.
+	Scopes []string
+	// FreeRetention is how long a freed lock's object stays, showing its
+	// last holder, before it is deleted. Default 10m.
+	FreeRetention time.Duration
+	// RequestTimeout bounds each etcd request. Default 5s.
+	RequestTimeout time.Duration
+	// RetryInterval is the pause before the etcd watch is opened again
+	// after it failed. Default 1s.
+	RetryInterval time.Duration
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	return Config{FreeRetention: 10 * time.Minute, RequestTimeout: 5 * time.Second, RetryInterval: time.Second}
+}
+
+// Validate checks the fields.
+func (c Config) Validate() error {
+	for _, s := range c.Scopes {
+		if err := keyspace.ValidateScope(s); err != nil {
+			return fmt.Errorf("scope %q: %w", s, err)
+		}
+	}
+	switch {
+	case c.FreeRetention <= 0:
+		return fmt.Errorf("free retention %v: must be positive", c.FreeRetention)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request timeout %v: must be positive", c.RequestTimeout)
+	case c.RetryInterval <= 0:
+		return fmt.Errorf("retry interval %v: must be positive", c.RetryInterval)
+	}
+	return nil
+}
+
+// prefixes returns the etcd prefixes to watch.
+func (c Config) prefixes() []string {
+	if len(c.Scopes) == 0 {
+		return []string{keyspace.Root}
+	}
+	out := make([]string, len(c.Scopes))
+	for i, s := range c.Scopes {
+		l, _ := keyspace.NewLayout(s) // validated
+		out[i] = l.Base()
+	}
+	return out
+}
+
+// inScope reports whether the namespace ns is mirrored.
+func (c Config) inScope(ns string) bool {
+	if len(c.Scopes) == 0 {
+		return true
+	}
+	for _, s := range c.Scopes {
+		if s == ns {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,239 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lease"
+)
+
+// The package's tests share one real kube-apiserver (envtest, with the
+// binaries `make envtest-assets` builds into bin/k8s) and one embedded etcd
+// holding the locks.
+var (
+	testEtcd   *etcdtest.Server
+	testEnv    *envtest.Environment
+	restConfig *rest.Config
+	scheme     = runtime.NewScheme()
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	code := etcdtest.Main(m, func(s *etcdtest.Server) {
+		testEtcd = s
+		if err := startAPIServer(); err != nil {
+			if os.Getenv("CI") == "true" {
+				fmt.Fprintln(os.Stderr, "mirror tests: no kube-apiserver:", err)
+				os.Exit(1)
+			}
+			skipReason = err.Error()
+		}
+	})
+	if restConfig != nil {
+		testEnv.Stop()
+	}
+	os.Exit(code)
+}
+
+// startAPIServer starts envtest with the Lock CRD of config/crd.
+func startAPIServer() error {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := batonv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets, _ = filepath.Abs("../../bin/k8s")
+	}
+	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
+		return fmt.Errorf("%w; run make envtest-assets (make test does)", err)
+	}
+	os.Setenv("KUBEBUILDER_ASSETS", assets) // for kubectl too
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		return fmt.Errorf("start envtest: %w", err)
+	}
+	restConfig = cfg
+	return nil
+}
+
+func needAPIServer(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip("no kube-apiserver: " + skipReason)
+	}
+}
+
+// startMirror runs a leader-elected manager with the mirror until the
+// returned stop is called (or the test ends).
+func startMirror(t *testing.T, retention time.Duration) (stop func()) {
+	t.Helper()
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	if testing.Verbose() {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		LeaderElection:                true,
+		LeaderElectionID:              "baton-mirror",
+		LeaderElectionNamespace:       "default",
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, _ := testEtcd.Client(t)
+	cfg := Default()
+	cfg.FreeRetention = retention
+	cfg.RetryInterval = 100 * time.Millisecond
+	if _, err := Setup(mgr, cfg, cli); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// kube returns a client of the test apiserver.
+func kube(t *testing.T) client.Client {
+	t.Helper()
+	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// namespace creates a namespace for one test; its name is also the scope.
+func namespace(t *testing.T, c client.Client, name string) string {
+	t.Helper()
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// sidecar is a lock core as a sidecar runs it, in this process.
+type sidecar struct {
+	c      *coordinator.Coordinator
+	keeper *lease.Keeper
+	cli    *clientv3.Client
+	crash  func() // stops renewing the lease without revoking it
+}
+
+func newSidecar(t *testing.T, scope, pod string) *sidecar {
+	t.Helper()
+	cli, _ := testEtcd.Client(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	lcfg := lease.Default()
+	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
+	keeper, err := lease.NewKeeper(cli, lcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := coordinator.Default()
+	cfg.Scope = scope
+	cfg.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1"}
+	c, err := coordinator.New(cfg, cli, keeper, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go keeper.Run(ctx)
+	go c.Run(ctx)
+	crashed := false
+	s := &sidecar{c: c, keeper: keeper, cli: cli, crash: func() { crashed = true; c.Shutdown(); cancel() }}
+	t.Cleanup(func() {
+		if !crashed {
+			c.Shutdown()
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			keeper.Close(rctx)
+			rcancel()
+		}
+		cancel()
+	})
+	waitFor(t, 10*time.Second, pod+" ready", func() error { return c.Ready() })
+	return s
+}
+
+func key(t *testing.T, s string) keyspace.Key {
+	t.Helper()
+	k, err := keyspace.ParseKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// waitFor polls cond until it returns nil, failing with its last error
+// after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v: %v", what, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockShows waits until the Lock of key k in ns satisfies check.
+func lockShows(t *testing.T, c client.Client, ns string, k keyspace.Key, d time.Duration, what string, check func(*batonv1.Lock) error) *batonv1.Lock {
+	t.Helper()
+	var obj batonv1.Lock
+	waitFor(t, d, what, func() error {
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: ObjectName(k.String())}, &obj); err != nil {
+			return err
+		}
+		return check(&obj)
+	})
+	return &obj
+}

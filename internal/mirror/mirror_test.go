@@ -1,0 +1,247 @@
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/coordinator"
+)
+
+func heldBy(owner, pod string, fence int64, waiters int32) func(*batonv1.Lock) error {
+	return func(l *batonv1.Lock) error {
+		s := l.Status
+		if s.Phase != batonv1.PhaseHeld || s.Holder == nil || s.Holder.Owner != owner || s.Holder.Pod != pod || s.Fence != fence || s.Waiters != waiters {
+			return fmt.Errorf("status %+v holder %+v; want held by %s on %s, fence %d, %d waiters", s, s.Holder, owner, pod, fence, waiters)
+		}
+		return nil
+	}
+}
+
+// TestLockLifecycle: a lock acquired through a sidecar appears Held with
+// its holder and fence within a second, counts its waiters, passes to the
+// next holder, shows Free with its last holder once released, and is
+// deleted after the retention. kubectl prints the columns.
+func TestLockLifecycle(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "lifecycle")
+	startMirror(t, 2*time.Second)
+	a, b := newSidecar(t, ns, "pod-a"), newSidecar(t, ns, "pod-b")
+	ctx := context.Background()
+	k := key(t, "deploy/prod")
+
+	start := time.Now()
+	ga, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "job-1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := lockShows(t, kc, ns, k, 10*time.Second, "Held by job-1", heldBy("job-1", "pod-a", ga.Fence, 0))
+	t.Logf("Lock Held %v after the grant", time.Since(start).Round(time.Millisecond))
+	if obj.Status.Key != "deploy/prod" || obj.Status.Scope != ns || obj.Labels[batonv1.LabelKey] != "deploy.prod" ||
+		obj.Status.Holder.Node != "node-1" || obj.Status.Holder.AcquiredAt == nil || obj.Status.Holder.ExpiresAt == nil {
+		t.Errorf("Lock %s: labels %v, status %+v, holder %+v", obj.Name, obj.Labels, obj.Status, obj.Status.Holder)
+	}
+
+	granted := make(chan coordinator.Grant, 1)
+	go func() {
+		g, err := b.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "job-2", Wait: 30 * time.Second, TTL: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g
+	}()
+	lockShows(t, kc, ns, k, 10*time.Second, "one waiter", heldBy("job-1", "pod-a", ga.Fence, 1))
+
+	out := kubectl(t, "get", "locks", "-A")
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if strings.Join(header, " ") != "NAMESPACE NAME KEY PHASE HOLDER POD FENCE WAITERS AGE" {
+		t.Errorf("kubectl get locks -A header: %q", header)
+	}
+	if !strings.Contains(out, obj.Name) || !strings.Contains(out, "deploy/prod") || !strings.Contains(out, fmt.Sprint(ga.Fence)) {
+		t.Errorf("kubectl get locks -A:\n%s", out)
+	}
+	t.Logf("kubectl get locks -A:\n%s", out)
+
+	if _, err := a.c.Release(ctx, k, "job-1"); err != nil {
+		t.Fatal(err)
+	}
+	gb := <-granted
+	lockShows(t, kc, ns, k, 10*time.Second, "Held by job-2", heldBy("job-2", "pod-b", gb.Fence, 0))
+	if _, err := b.c.Release(ctx, k, "job-2"); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	lockShows(t, kc, ns, k, 10*time.Second, "Free", func(l *batonv1.Lock) error {
+		s := l.Status
+		if s.Phase != batonv1.PhaseFree || s.Holder != nil || s.LastHolder == nil || s.LastHolder.Owner != "job-2" || s.ReleasedAt == nil || s.Fence != 0 {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	waitFor(t, 15*time.Second, "deleted after the retention", func() error {
+		var l batonv1.Lock
+		err := kc.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name}, &l)
+		if err == nil {
+			return fmt.Errorf("still there: %s", l.Status.Phase)
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if d := time.Since(freed); d < 2*time.Second {
+		t.Errorf("deleted %v after the release, before the 2s retention", d)
+	}
+}
+
+// TestCrashedHolderShowsFree: a sidecar that stops renewing its lease (as a
+// SIGKILLed one does) loses its locks when etcd expires the lease; the Lock
+// then shows Free.
+func TestCrashedHolderShowsFree(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "crash")
+	startMirror(t, time.Minute)
+	a := newSidecar(t, ns, "pod-a")
+	k := key(t, "tenant-42/nightly")
+	g, err := a.c.Acquire(context.Background(), coordinator.AcquireRequest{Key: k, Owner: "run-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("run-7", "pod-a", g.Fence, 0))
+	a.crash()
+	crashed := time.Now()
+	lockShows(t, kc, ns, k, 15*time.Second, "Free after the lease TTL", func(l *batonv1.Lock) error {
+		if l.Status.Phase != batonv1.PhaseFree || l.Status.LastHolder == nil || l.Status.LastHolder.Owner != "run-7" {
+			return fmt.Errorf("status %+v", l.Status)
+		}
+		return nil
+	})
+	t.Logf("Free %v after the holder stopped renewing (lease TTL 2s)", time.Since(crashed).Round(time.Millisecond))
+}
+
+// TestForceReleaseByAnnotation: the annotation deletes the holder's key in
+// etcd (compared with the fence shown), records an Event, removes itself;
+// the holder learns its lock was force released.
+func TestForceReleaseByAnnotation(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "force")
+	startMirror(t, time.Minute)
+	a := newSidecar(t, ns, "pod-a")
+	ctx := context.Background()
+	k := key(t, "stuck/job")
+	g, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "wedged", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("wedged", "pod-a", g.Fence, 0))
+
+	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=wedged since Tuesday")
+	select {
+	case <-g.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder still holds the lock 10s after the annotation")
+	}
+	var lost *coordinator.LostError
+	if !errors.As(g.Err(), &lost) || lost.Reason != coordinator.ForceReleased {
+		t.Errorf("holder's lock ended with %v; want force released", g.Err())
+	}
+	if _, err := a.c.Release(ctx, k, "wedged"); !errors.As(err, &lost) || lost.Reason != coordinator.ForceReleased {
+		t.Errorf("the old holder's release: %v; want lost (force_released, 410)", err)
+	}
+	lockShows(t, kc, ns, k, 10*time.Second, "Free, annotation removed", func(l *batonv1.Lock) error {
+		if _, still := l.Annotations[batonv1.AnnotationForceRelease]; still || l.Status.Phase != batonv1.PhaseFree {
+			return fmt.Errorf("annotations %v, status %+v", l.Annotations, l.Status)
+		}
+		return nil
+	})
+	waitFor(t, 10*time.Second, "a ForceReleased Event", func() error {
+		var evs eventsv1.EventList
+		if err := kc.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ForceReleased" && e.Regarding.Name == obj.Name &&
+				strings.Contains(e.Note, "wedged since Tuesday") && strings.Contains(e.Note, "wedged (pod pod-a)") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none ForceReleased with the reason and the old holder", len(evs.Items))
+	})
+
+	// A new holder is never released by a stale annotation: the fence shown
+	// is compared.
+	g2, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "next"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, k, 10*time.Second, "Held by next", heldBy("next", "pod-a", g2.Fence, 0))
+	if g2.Err() != nil {
+		t.Fatalf("new holder: %v", g2.Err())
+	}
+}
+
+// TestRestartedMirrorConverges: locks that change while no mirror runs
+// are shown right once one starts again: a released lock turns Free and a
+// new one appears.
+func TestRestartedMirrorConverges(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "restart")
+	stop := startMirror(t, time.Minute)
+	a := newSidecar(t, ns, "pod-a")
+	ctx := context.Background()
+	k1, k2 := key(t, "one"), key(t, "two")
+	g1, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k1, Owner: "o1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, k1, 10*time.Second, "one Held", heldBy("o1", "pod-a", g1.Fence, 0))
+	stop()
+
+	if _, err := a.c.Release(ctx, k1, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k2, Owner: "o2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMirror(t, time.Minute)
+	lockShows(t, kc, ns, k1, 20*time.Second, "one Free", func(l *batonv1.Lock) error {
+		if l.Status.Phase != batonv1.PhaseFree {
+			return fmt.Errorf("status %+v", l.Status)
+		}
+		return nil
+	})
+	lockShows(t, kc, ns, k2, 20*time.Second, "two Held", heldBy("o2", "pod-a", g2.Fence, 0))
+}
+
+// kubectl runs the kubectl built alongside the apiserver as an admin.
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := user.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := k.Run(args...)
+	out, _ := io.ReadAll(stdout)
+	if err != nil {
+		var e bytes.Buffer
+		io.Copy(&e, stderr)
+		t.Fatalf("kubectl %v: %v: %s", args, err, e.String())
+	}
+	return string(out)
+}

@@ -1,0 +1,206 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+)
+
+// The mirror's permissions, written into config/rbac by `make manifests`.
+// +kubebuilder:rbac:groups=baton.dev,resources=locks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=baton.dev,resources=locks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile makes the Lock object req show what etcd has: Held with its
+// holder, Free with its last holder, or gone after the retention. It also
+// carries out a force release asked for by annotation.
+func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ref := objectRef{req.Namespace, req.Name}
+	if !m.cfg.inScope(ref.namespace) {
+		return reconcile.Result{}, nil
+	}
+	key, cs, rev := m.view.get(ref)
+	var obj batonv1.Lock
+	err := m.client.Get(ctx, req.NamespacedName, &obj)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	if exists {
+		if reason, ok := obj.Annotations[batonv1.AnnotationForceRelease]; ok {
+			return reconcile.Result{}, m.forceRelease(ctx, &obj, cs, reason)
+		}
+	}
+	if len(cs) == 0 {
+		if !exists {
+			return reconcile.Result{}, nil
+		}
+		return m.free(ctx, &obj)
+	}
+	if !exists {
+		obj = batonv1.Lock{ObjectMeta: metav1.ObjectMeta{
+			Namespace: ref.namespace, Name: ref.name,
+			Labels: map[string]string{batonv1.LabelScope: ref.namespace, batonv1.LabelKey: LabelValue(key)},
+		}}
+		if err := m.client.Create(ctx, &obj); err != nil {
+			return reconcile.Result{}, fmt.Errorf("create Lock %s/%s for %q: %w", ref.namespace, ref.name, key, err)
+		}
+	}
+	next := obj.DeepCopy()
+	s := &next.Status
+	s.Key, s.Scope, s.Phase, s.Revision = key, ref.namespace, batonv1.PhaseHeld, rev
+	s.Holder = holderOf(cs[0])
+	s.Fence = cs[0].createRev
+	s.Waiters = int32(len(cs) - 1)
+	s.LastHolder, s.ReleasedAt = nil, nil
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: batonv1.ConditionHeld, Status: metav1.ConditionTrue, Reason: "Granted",
+		Message: fmt.Sprintf("held by %s with fence %d", describe(s.Holder), s.Fence),
+	})
+	return reconcile.Result{}, m.updateStatus(ctx, &obj, next)
+}
+
+// free shows a lock nobody holds any more as Free, then deletes it once
+// the retention has passed.
+func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock) (reconcile.Result, error) {
+	if obj.Status.Phase != batonv1.PhaseFree || obj.Status.ReleasedAt == nil {
+		next := obj.DeepCopy()
+		s := &next.Status
+		now := metav1.Now()
+		s.Phase, s.ReleasedAt = batonv1.PhaseFree, &now
+		if s.Holder != nil {
+			s.LastHolder = s.Holder
+		}
+		s.Holder, s.Fence, s.Waiters = nil, 0, 0
+		_, _, s.Revision = m.view.get(objectRef{obj.Namespace, obj.Name})
+		reason := "Released"
+		if c := meta.FindStatusCondition(s.Conditions, batonv1.ConditionHeld); c != nil && c.Reason == "ForceReleased" {
+			reason = c.Reason
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: batonv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: reason,
+			Message: fmt.Sprintf("free; last held by %s", describe(s.LastHolder)),
+		})
+		if err := m.updateStatus(ctx, obj, next); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: m.cfg.FreeRetention}, nil
+	}
+	// ReleasedAt is kept in whole seconds: count from the next one, so the
+	// object never goes early.
+	if left := time.Until(obj.Status.ReleasedAt.Add(time.Second + m.cfg.FreeRetention)); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	if err := m.client.Delete(ctx, obj, client.Preconditions{UID: &obj.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, nil
+}
+
+// forceRelease deletes the holder's key in etcd if it is still the one the
+// object shows (its create revision equals status.fence): never the next
+// holder's. It records an Event either way and removes the annotation.
+func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []contender, reason string) error {
+	shown := obj.Status.Fence
+	var target *contender
+	for i := range cs {
+		if cs[i].createRev == shown && i == 0 {
+			target = &cs[i]
+		}
+	}
+	switch {
+	case obj.Status.Phase != batonv1.PhaseHeld || shown == 0:
+		m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ForceReleaseSkipped", "ForceRelease",
+			"the lock is not held; nothing to release (reason given: %s)", reason)
+	case target == nil:
+		m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ForceReleaseSkipped", "ForceRelease",
+			"the holder with fence %d no longer holds the lock; the current holder is left alone (reason given: %s)", shown, reason)
+	default:
+		tctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+		resp, err := m.etcd.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(target.etcdKey), "=", shown)).
+			Then(clientv3.OpDelete(target.etcdKey)).
+			Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("force release %q: %w", obj.Status.Key, err) // retried, annotation kept
+		}
+		if !resp.Succeeded {
+			m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ForceReleaseSkipped", "ForceRelease",
+				"the holder with fence %d released the lock meanwhile (reason given: %s)", shown, reason)
+			break
+		}
+		m.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ForceReleased", "ForceRelease",
+			"released %q held by %s with fence %d: %s", obj.Status.Key, describe(holderOf(*target)), shown, reason)
+		m.log.Info("force released", "lock", obj.Status.Key, "scope", obj.Namespace, "fence", shown, "holder", describe(holderOf(*target)), "reason", reason)
+		next := obj.DeepCopy()
+		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
+			Type: batonv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: "ForceReleased",
+			Message: fmt.Sprintf("force released by annotation: %s", reason),
+		})
+		if err := m.updateStatus(ctx, obj, next); err != nil {
+			return err
+		}
+	}
+	patch := client.MergeFrom(obj.DeepCopy())
+	delete(obj.Annotations, batonv1.AnnotationForceRelease)
+	return m.client.Patch(ctx, obj, patch)
+}
+
+// updateStatus writes next's status when it differs from obj's.
+func (m *Mirror) updateStatus(ctx context.Context, obj, next *batonv1.Lock) error {
+	if equality.Semantic.DeepEqual(obj.Status, next.Status) {
+		return nil
+	}
+	if err := m.client.Status().Update(ctx, next); err != nil {
+		return fmt.Errorf("update the status of Lock %s/%s: %w", obj.Namespace, obj.Name, err)
+	}
+	*obj = *next
+	return nil
+}
+
+// holderOf turns a contender into the Holder shown in status.
+func holderOf(c contender) *batonv1.Holder {
+	h := &batonv1.Holder{Lease: strconv.FormatInt(c.lease, 16), Foreign: c.holder.Foreign}
+	if c.holder.Foreign {
+		return h
+	}
+	h.Owner, h.Pod, h.Namespace, h.Node = c.holder.Owner, c.holder.Pod, c.holder.Namespace, c.holder.Node
+	h.AcquiredAt, h.ExpiresAt = timeOf(c.holder.AcquiredAt), timeOf(c.holder.ExpiresAt)
+	return h
+}
+
+func timeOf(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	mt := metav1.NewTime(t)
+	return &mt
+}
+
+// describe names a holder for messages.
+func describe(h *batonv1.Holder) string {
+	switch {
+	case h == nil:
+		return "nobody"
+	case h.Foreign:
+		return "a client other than Baton (lease " + h.Lease + ")"
+	case h.Pod != "":
+		return fmt.Sprintf("%s (pod %s)", h.Owner, h.Pod)
+	default:
+		return h.Owner
+	}
+}

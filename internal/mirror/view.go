@@ -1,0 +1,115 @@
+package mirror
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// contender is one contender key of a lock, as etcd has it.
+type contender struct {
+	etcdKey   string
+	createRev int64
+	lease     int64
+	holder    keyspace.Holder
+}
+
+// objectRef names a Lock object: namespace (the scope) and name.
+type objectRef struct{ namespace, name string }
+
+// lockView is the contenders of one lock.
+type lockView struct {
+	key        string
+	contenders map[string]contender // by etcd key
+}
+
+// view is the mirror's copy of the locks in etcd, fed by a full read and
+// then by the watch.
+type view struct {
+	mu    sync.Mutex
+	locks map[objectRef]*lockView
+	rev   int64 // the etcd revision the view reflects
+}
+
+func newView() *view { return &view{locks: map[objectRef]*lockView{}} }
+
+// reset replaces the view with kvs, read at revision rev, and returns every
+// lock it had or has now.
+func (v *view) reset(kvs []*mvccpb.KeyValue, rev int64) []objectRef {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var refs []objectRef
+	for ref := range v.locks {
+		refs = append(refs, ref)
+	}
+	v.locks = map[objectRef]*lockView{}
+	v.rev = rev
+	for _, kv := range kvs {
+		if ref, ok := v.putLocked(kv); ok {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
+}
+
+// put records a contender key written at kv.ModRevision.
+func (v *view) put(kv *mvccpb.KeyValue) (objectRef, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.rev = max(v.rev, kv.ModRevision)
+	return v.putLocked(kv)
+}
+
+func (v *view) putLocked(kv *mvccpb.KeyValue) (objectRef, bool) {
+	scope, k, _, ok := keyspace.ParseAnyContender(string(kv.Key))
+	if !ok {
+		return objectRef{}, false
+	}
+	ref := objectRef{scope, ObjectName(k.String())}
+	l := v.locks[ref]
+	if l == nil {
+		l = &lockView{key: k.String(), contenders: map[string]contender{}}
+		v.locks[ref] = l
+	}
+	l.contenders[string(kv.Key)] = contender{etcdKey: string(kv.Key), createRev: kv.CreateRevision, lease: kv.Lease, holder: keyspace.DecodeHolder(kv.Value)}
+	return ref, true
+}
+
+// remove records the delete of a contender key at revision rev.
+func (v *view) remove(etcdKey string, rev int64) (objectRef, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.rev = max(v.rev, rev)
+	scope, k, _, ok := keyspace.ParseAnyContender(etcdKey)
+	if !ok {
+		return objectRef{}, false
+	}
+	ref := objectRef{scope, ObjectName(k.String())}
+	if l := v.locks[ref]; l != nil {
+		delete(l.contenders, etcdKey)
+		if len(l.contenders) == 0 {
+			delete(v.locks, ref)
+		}
+	}
+	return ref, true
+}
+
+// get returns the key of the lock ref and its contenders, the holder
+// first, and the revision of the view; none when nobody contends.
+func (v *view) get(ref objectRef) (key string, cs []contender, rev int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	l := v.locks[ref]
+	if l == nil {
+		return "", nil, v.rev
+	}
+	for _, c := range l.contenders {
+		cs = append(cs, c)
+	}
+	slices.SortFunc(cs, func(a, b contender) int { return cmp.Compare(a.createRev, b.createRev) })
+	return l.key, cs, v.rev
+}
