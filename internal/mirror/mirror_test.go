@@ -3,6 +3,7 @@ package mirror
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -73,11 +75,13 @@ func TestLockLifecycle(t *testing.T) {
 	}
 	t.Logf("kubectl get locks -A:\n%s", out)
 
+	released := time.Now()
 	if _, err := a.c.Release(ctx, k, "job-1"); err != nil {
 		t.Fatal(err)
 	}
 	gb := <-granted
 	lockShows(t, kc, ns, k, 10*time.Second, "Held by job-2", heldBy("job-2", "pod-b", gb.Fence, 0))
+	t.Logf("Lock shows the next holder %v after the release (polled every 20ms)", time.Since(released).Round(time.Millisecond))
 	if _, err := b.c.Release(ctx, k, "job-2"); err != nil {
 		t.Fatal(err)
 	}
@@ -102,68 +106,63 @@ func TestLockLifecycle(t *testing.T) {
 	}
 }
 
-// TestCrashedHolderShowsFree: a sidecar that stops renewing its lease (as a
-// SIGKILLed one does) loses its locks when etcd expires the lease; the Lock
-// then shows Free.
+// TestCrashedHolderShowsFree: a lock acquired through a sidecar's socket
+// shows Held; SIGKILL of that sidecar leaves its lease unrenewed, etcd
+// expires it, and the Lock shows Free.
 func TestCrashedHolderShowsFree(t *testing.T) {
 	needAPIServer(t)
 	kc := kube(t)
 	ns := namespace(t, kc, "crash")
 	startMirror(t, time.Minute)
-	a := newSidecar(t, ns, "pod-a")
+	p := startSidecarProc(t, ns, "pod-a")
 	k := key(t, "tenant-42/nightly")
-	g, err := a.c.Acquire(context.Background(), coordinator.AcquireRequest{Key: k, Owner: "run-7"})
-	if err != nil {
-		t.Fatal(err)
+	code, body := p.call(t, "POST", "/v1/locks/tenant-42/nightly", `{"owner":"run-7"}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
 	}
-	lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("run-7", "pod-a", g.Fence, 0))
-	a.crash()
-	crashed := time.Now()
+	lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("run-7", "pod-a", fenceOf(t, body), 0))
+	p.kill()
+	killed := time.Now()
 	lockShows(t, kc, ns, k, 15*time.Second, "Free after the lease TTL", func(l *batonv1.Lock) error {
 		if l.Status.Phase != batonv1.PhaseFree || l.Status.LastHolder == nil || l.Status.LastHolder.Owner != "run-7" {
 			return fmt.Errorf("status %+v", l.Status)
 		}
 		return nil
 	})
-	t.Logf("Free %v after the holder stopped renewing (lease TTL 2s)", time.Since(crashed).Round(time.Millisecond))
+	t.Logf("Free %v after SIGKILL of the holder's sidecar (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
 }
 
 // TestForceReleaseByAnnotation: the annotation deletes the holder's key in
-// etcd (compared with the fence shown), records an Event, removes itself;
-// the holder learns its lock was force released.
+// etcd (compared with the fence shown), records an Event and removes
+// itself; the old holder's release answers 410 force_released, and the
+// next holder is left alone.
 func TestForceReleaseByAnnotation(t *testing.T) {
 	needAPIServer(t)
 	kc := kube(t)
 	ns := namespace(t, kc, "force")
-	startMirror(t, time.Minute)
-	a := newSidecar(t, ns, "pod-a")
+	stop := startMirror(t, time.Minute)
+	p := startSidecarProc(t, ns, "pod-a")
 	ctx := context.Background()
 	k := key(t, "stuck/job")
-	g, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "wedged", TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
+	code, body := p.call(t, "POST", "/v1/locks/stuck/job", `{"owner":"wedged","ttl":"1h"}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
 	}
-	obj := lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("wedged", "pod-a", g.Fence, 0))
+	obj := lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("wedged", "pod-a", fenceOf(t, body), 0))
 
 	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=wedged since Tuesday")
-	select {
-	case <-g.Done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the holder still holds the lock 10s after the annotation")
-	}
-	var lost *coordinator.LostError
-	if !errors.As(g.Err(), &lost) || lost.Reason != coordinator.ForceReleased {
-		t.Errorf("holder's lock ended with %v; want force released", g.Err())
-	}
-	if _, err := a.c.Release(ctx, k, "wedged"); !errors.As(err, &lost) || lost.Reason != coordinator.ForceReleased {
-		t.Errorf("the old holder's release: %v; want lost (force_released, 410)", err)
-	}
 	lockShows(t, kc, ns, k, 10*time.Second, "Free, annotation removed", func(l *batonv1.Lock) error {
 		if _, still := l.Annotations[batonv1.AnnotationForceRelease]; still || l.Status.Phase != batonv1.PhaseFree {
 			return fmt.Errorf("annotations %v, status %+v", l.Annotations, l.Status)
 		}
+		if c := meta.FindStatusCondition(l.Status.Conditions, batonv1.ConditionHeld); c == nil || c.Reason != "ForceReleased" {
+			return fmt.Errorf("condition %+v; want Held=False, ForceReleased", c)
+		}
 		return nil
 	})
+	if code, body := p.call(t, "DELETE", "/v1/locks/stuck/job?owner=wedged", ""); code != 410 || !strings.Contains(body, "force_released") {
+		t.Errorf("the old holder's release: %d %s; want 410 force_released", code, body)
+	}
 	waitFor(t, 10*time.Second, "a ForceReleased Event", func() error {
 		var evs eventsv1.EventList
 		if err := kc.List(ctx, &evs, client.InNamespace(ns)); err != nil {
@@ -178,16 +177,52 @@ func TestForceReleaseByAnnotation(t *testing.T) {
 		return fmt.Errorf("%d events, none ForceReleased with the reason and the old holder", len(evs.Items))
 	})
 
-	// A new holder is never released by a stale annotation: the fence shown
-	// is compared.
-	g2, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "next"})
-	if err != nil {
+	// The next holder is not hit by an annotation on an object that still
+	// shows an older fence (as it would if the mirror lagged): the mirror
+	// compares the fence shown. The mirror is stopped meanwhile, so that it
+	// cannot correct the status before it sees the annotation.
+	code, body = p.call(t, "POST", "/v1/locks/stuck/job", `{"owner":"next"}`)
+	if code != 200 {
+		t.Fatalf("acquire by next: %d %s", code, body)
+	}
+	next := fenceOf(t, body)
+	obj = lockShows(t, kc, ns, k, 10*time.Second, "Held by next", heldBy("next", "pod-a", next, 0))
+	stop()
+	stale := obj.DeepCopy()
+	stale.Status.Fence = next - 1
+	if err := kc.Status().Update(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	lockShows(t, kc, ns, k, 10*time.Second, "Held by next", heldBy("next", "pod-a", g2.Fence, 0))
-	if g2.Err() != nil {
-		t.Fatalf("new holder: %v", g2.Err())
+	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=stale view")
+	startMirror(t, time.Minute)
+	waitFor(t, 10*time.Second, "a ForceReleaseSkipped Event", func() error {
+		var evs eventsv1.EventList
+		if err := kc.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ForceReleaseSkipped" && strings.Contains(e.Note, "stale view") {
+				return nil
+			}
+		}
+		return errors.New("no ForceReleaseSkipped Event")
+	})
+	if code, body := p.call(t, "GET", "/v1/locks/stuck/job", ""); !strings.Contains(body, `"owner":"next"`) {
+		t.Errorf("the next holder after a stale force release: %d %s", code, body)
 	}
+	lockShows(t, kc, ns, k, 10*time.Second, "Held by next again", heldBy("next", "pod-a", next, 0))
+}
+
+// fenceOf reads the fence of an acquire's answer.
+func fenceOf(t *testing.T, body string) int64 {
+	t.Helper()
+	var g struct {
+		Fence int64 `json:"fence"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil || g.Fence == 0 {
+		t.Fatalf("no fence in %s: %v", body, err)
+	}
+	return g.Fence
 }
 
 // TestRestartedMirrorConverges: locks that change while no mirror runs
