@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -20,6 +21,17 @@ type etcdOptions struct {
 	caCert, cert, key  string
 	username, password string
 	dialTimeout        time.Duration
+}
+
+// addFlags registers the --etcd-* flags; endpointsHelp describes
+// --etcd-endpoints for the command at hand.
+func (e *etcdOptions) addFlags(fs *pflag.FlagSet, endpointsHelp string) {
+	fs.StringSliceVar(&e.endpoints, "etcd-endpoints", nil, endpointsHelp)
+	fs.StringVar(&e.caCert, "etcd-cacert", "", "CA bundle to verify etcd's certificate")
+	fs.StringVar(&e.cert, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
+	fs.StringVar(&e.key, "etcd-key", "", "client key for etcd (with --etcd-cert)")
+	fs.StringVar(&e.username, "etcd-username", "", "etcd user; the password comes from BATON_ETCD_PASSWORD")
+	fs.DurationVar(&e.dialTimeout, "etcd-dial-timeout", e.dialTimeout, "bound of the first connection to etcd")
 }
 
 func (e *etcdOptions) validate() error {

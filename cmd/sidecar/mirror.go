@@ -64,12 +64,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, in-cluster, ~/.kube/config")
-	fs.StringSliceVar(&o.etcd.endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated (required)")
-	fs.StringVar(&o.etcd.caCert, "etcd-cacert", "", "CA bundle to verify etcd's certificate")
-	fs.StringVar(&o.etcd.cert, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
-	fs.StringVar(&o.etcd.key, "etcd-key", "", "client key for etcd (with --etcd-cert)")
-	fs.StringVar(&o.etcd.username, "etcd-username", "", "etcd user; the password comes from BATON_ETCD_PASSWORD")
-	fs.DurationVar(&o.etcd.dialTimeout, "etcd-dial-timeout", o.etcd.dialTimeout, "bound of the first connection to etcd")
+	o.etcd.addFlags(fs, "etcd client URLs, comma-separated (required)")
 	fs.StringSliceVar(&o.mirror.Scopes, "scopes", nil, "mirror only these scopes, comma-separated; default: all")
 	fs.DurationVar(&o.mirror.FreeRetention, "free-retention", o.mirror.FreeRetention, "how long a freed lock's object shows its last holder before it is deleted")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "elect one leader among the replicas (a Lease); turn off only for a single replica")

@@ -108,12 +108,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
-	fs.StringSliceVar(&o.etcd.endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
-	fs.StringVar(&o.etcd.caCert, "etcd-cacert", "", "CA bundle to verify etcd's certificate")
-	fs.StringVar(&o.etcd.cert, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
-	fs.StringVar(&o.etcd.key, "etcd-key", "", "client key for etcd (with --etcd-cert)")
-	fs.StringVar(&o.etcd.username, "etcd-username", "", "etcd user; the password comes from BATON_ETCD_PASSWORD")
-	fs.DurationVar(&o.etcd.dialTimeout, "etcd-dial-timeout", o.etcd.dialTimeout, "bound of the first connection to etcd")
+	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
 	fs.StringVar(&o.clientURL, "embedded-client-url", o.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -163,19 +162,7 @@ func TestForceReleaseByAnnotation(t *testing.T) {
 	if code, body := p.call(t, "DELETE", "/v1/locks/stuck/job?owner=wedged", ""); code != 410 || !strings.Contains(body, "force_released") {
 		t.Errorf("the old holder's release: %d %s; want 410 force_released", code, body)
 	}
-	waitFor(t, 10*time.Second, "a ForceReleased Event", func() error {
-		var evs eventsv1.EventList
-		if err := kc.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "ForceReleased" && e.Regarding.Name == obj.Name &&
-				strings.Contains(e.Note, "wedged since Tuesday") && strings.Contains(e.Note, "wedged (pod pod-a)") {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d events, none ForceReleased with the reason and the old holder", len(evs.Items))
-	})
+	waitEvent(t, kc, ns, obj.Name, "ForceReleased", "wedged since Tuesday", "wedged (pod pod-a)")
 
 	// The next holder is not hit by an annotation on an object that still
 	// shows an older fence (as it would if the mirror lagged): the mirror
@@ -195,22 +182,36 @@ func TestForceReleaseByAnnotation(t *testing.T) {
 	}
 	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=stale view")
 	startMirror(t, time.Minute)
-	waitFor(t, 10*time.Second, "a ForceReleaseSkipped Event", func() error {
-		var evs eventsv1.EventList
-		if err := kc.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "ForceReleaseSkipped" && strings.Contains(e.Note, "stale view") {
-				return nil
-			}
-		}
-		return errors.New("no ForceReleaseSkipped Event")
-	})
+	waitEvent(t, kc, ns, obj.Name, "ForceReleaseSkipped", "stale view", fmt.Sprintf("fence %d", next-1))
 	if code, body := p.call(t, "GET", "/v1/locks/stuck/job", ""); !strings.Contains(body, `"owner":"next"`) {
 		t.Errorf("the next holder after a stale force release: %d %s", code, body)
 	}
 	lockShows(t, kc, ns, k, 10*time.Second, "Held by next again", heldBy("next", "pod-a", next, 0))
+}
+
+// waitEvent waits for an Event about the Lock name with reason whose note
+// says every one of says.
+func waitEvent(t *testing.T, kc client.Client, ns, name, reason string, says ...string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a "+reason+" Event", func() error {
+		var evs eventsv1.EventList
+		if err := kc.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+	next:
+		for _, e := range evs.Items {
+			if e.Reason != reason || e.Regarding.Name != name {
+				continue
+			}
+			for _, s := range says {
+				if !strings.Contains(e.Note, s) {
+					continue next
+				}
+			}
+			return nil
+		}
+		return fmt.Errorf("%d events, none %s saying %q", len(evs.Items), reason, says)
+	})
 }
 
 // fenceOf reads the fence of an acquire's answer.
@@ -279,4 +280,29 @@ func kubectl(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl %v: %v: %s", args, err, e.String())
 	}
 	return string(out)
+}
+
+// TestSecondReplicaTakesOver: with two replicas only the elected one
+// mirrors; when it stops, the other takes over.
+func TestSecondReplicaTakesOver(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "replicas")
+	stopFirst := startMirror(t, time.Minute)
+	a := newSidecar(t, ns, "pod-a")
+	ctx := context.Background()
+	g1, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: key(t, "first"), Owner: "o1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, key(t, "first"), 10*time.Second, "first Held", heldBy("o1", "pod-a", g1.Fence, 0))
+	startMirror(t, time.Minute) // waits for the election
+	stopFirst()                 // steps down, releasing the Lease
+	stopped := time.Now()
+	g2, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: key(t, "second"), Owner: "o2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, key(t, "second"), 20*time.Second, "second Held, by the second replica", heldBy("o2", "pod-a", g2.Fence, 0))
+	t.Logf("the second replica mirrored %v after the first stopped", time.Since(stopped).Round(time.Millisecond))
 }
