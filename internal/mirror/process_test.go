@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -11,8 +12,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/coordinator"
 )
 
 var (
@@ -112,4 +121,63 @@ func (p *sidecarProc) call(t *testing.T, method, path, body string) (int, string
 func (p *sidecarProc) kill() {
 	p.cmd.Process.Kill()
 	<-p.done
+}
+
+// TestMirrorCommand runs `baton mirror` as a process with a kubeconfig
+// file, limited to one scope: it mirrors that scope's locks, leaves the
+// others alone, and stops on SIGTERM.
+func TestMirrorCommand(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "command")
+	other := namespace(t, kc, "command-other")
+	user, err := testEnv.AddUser(envtest.User{Name: "mirror", Groups: []string{"system:masters"}}, restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(baton(t), "mirror", "--kubeconfig", path, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scopes", ns, "--leader-election-namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", "")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	}()
+
+	a, b := newSidecar(t, ns, "pod-a"), newSidecar(t, other, "pod-b")
+	g, err := a.c.Acquire(context.Background(), coordinator.AcquireRequest{Key: key(t, "mine"), Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Acquire(context.Background(), coordinator.AcquireRequest{Key: key(t, "theirs"), Owner: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	lockShows(t, kc, ns, key(t, "mine"), 20*time.Second, "Held, by baton mirror", heldBy("o", "pod-a", g.Fence, 0))
+	var l batonv1.Lock
+	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: other, Name: ObjectName("theirs")}, &l); !apierrors.IsNotFound(err) {
+		t.Errorf("a lock of a scope not in --scopes was mirrored: %v", err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("baton mirror exited with %v after SIGTERM: %s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("baton mirror still running 15s after SIGTERM: %s", stderr.String())
+	}
 }
