@@ -258,14 +258,15 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	id := c.leaseFor(sess)
 
 	// A lock last seen held elsewhere is read first: a refusal is then a
 	// linearizable read, with no raft entry (a transaction whose compare
 	// fails still costs one, and an fsync, when it has a write branch).
 	c.mu.Lock()
 	readFirst := c.heldElsewhere[req.Key.String()]
+	load := len(c.locks)
 	c.mu.Unlock()
+	id := sess.LeaseFor(load)
 	if readFirst {
 		tctx, cancel := c.etcdCtx(ctx)
 		resp, err := c.cli.Get(tctx, pfx, clientv3.WithFirstCreate()...)

@@ -376,7 +376,7 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 
 // changedLocked notes a change of h for HeldChanges and signals Changes.
 func (c *Coordinator) changedLocked(e *entry, h *held, ended bool) {
-	c.noteLocked(HeldChange{Lock: heldLockOf(e, h), Ended: ended})
+	c.noteLocked(e, h, ended)
 	c.signalLocked()
 }
 

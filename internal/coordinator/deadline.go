@@ -37,11 +37,17 @@ func (q *deadlineQueue) Pop() any {
 	return h
 }
 
+// holds reports whether h is in the queue (its slot may be stale or the
+// zero value of a new held).
+func (q deadlineQueue) holds(h *held) bool {
+	return h.slot >= 0 && h.slot < len(q) && q[h.slot] == h
+}
+
 // armLocked makes h's deadline fire in d (again, if it was set).
 func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
 	h.entry, h.due = e, time.Now().Add(d)
 	q := &c.deadlines.queue
-	if h.slot >= 0 && h.slot < q.Len() && (*q)[h.slot] == h {
+	if q.holds(h) {
 		heap.Fix(q, h.slot)
 	} else {
 		heap.Push(q, h)
@@ -52,7 +58,7 @@ func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
 // disarmLocked cancels h's deadline.
 func (c *Coordinator) disarmLocked(h *held) {
 	q := &c.deadlines.queue
-	if h.slot >= 0 && h.slot < q.Len() && (*q)[h.slot] == h {
+	if q.holds(h) {
 		heap.Remove(q, h.slot)
 	}
 	h.slot = -1

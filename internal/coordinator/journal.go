@@ -43,15 +43,15 @@ func heldLockOf(e *entry, h *held) HeldLock {
 	return HeldLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Hold: h.hold, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt}
 }
 
-// noteLocked records ch.
-func (c *Coordinator) noteLocked(ch HeldChange) {
+// noteLocked records a change of h, unless changes are being dropped.
+func (c *Coordinator) noteLocked(e *entry, h *held, ended bool) {
 	j := &c.journal
 	switch {
 	case j.overflow:
 	case len(j.changes) >= maxJournal:
 		j.changes, j.overflow = nil, true
 	default:
-		j.changes = append(j.changes, ch)
+		j.changes = append(j.changes, HeldChange{Lock: heldLockOf(e, h), Ended: ended})
 	}
 }
 

@@ -48,7 +48,7 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		if !exists {
 			return reconcile.Result{}, nil
 		}
-		return m.free(ctx, &obj)
+		return m.free(ctx, &obj, rev)
 	}
 	if !exists {
 		obj = batonv1.Lock{ObjectMeta: metav1.ObjectMeta{
@@ -75,7 +75,7 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 
 // free shows a lock nobody holds any more as Free, then deletes it once
 // the retention has passed.
-func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock) (reconcile.Result, error) {
+func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock, rev int64) (reconcile.Result, error) {
 	if obj.Status.Phase != batonv1.PhaseFree || obj.Status.ReleasedAt == nil {
 		next := obj.DeepCopy()
 		s := &next.Status
@@ -84,8 +84,7 @@ func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock) (reconcile.Result,
 		if s.Holder != nil {
 			s.LastHolder = s.Holder
 		}
-		s.Holder, s.Fence, s.Waiters = nil, 0, 0
-		_, _, s.Revision = m.view.get(objectRef{obj.Namespace, obj.Name})
+		s.Holder, s.Fence, s.Waiters, s.Revision = nil, 0, 0, rev
 		reason := "Released"
 		if c := meta.FindStatusCondition(s.Conditions, batonv1.ConditionHeld); c != nil && c.Reason == "ForceReleased" {
 			reason = c.Reason
