@@ -147,9 +147,14 @@ func TestResumeKeepsTheLeasesStillAlive(t *testing.T) {
 	cli, _ := testEtcd.Client(t)
 	ctx := context.Background()
 	cfg := testConfig()
+	// The leases outlive the session's own TTL, so a slow machine between
+	// the grant and the resume cannot leave them with less than the loss
+	// margin (a resumed lease with too little left is rightly given up).
+	const grantTTL = 4
+	granted := time.Now()
 	var ids []clientv3.LeaseID
 	for range 3 {
-		g, err := cli.Grant(ctx, 2)
+		g, err := cli.Grant(ctx, grantTTL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +170,11 @@ func TestResumeKeepsTheLeasesStillAlive(t *testing.T) {
 	if got := s.IDs(); len(got) != 2 || got[0] != ids[0] || got[1] != ids[2] || !s.Resumed() {
 		t.Fatalf("resumed %x (resumed=%v); want %x", got, s.Resumed(), []clientv3.LeaseID{ids[0], ids[2]})
 	}
-	time.Sleep(2500 * time.Millisecond)
+	// Past the granted TTL, only renewals can have kept them.
+	time.Sleep(time.Until(granted.Add(grantTTL*time.Second + 500*time.Millisecond)))
+	if !s.Alive() {
+		t.Fatal("the resumed session ended")
+	}
 	for _, id := range []clientv3.LeaseID{ids[0], ids[2]} {
 		if ttl, err := cli.TimeToLive(ctx, id); err != nil || ttl.TTL <= 0 {
 			t.Errorf("resumed lease %x not renewed: TTL %v, %v", int64(id), ttl.TTL, err)
