@@ -306,7 +306,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, heldFrom(req.Key, resp.Responses[0].GetResponseRange().Kvs, false, 0)
 	}
-	return c.grant(e, req, sess, id, key, resp.Header.Revision, rec)
+	return c.grant(e, req, sess, id, key, resp.Header.Revision, rec, false)
 }
 
 // wait queues in etcd behind the contenders created before it; the caller
@@ -326,10 +326,12 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	w := c.hub.register(pfx) // before any read, so no delete goes unseen
 	defer c.hub.unregister(pfx, w)
 
+	// The same transaction reads the keys of the contenders ahead (names
+	// only), so a waiter knows its place without a second round trip.
 	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, contendersNewestFirst()...)).
 		Commit()
 	cancel()
 	if err != nil {
@@ -343,27 +345,30 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
 	myRev := resp.Header.Revision
-	first := resp.Responses[1].GetResponseRange().Kvs
-	if len(first) == 1 && first[0].CreateRevision == myRev {
-		return c.grant(e, req, sess, id, key, myRev, rec)
+	aheadKVs, readRev := createdBefore(resp.Responses[1].GetResponseRange().Kvs, myRev), myRev
+	if len(aheadKVs) == 0 {
+		return c.grant(e, req, sess, id, key, myRev, rec, false)
 	}
 
 wait:
-	for {
-		aheadKVs, readRev, mine, err := c.predecessor(ctx, key, pfx, myRev)
-		if err != nil {
-			c.retire(e, key, myRev, sess)
-			if isContextErr(ctx, err) {
-				return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+	for read := false; ; read = true {
+		if read {
+			var mine bool
+			aheadKVs, readRev, mine, err = c.predecessor(ctx, key, pfx, myRev)
+			if err != nil {
+				c.retire(e, key, myRev, sess)
+				if isContextErr(ctx, err) {
+					return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+				}
+				return Grant{}, unavailable(op, err)
 			}
-			return Grant{}, unavailable(op, err)
-		}
-		if !mine {
-			c.leaveTurn(e)
-			return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
-		}
-		if len(aheadKVs) == 0 {
-			break
+			if !mine {
+				c.leaveTurn(e)
+				return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
+			}
+			if len(aheadKVs) == 0 {
+				break
+			}
 		}
 		pred, ahead := aheadKVs[0], len(aheadKVs)
 		if req.OnQueued != nil {
@@ -402,15 +407,29 @@ wait:
 
 	// First in line, and the key (so the session) was still there when
 	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
-	// with no write on the way.
-	// The record's grant time and deadline follow off the hand-off's path.
+	// with no write on the way. The record's grant time and deadline follow
+	// off the hand-off's path.
 	now = c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
-	g, err := c.grant(e, req, sess, id, key, myRev, rec)
-	if err == nil {
-		go c.rewriteRecord(key, myRev, rec, id)
+	return c.grant(e, req, sess, id, key, myRev, rec, true)
+}
+
+// contendersNewestFirst reads the contender keys of a lock prefix, names
+// only, the last created first.
+func contendersNewestFirst() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
+}
+
+// createdBefore returns the keys of kvs created before rev, in their order.
+func createdBefore(kvs []*mvccpb.KeyValue, rev int64) []*mvccpb.KeyValue {
+	ahead := kvs[:0:0]
+	for _, kv := range kvs {
+		if kv.CreateRevision < rev {
+			ahead = append(ahead, kv)
+		}
 	}
-	return g, err
+	return ahead
 }
 
 // leaseFor picks the lease of sess that a new contender key carries. The
@@ -424,14 +443,29 @@ func (c *Coordinator) leaseFor(sess *lease.Session) clientv3.LeaseID {
 	return sess.LeaseFor(load)
 }
 
-// rewriteRecord writes a waiter's record again once it holds the lock: the
-// record written when it queued carries the queueing time. The compare
-// leaves alone a key released or taken anew meanwhile.
-func (c *Coordinator) rewriteRecord(key string, rev int64, rec keyspace.Holder, id clientv3.LeaseID) {
+// recordDelay is how long a waiter holds its lock before its record is
+// written again with the grant time: a lock handed on within it costs no
+// write.
+const recordDelay = 100 * time.Millisecond
+
+// rewriteRecord writes a waiter's record again once it has held the lock
+// for recordDelay: the record written when it queued carries the queueing
+// time. The compare leaves alone a key released or taken anew meanwhile,
+// and one already written since it was created (an extend writes the
+// grant time too).
+func (c *Coordinator) rewriteRecord(h *held, rec keyspace.Holder) {
+	t := time.NewTimer(recordDelay)
+	defer t.Stop()
+	select {
+	case <-h.done:
+		return
+	case <-t.C:
+	}
+	key, rev, id := h.etcdKey, h.fence, h.lease
 	ctx, cancel := c.etcdCtx(context.Background())
 	defer cancel()
 	_, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
@@ -450,8 +484,7 @@ func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev in
 	defer cancel()
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-		Then(clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithMaxCreateRev(myRev-1))).
+		Then(clientv3.OpGet(pfx, append(contendersNewestFirst(), clientv3.WithMaxCreateRev(myRev-1))...)).
 		Commit()
 	if err != nil {
 		return nil, 0, false, err
@@ -464,7 +497,7 @@ func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev in
 
 // grant records a lock granted in etcd; the caller has the turn, which the
 // holder keeps until the lock ends.
-func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder, rewrite bool) (Grant, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {
@@ -480,6 +513,9 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	c.holdLocked(e, h, req.TTL)
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
+	if rewrite {
+		go c.rewriteRecord(h, rec)
+	}
 	return grantOf(e, h), nil
 }
 

@@ -432,3 +432,67 @@ func TestWaiterRecordShowsItsGrant(t *testing.T) {
 		return rec.Owner == "second" && rec.AcquiredAt.Equal(g.AcquiredAt) && rec.ExpiresAt.Equal(g.ExpiresAt)
 	})
 }
+
+// TestHandOffCostsTheWaiterOneCall: a waiter queues and learns its place in
+// one transaction, is granted by the watch, and, releasing within
+// recordDelay, never rewrites its record: one Txn to queue, one to release.
+func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "handoff")
+	a.mustAcquire(t, k, "first")
+	txns, ranges := b.calls.Txns(), b.calls.Ranges()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.acquire(t, k, "second", 10*time.Second)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
+	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Release(context.Background(), k, "second"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * recordDelay)
+	if got := b.calls.Txns() - txns; got != 2 {
+		t.Errorf("the waiter made %d transactions; want 2 (queue, release)", got)
+	}
+	if got := b.calls.Ranges() - ranges; got != 0 {
+		t.Errorf("the waiter made %d reads; want 0", got)
+	}
+}
+
+// TestLateRecordLeavesAnExtendAlone: a waiter that extends its lock before
+// its record is rewritten keeps the extended deadline in etcd.
+func TestLateRecordLeavesAnExtendAlone(t *testing.T) {
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "extend")
+	a.mustAcquire(t, k, "first")
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.acquire(t, k, "second", 10*time.Second)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
+	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.c.Extend(context.Background(), k, "second", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * recordDelay)
+	resp, err := b.cli.Get(context.Background(), b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read: %v, %d keys", err, len(resp.Kvs))
+	}
+	if rec := keyspace.DecodeHolder(resp.Kvs[0].Value); !rec.ExpiresAt.Equal(g.ExpiresAt) || !rec.AcquiredAt.Equal(g.AcquiredAt) {
+		t.Errorf("record after the extend: acquired %v expires %v; want %v and %v", rec.AcquiredAt, rec.ExpiresAt, g.AcquiredAt, g.ExpiresAt)
+	}
+}

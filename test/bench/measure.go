@@ -13,9 +13,19 @@ type sample struct {
 	errs int
 	took time.Duration
 	lat  []time.Duration
+	cpu  cpuSplit // CPU used during the run, by tier
 }
 
 func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
+
+// run is runFor with the CPU time of etcd, the sidecars and the bench's
+// clients measured around it.
+func (w *world) run(ctx context.Context, c int, op func(ctx context.Context, i int) error) sample {
+	before := w.cpuNow()
+	s := runFor(ctx, c, w.o.slice, op)
+	s.cpu = w.cpuNow().sub(before)
+	return s
+}
 
 // runFor runs c goroutines, each calling op(ctx, i) in a loop, for d. An
 // op's error counts but does not stop the run.
@@ -83,6 +93,21 @@ func (s series) quantile(q float64) time.Duration {
 	}
 	slices.Sort(all)
 	return all[int(q*float64(len(all)-1))]
+}
+
+// cpuPerOp is the CPU time each tier used per operation, over all rounds.
+func (s series) cpuPerOp() cpuSplit {
+	var sum cpuSplit
+	ops := 0
+	for _, x := range s {
+		sum = sum.add(x.cpu)
+		ops += x.ops
+	}
+	if ops == 0 {
+		return cpuSplit{}
+	}
+	n := time.Duration(ops)
+	return cpuSplit{sum.etcd / n, sum.sidecars / n, sum.clients / n}
 }
 
 func (s series) errs() int {

@@ -26,6 +26,9 @@ const (
 	baton = "Baton (socket)"
 )
 
+// handoffOrder is the order of the hot-key contenders in the tables.
+var handoffOrder = []string{"Baton try loop", "Mutex TryLock loop", "Baton blocking wait", "Mutex.Lock"}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 func median(xs []float64) float64 {
@@ -57,6 +60,7 @@ func (r *results) print(w io.Writer, o options) {
 	if r.crashTTL > 0 {
 		r.printCrash(w)
 	}
+	r.printCPU(w)
 	r.printGoals(w)
 }
 
@@ -93,7 +97,7 @@ func (r *results) printRefusals(w io.Writer) {
 
 func (r *results) printHandoff(w io.Writer) {
 	fmt.Fprintf(w, "\n## One hot key, 16 clients (Baton: 4 sidecars × 4)\n\n| contender | grants/s | p50 | p99 |\n|---|---|---|---|\n")
-	for _, name := range []string{"Baton try loop", "Mutex TryLock loop", "Baton blocking wait", "Mutex.Lock"} {
+	for _, name := range handoffOrder {
 		s := r.handoff[name]
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s |\n", name, s.rate(), ms(s.quantile(0.5)), ms(s.quantile(0.99)))
 	}
@@ -159,4 +163,45 @@ func (r *results) printGoals(w io.Writer) {
 		goal(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)
 	}
 	fmt.Fprintf(w, "\nbench: %d of %d goals met\n", met, total)
+}
+
+// printCPU writes the CPU time each tier spent per operation, and the rate
+// that this machine's cores would allow if nothing but that ran: where the
+// cores are the limit, no contender can beat its ceiling.
+func (r *results) printCPU(w io.Writer) {
+	type row struct {
+		what string
+		s    series
+	}
+	var rows []row
+	for _, c := range []int{1, 64} {
+		for _, name := range r.order {
+			rows = append(rows, row{fmt.Sprintf("cycle C=%d: %s", c, name), r.cycles[name][c]})
+		}
+	}
+	for _, name := range []string{baton, mutex} {
+		if s, ok := r.refusals[name]; ok {
+			rows = append(rows, row{"refusal: " + name, s})
+		}
+	}
+	for _, name := range handoffOrder {
+		if s, ok := r.handoff[name]; ok {
+			rows = append(rows, row{"hot key: " + name, s})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+	fmt.Fprintf(w, "\n## CPU time per operation (etcd, sidecars, the bench's clients)\n\n"+
+		"Read from /proc around each run (10 ms ticks); the ceiling is %d cores divided by the total.\n\n"+
+		"| operation | etcd | sidecars | clients | total | ceiling on %d cores |\n|---|---|---|---|---|---|\n", runtime.NumCPU(), runtime.NumCPU())
+	for _, x := range rows {
+		c := x.s.cpuPerOp()
+		ceiling := "—"
+		if c.total() > 0 {
+			ceiling = fmt.Sprintf("%.0f/s", float64(runtime.NumCPU())*float64(time.Second)/float64(c.total()))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling)
+	}
 }
