@@ -142,6 +142,11 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		}
 	}
 
+	// From here on signals are for the command: caught now, so that none
+	// arriving before it starts is lost, and forwarded once it runs.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	mu.Lock()
 	waiting = false
 	mu.Unlock()
@@ -162,9 +167,6 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	lost := make(chan string, 1)
 	go func() {
 		for {
