@@ -107,6 +107,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503")
+	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long the watch on the scope stays open after the last lock held or awaited here ends; an idle sidecar receives none of the scope's deletes")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
@@ -167,6 +168,7 @@ func coordFlag(err error) string {
 	for _, f := range []struct{ prefix, flag string }{
 		{"scope", "--scope"}, {"default TTL", "--default-ttl"}, {"max hold", "--max-hold"},
 		{"max waiters", "--max-waiters"}, {"max wait", "--max-wait"}, {"request timeout", "--request-timeout"},
+		{"watch linger", "--watch-linger"},
 	} {
 		if strings.HasPrefix(msg, f.prefix) {
 			return f.flag

@@ -33,6 +33,9 @@ type Config struct {
 	// EndedRetention is how long the sidecar remembers a lock that ended
 	// without its owner's release, to answer that owner ErrLost. Default 1h.
 	EndedRetention time.Duration
+	// WatchLinger is how long the watch on the scope stays open after the
+	// sidecar last held or awaited a lock. Default 10s.
+	WatchLinger time.Duration
 }
 
 // Default returns the documented defaults.
@@ -45,6 +48,7 @@ func Default() Config {
 		MaxWaiters:     1024,
 		RequestTimeout: 3 * time.Second,
 		EndedRetention: time.Hour,
+		WatchLinger:    10 * time.Second,
 	}
 }
 
@@ -66,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout %v: must be positive", c.RequestTimeout)
 	case c.EndedRetention <= 0:
 		return fmt.Errorf("ended retention %v: must be positive", c.EndedRetention)
+	case c.WatchLinger < 10*time.Millisecond:
+		return fmt.Errorf("watch linger %v: must be at least 10ms", c.WatchLinger)
 	}
 	return nil
 }

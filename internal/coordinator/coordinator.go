@@ -159,7 +159,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 	for _, o := range opts {
 		o(c)
 	}
-	c.hub = newHub(cli, layout, log, c.onDelete, c.checkHeld)
+	c.hub = newHub(cli, layout, log, cfg.WatchLinger, c.busy, c.onDelete, c.checkHeld)
 	return c, nil
 }
 
@@ -185,10 +185,17 @@ func (c *Coordinator) Ready() error {
 	if _, err := c.sessions.Current(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if !c.hub.watching() {
-		return fmt.Errorf("%w: the watch on etcd is not established", ErrUnavailable)
+	if c.hub.broken() {
+		return fmt.Errorf("%w: the watch on etcd failed and is not established again", ErrUnavailable)
 	}
 	return nil
+}
+
+// busy reports whether any lock is held, awaited or being acquired here.
+func (c *Coordinator) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.locks) > 0
 }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held
@@ -349,6 +356,7 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 
 // holdLocked makes h e's holder, expiring in d; the caller has the turn.
 func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration) {
+	c.hub.want() // a holder must hear of its key's delete
 	c.armLocked(e, h, d)
 	e.held = h
 	c.obs.Granted(e.key.String())

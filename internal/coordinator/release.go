@@ -269,16 +269,18 @@ func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	}
 }
 
-// checkHeld verifies after a watch gap that every local holder key is still
-// in etcd, and loses those that are not.
-func (c *Coordinator) checkHeld() {
+// checkHeld verifies, once the watch is established from revision from,
+// that every local holder key older than that is still in etcd, and loses
+// those that are not. A key created at from-1 or later cannot have been
+// deleted before the watch delivers deletes.
+func (c *Coordinator) checkHeld(from int64) {
 	c.mu.Lock()
 	clear(c.heldElsewhere) // deletes may have been missed
 
 	var hs []*held
 	var es []*entry
 	for _, e := range c.locks {
-		if e.held != nil {
+		if e.held != nil && e.held.fence < from-1 {
 			hs, es = append(hs, e.held), append(es, e)
 		}
 	}

@@ -15,31 +15,65 @@ import (
 // waiters (one per lock: the owner of the turn) and reports deleted keys.
 // Watching from the current revision matters: etcd serves a watch that
 // starts in the past only every 100 ms, which caps hand-off rates.
+//
+// The watch is open only while the sidecar holds or awaits a lock, and for
+// a while after (linger): every sidecar watching a scope receives and
+// decodes every delete in it, so idle sidecars must not. It opens from the
+// current revision and everyone reads again once it is established, so
+// nothing deleted while it was closed goes unseen.
 type hub struct {
 	cli      *clientv3.Client
 	layout   keyspace.Layout
 	log      *slog.Logger
 	onDelete func(k keyspace.Key, key string, modRev int64)
-	onResync func()
+	onResync func(from int64)
+	busy     func() bool // whether something held or awaited needs the watch
+	linger   time.Duration
+	wake     chan struct{} // poked by want
 
-	mu   sync.Mutex
-	regs map[string]*waiter // by lock prefix
-	ok   bool               // the watch is established
+	mu      sync.Mutex
+	regs    map[string]*waiter // by lock prefix
+	ok      bool               // the watch is established
+	failing bool               // the watch ended in an error and is not established again
 }
 
 // waiter is a local waiter's view of the deletes under its lock's prefix.
 type waiter struct {
 	notify chan struct{} // level-triggered: something to look at
-	mu     *sync.Mutex   // the hub's, guarding gone and resync
+	mu     *sync.Mutex   // the hub's, guarding gone, resync and from
 	gone   map[string]deletion
-	resync bool
+	resync bool  // the watch was established again since the waiter last looked
+	from   int64 // the first revision whose deletes that watch delivers
+}
+
+// coveredLocked reports whether the watch delivers every delete after a
+// read at rev; a watch established again from a later revision does not,
+// and the waiter must read again.
+func (w *waiter) coveredLocked(rev int64) bool {
+	if w.resync && w.from <= rev+1 {
+		w.resync = false
+	}
+	return !w.resync
 }
 
 // deletion is a contender key's delete seen by the watch.
 type deletion struct{ modRev int64 }
 
-func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, onDelete func(k keyspace.Key, key string, modRev int64), onResync func()) *hub {
-	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, regs: map[string]*waiter{}}
+func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, linger time.Duration, busy func() bool,
+	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(from int64)) *hub {
+	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, busy: busy, linger: linger,
+		wake: make(chan struct{}, 1), regs: map[string]*waiter{}}
+}
+
+// want opens the watch if it is closed: something is held or awaited.
+func (h *hub) want() { poke(h.wake) }
+
+// needed reports whether anything held or awaited needs the watch.
+func (h *hub) needed() bool {
+	h.mu.Lock()
+	n := len(h.regs)
+	h.mu.Unlock()
+	return n > 0 || h.busy()
 }
 
 func (h *hub) register(pfx string) *waiter {
@@ -47,6 +81,7 @@ func (h *hub) register(pfx string) *waiter {
 	h.mu.Lock()
 	h.regs[pfx] = w
 	h.mu.Unlock()
+	h.want()
 	return w
 }
 
@@ -64,7 +99,7 @@ func (h *hub) unregister(pfx string, w *waiter) {
 func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.resync {
+	if !w.coveredLocked(rev) {
 		w.resync = false
 		return true
 	}
@@ -90,7 +125,7 @@ func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
 func (w *waiter) onlyAheadGone(pred, mine string, rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.resync {
+	if !w.coveredLocked(rev) {
 		return false
 	}
 	d, ok := w.gone[pred]
@@ -101,17 +136,32 @@ func (w *waiter) onlyAheadGone(pred, mine string, rev int64) bool {
 	return !ok || m.modRev <= rev
 }
 
-func (h *hub) watching() bool {
+// broken reports whether the watch failed and has not been established
+// again; a watch closed because nothing needs it is not broken.
+func (h *hub) broken() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.ok
+	return h.failing
 }
 
-// run keeps the watch open until ctx ends, resuming after the last revision
-// seen; after a compaction it starts afresh and has every waiter read again.
+// run keeps the watch open while it is needed, until ctx ends, resuming
+// after the last revision seen; after a compaction or a close it starts
+// afresh and has everyone read again.
 func (h *hub) run(ctx context.Context) error {
 	var next int64 // 0: from now
 	for ctx.Err() == nil {
+		if !h.needed() {
+			next = 0
+			h.mu.Lock()
+			h.failing = false
+			h.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-h.wake:
+			}
+			continue
+		}
 		// No previous values: etcd would read each deleted key's last
 		// version from its backend, for every watching sidecar; revoking a
 		// lease with thousands of keys then stalls it. The key and the
@@ -121,37 +171,16 @@ func (h *hub) run(ctx context.Context) error {
 			opts = append(opts, clientv3.WithRev(next))
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range h.cli.Watch(wctx, h.layout.Base(), opts...) {
-			if resp.CompactRevision != 0 {
-				h.log.Warn("watch fell behind a compaction; reading everything again", "compactRevision", resp.CompactRevision)
-				next = 0
-				break
-			}
-			if err := resp.Err(); err != nil {
-				h.log.Warn("watch failed; resuming", "err", err, "revision", next)
-				break
-			}
-			if resp.Created {
-				if next == 0 {
-					next = resp.Header.Revision + 1
-				}
-				h.established()
-				continue
-			}
-			for _, ev := range resp.Events {
-				next = ev.Kv.ModRevision + 1
-				if ev.Type == clientv3.EventTypeDelete {
-					h.dispatch(ev)
-				}
-			}
-			if resp.IsProgressNotify() && resp.Header.Revision >= next {
-				next = resp.Header.Revision + 1
-			}
-		}
+		idle := h.follow(h.cli.Watch(wctx, h.layout.Base(), opts...), &next)
 		cancel()
 		h.mu.Lock()
 		h.ok = false
+		h.failing = !idle && ctx.Err() == nil
 		h.mu.Unlock()
+		if idle {
+			h.log.Debug("nothing held or awaited: scope watch closed")
+			continue
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -160,17 +189,64 @@ func (h *hub) run(ctx context.Context) error {
 	return nil
 }
 
-// established marks the watch open and makes everyone read again: deletes
-// before it may have been missed.
-func (h *hub) established() {
+// follow handles the responses of one watch until it ends or has not been
+// needed for a linger (idle true); next is the revision to resume from.
+func (h *hub) follow(wch clientv3.WatchChan, next *int64) (idle bool) {
+	tick := time.NewTicker(h.linger / 2)
+	defer tick.Stop()
+	unneeded := 0
+	for {
+		select {
+		case <-h.wake:
+			unneeded = 0
+		case <-tick.C:
+			if h.needed() {
+				unneeded = 0
+			} else if unneeded++; unneeded >= 2 {
+				return true
+			}
+		case resp, ok := <-wch:
+			switch {
+			case !ok:
+				return false
+			case resp.CompactRevision != 0:
+				h.log.Warn("watch fell behind a compaction; reading everything again", "compactRevision", resp.CompactRevision)
+				*next = 0
+				return false
+			case resp.Err() != nil:
+				h.log.Warn("watch failed; resuming", "err", resp.Err(), "revision", *next)
+				return false
+			case resp.Created:
+				if *next == 0 {
+					*next = resp.Header.Revision + 1
+				}
+				h.established(*next)
+				continue
+			}
+			for _, ev := range resp.Events {
+				*next = ev.Kv.ModRevision + 1
+				if ev.Type == clientv3.EventTypeDelete {
+					h.dispatch(ev)
+				}
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision >= *next {
+				*next = resp.Header.Revision + 1
+			}
+		}
+	}
+}
+
+// established marks the watch open from revision from, and makes everyone
+// who read before it read again: deletes before it may have been missed.
+func (h *hub) established(from int64) {
 	h.mu.Lock()
-	h.ok = true
+	h.ok, h.failing = true, false
 	for _, w := range h.regs {
-		w.resync = true
+		w.resync, w.from = true, from
 		poke(w.notify)
 	}
 	h.mu.Unlock()
-	go h.onResync()
+	go h.onResync(from)
 }
 
 func (h *hub) dispatch(ev *clientv3.Event) {
