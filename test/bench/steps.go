@@ -56,7 +56,7 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 					prof = make(chan error, 1)
 					go func() { prof <- fetchProfile(profAddr, w.o.slice, w.o.profile) }()
 				}
-				s := runFor(ctx, c, w.o.slice, cycle)
+				s := w.run(ctx, c, cycle)
 				if prof != nil {
 					if err := <-prof; err != nil {
 						return fmt.Errorf("profile: %w", err)
@@ -88,6 +88,9 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 	if err := holder.call(ctx, "POST", "/v1/locks/held", `{"owner":"holder","ttl":"1h"}`, 200); err != nil {
 		return err
 	}
+	// Released at the end: a lock held on would keep that sidecar watching
+	// the scope through the later steps.
+	defer holder.call(context.WithoutCancel(ctx), "DELETE", "/v1/locks/held?owner=holder", "", 200)
 	hs, err := concurrency.NewSession(w.cli, concurrency.WithTTL(60))
 	if err != nil {
 		return err
@@ -125,7 +128,7 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 			if err != nil {
 				return err
 			}
-			s := runFor(ctx, c, w.o.slice, x.op)
+			s := w.run(ctx, c, x.op)
 			after, err := w.raftIndex(ctx)
 			if err != nil {
 				return err
@@ -200,7 +203,7 @@ func (w *world) handoff(ctx context.Context, r *results) error {
 			{"Baton try loop", batonTry}, {"Mutex TryLock loop", mutexTry},
 			{"Baton blocking wait", batonWait}, {"Mutex.Lock", mutexLock},
 		} {
-			r.handoff[x.name] = append(r.handoff[x.name], runFor(ctx, c, w.o.slice, x.op))
+			r.handoff[x.name] = append(r.handoff[x.name], w.run(ctx, c, x.op))
 		}
 	}
 	// A run cut short leaves Mutex waiters' keys: clear them for the next.
