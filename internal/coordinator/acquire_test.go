@@ -408,21 +408,7 @@ func TestEtcdMutexContends(t *testing.T) {
 func TestWaiterRecordShowsItsGrant(t *testing.T) {
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "record")
-	a.mustAcquire(t, k, "first")
-	done := make(chan Grant, 1)
-	go func() {
-		g, err := b.acquire(t, k, "second", 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- g
-	}()
-	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
-	time.Sleep(300 * time.Millisecond) // the queueing time differs from the grant time
-	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
-		t.Fatal(err)
-	}
-	g := <-done
+	g := handOff(t, a, b, k, 300*time.Millisecond) // the queueing time differs from the grant time
 	waitFor(t, 5*time.Second, "the record's grant time", func() bool {
 		resp, err := b.cli.Get(context.Background(), b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
 		if err != nil || len(resp.Kvs) != 1 {
@@ -439,20 +425,8 @@ func TestWaiterRecordShowsItsGrant(t *testing.T) {
 func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "handoff")
-	a.mustAcquire(t, k, "first")
 	txns, ranges := b.calls.Txns(), b.calls.Ranges()
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.acquire(t, k, "second", 10*time.Second)
-		done <- err
-	}()
-	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
-	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	handOff(t, a, b, k, 0)
 	if _, err := b.c.Release(context.Background(), k, "second"); err != nil {
 		t.Fatal(err)
 	}
@@ -470,19 +444,7 @@ func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 func TestLateRecordLeavesAnExtendAlone(t *testing.T) {
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "extend")
-	a.mustAcquire(t, k, "first")
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.acquire(t, k, "second", 10*time.Second)
-		done <- err
-	}()
-	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
-	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	handOff(t, a, b, k, 0)
 	g, err := b.c.Extend(context.Background(), k, "second", time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -495,4 +457,30 @@ func TestLateRecordLeavesAnExtendAlone(t *testing.T) {
 	if rec := keyspace.DecodeHolder(resp.Kvs[0].Value); !rec.ExpiresAt.Equal(g.ExpiresAt) || !rec.AcquiredAt.Equal(g.AcquiredAt) {
 		t.Errorf("record after the extend: acquired %v expires %v; want %v and %v", rec.AcquiredAt, rec.ExpiresAt, g.AcquiredAt, g.ExpiresAt)
 	}
+}
+
+// handOff has a take k as "first" and b queue for it as "second"; after
+// queued (the waiter's key is in etcd), a releases. It returns b's grant.
+func handOff(t *testing.T, a, b *sidecar, k keyspace.Key, queued time.Duration) Grant {
+	t.Helper()
+	a.mustAcquire(t, k, "first")
+	type result struct {
+		g   Grant
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := b.acquire(t, k, "second", 10*time.Second)
+		done <- result{g, err}
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
+	time.Sleep(queued)
+	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the waiter: %v", r.err)
+	}
+	return r.g
 }

@@ -48,19 +48,7 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 	waitFor(t, 5*time.Second, "the watch to close after the linger", func() bool { return !a.watchOpen() })
 
 	// A waiter on an idle sidecar is handed the lock.
-	a.mustAcquire(t, k, "first")
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.acquire(t, k, "second", 10*time.Second)
-		done <- err
-	}()
-	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, k)) == 2 })
-	if _, err := a.c.Release(ctx, k, "first"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("the waiter: %v", err)
-	}
+	handOff(t, a, b, k, 0)
 	if !b.watchOpen() {
 		t.Error("a holder's watch is closed")
 	}
