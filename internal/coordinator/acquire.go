@@ -45,21 +45,30 @@ type Grant struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
-	// Done is closed when the lock ends, however it ends.
-	Done <-chan struct{}
 
 	h *held
+}
+
+// Done returns a channel that is closed when the lock ends, however it ends.
+func (g Grant) Done() <-chan struct{} {
+	if g.h == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return g.h.doneChan()
 }
 
 // Err returns nil while the lock is held and after its owner released it,
 // and a *LostError once it ended any other way.
 func (g Grant) Err() error {
-	select {
-	case <-g.Done:
-		if g.h.lost != nil {
-			return g.h.lost
-		}
-	default:
+	if g.h == nil {
+		return nil
+	}
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	if g.h.ended && g.h.lost != nil {
+		return g.h.lost
 	}
 	return nil
 }
@@ -454,12 +463,11 @@ const recordDelay = 100 * time.Millisecond
 // and one already written since it was created (an extend writes the
 // grant time too).
 func (c *Coordinator) rewriteRecord(h *held, rec keyspace.Holder) {
-	t := time.NewTimer(recordDelay)
-	defer t.Stop()
-	select {
-	case <-h.done:
+	c.mu.Lock()
+	ended := h.ended
+	c.mu.Unlock()
+	if ended {
 		return
-	case <-t.C:
 	}
 	key, rev, id := h.etcdKey, h.fence, h.lease
 	ctx, cancel := c.etcdCtx(context.Background())
@@ -507,14 +515,14 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	}
 	h := &held{
 		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, done: make(chan struct{}),
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, mu: &c.mu,
 	}
 	e.refs++
 	c.holdLocked(e, h, req.TTL)
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	if rewrite {
-		go c.rewriteRecord(h, rec)
+		time.AfterFunc(recordDelay, func() { c.rewriteRecord(h, rec) })
 	}
 	return grantOf(e, h), nil
 }
@@ -577,5 +585,5 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, Done: h.done, h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, h: h}
 }

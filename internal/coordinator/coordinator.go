@@ -121,8 +121,23 @@ type held struct {
 	slot       int           // its place in the deadline queue; -1 when none
 	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
-	done       chan struct{} // closed when the lock ends
-	lost       *LostError    // why it ended, when not by its owner's release; set before done closes
+	ended      bool          // the lock ended
+	mu         *sync.Mutex   // the coordinator's: guards ended, done and lost for Grant
+	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
+	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// doneChan returns the channel closed when h ends, making it if need be.
+func (h *held) doneChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+		if h.ended {
+			close(h.done)
+		}
+	}
+	return h.done
 }
 
 // endedKey names an owner's lock of one key.
@@ -371,7 +386,10 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	}
 	c.disarmLocked(h)
 	e.held = nil
-	close(h.done)
+	h.ended = true
+	if h.done != nil {
+		close(h.done)
+	}
 	e.refs-- // the holder's reference; the turn, still busy, keeps e
 	var reason string
 	if h.lost != nil {

@@ -37,7 +37,7 @@ func TestRelease(t *testing.T) {
 		t.Errorf("released %+v, want fence %d and held_for >= 20ms", r, g.Fence)
 	}
 	select {
-	case <-g.Done:
+	case <-g.Done():
 		if err := g.Err(); err != nil {
 			t.Errorf("Err() after a release = %v, want nil", err)
 		}
@@ -101,7 +101,7 @@ func TestExpiry(t *testing.T) {
 	if g2.Fence <= g.Fence {
 		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
 	}
-	<-g.Done
+	<-g.Done()
 	if le, ok := g.Err().(*LostError); !ok || le.Reason != Expired {
 		t.Errorf("Err() after the deadline = %v, want lost (expired)", g.Err())
 	}
@@ -168,7 +168,7 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-g.Done:
+	case <-g.Done():
 		if le, ok := g.Err().(*LostError); !ok || le.Reason != ForceReleased {
 			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
 		}
@@ -200,7 +200,7 @@ func TestLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-g.Done:
+	case <-g.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder was not told its lease ended")
 	}
@@ -253,7 +253,7 @@ func TestDeadlinesOfManyLocks(t *testing.T) {
 	var ended []time.Duration
 	for i := 2; i < n; i++ {
 		select {
-		case <-grants[i].Done:
+		case <-grants[i].Done():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("dl%d (ttl %v) still held after 10s", i, time.Second+time.Duration(i)*100*time.Millisecond)
 		}
@@ -266,7 +266,7 @@ func TestDeadlinesOfManyLocks(t *testing.T) {
 		}
 	}
 	select {
-	case <-grants[0].Done:
+	case <-grants[0].Done():
 		t.Errorf("the extended lock ended: %v", grants[0].Err())
 	default:
 	}
@@ -274,4 +274,42 @@ func TestDeadlinesOfManyLocks(t *testing.T) {
 		t.Errorf("the released lock ended with %v; want its release", grants[1].Err())
 	}
 	t.Logf("expiries after %v", ended)
+}
+
+// TestDoneAskedLate: a grant's Done channel is made when first asked for;
+// asked for after the lock ended, it is closed at once, and Err tells a
+// release from a loss.
+func TestDoneAskedLate(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	released := a.mustAcquire(t, key(t, "released"), "o")
+	if _, err := a.c.Release(ctx, key(t, "released"), "o"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-released.Done():
+	default:
+		t.Fatal("Done of a released lock is open")
+	}
+	if err := released.Err(); err != nil {
+		t.Errorf("Err of a released lock: %v", err)
+	}
+
+	k := key(t, "forced")
+	lost := a.mustAcquire(t, k, "o")
+	if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the loss", func() bool { return lost.Err() != nil })
+	select {
+	case <-lost.Done():
+	default:
+		t.Fatal("Done of a lost lock is open")
+	}
+	if le, ok := lost.Err().(*LostError); !ok || le.Reason != ForceReleased {
+		t.Errorf("Err of a force-released lock: %v", lost.Err())
+	}
+	if err := (Grant{}).Err(); err != nil {
+		t.Errorf("Err of no grant: %v", err)
+	}
 }

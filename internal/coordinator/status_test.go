@@ -88,7 +88,7 @@ func TestEtcdDown(t *testing.T) {
 	}
 	// Past the lease TTL the session is lost: the lock with it, and readiness.
 	select {
-	case <-held.Done:
+	case <-held.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the holder was not told its session ended")
 	}

@@ -38,7 +38,7 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-g.Done:
+	case <-g.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder was not told its key was deleted")
 	}

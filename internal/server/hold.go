@@ -124,9 +124,10 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
+	done := g.Done()
 	for {
 		select {
-		case <-g.Done:
+		case <-done:
 			ev := eventJSON{Event: EventReleased, Key: k.String(), Owner: g.Owner, Fence: g.Fence}
 			var lost *coordinator.LostError
 			if errors.As(g.Err(), &lost) {
@@ -181,7 +182,7 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 		}
 		s.log.Warn("cannot release a hold stream's lock yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", backoff, "err", err)
 		select {
-		case <-g.Done: // lost with the session, or released by someone else
+		case <-g.Done(): // lost with the session, or released by someone else
 			return
 		case <-time.After(backoff):
 		}
