@@ -277,16 +277,14 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	c.mu.Unlock()
 	id := sess.LeaseFor(load)
 	if readFirst {
-		tctx, cancel := c.etcdCtx(ctx)
-		resp, err := c.cli.Get(tctx, pfx, clientv3.WithFirstCreate()...)
-		cancel()
+		kvs, err := c.firstContender(ctx, req.Key)
 		if err != nil {
 			c.leaveTurn(e)
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
-		if len(resp.Kvs) > 0 {
+		if len(kvs) > 0 {
 			c.leaveTurn(e)
-			return Grant{}, heldFrom(req.Key, resp.Kvs, false, 0)
+			return Grant{}, heldFrom(req.Key, kvs, false, 0)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -557,13 +555,11 @@ func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time
 
 // refusal reads who holds k (a read, no write) for a refused caller.
 func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, wait time.Duration) error {
-	tctx, cancel := c.etcdCtx(ctx)
-	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	kvs, err := c.firstContender(ctx, k)
 	if err != nil {
 		return unavailable(fmt.Sprintf("acquire %q", k), err)
 	}
-	return heldFrom(k, resp.Kvs, waited, wait)
+	return heldFrom(k, kvs, waited, wait)
 }
 
 func heldFrom(k keyspace.Key, kvs []*mvccpb.KeyValue, waited bool, wait time.Duration) error {

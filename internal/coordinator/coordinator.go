@@ -84,11 +84,12 @@ type Coordinator struct {
 	// sidecar and whose holder's delete has not been seen since: the next
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
-	journal       journal   // changes of the held locks, for HeldChanges
-	deadlines     deadlines // when the held locks expire
-	leftKeys      []string  // keys of the locks Shutdown ended, for DrainKeys
-	sweptAt       time.Time // last pruning of ended
-	waiting       int       // blocking acquires in progress
+	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
+	journal       journal                // changes of the held locks, for HeldChanges
+	deadlines     deadlines              // when the held locks expire
+	leftKeys      []string               // keys of the locks Shutdown ended, for DrainKeys
+	sweptAt       time.Time              // last pruning of ended
+	waiting       int                    // blocking acquires in progress
 	closed        bool
 	changes       chan struct{} // poked when the set of held locks changes
 }
@@ -169,6 +170,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 		locks:         map[string]*entry{},
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
+		reads:         map[string]*sharedRead{},
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {

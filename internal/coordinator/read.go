@@ -1,0 +1,71 @@
+package coordinator
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// sharedRead is one linearizable read of the first contender of a lock,
+// shared by every caller that asked for it before it started. Callers that
+// ask while it is in flight share the next one, which starts when it ends:
+// a read never answers a caller that arrived after it began, so each
+// answer is etcd's as of a moment after the caller asked. A burst of tries
+// on one held lock (a webhook delivered many times, a resume button
+// clicked repeatedly) then costs etcd a read or two, not one per caller.
+type sharedRead struct {
+	done chan struct{} // closed when kvs and err are set
+	kvs  []*mvccpb.KeyValue
+	err  error
+	next *sharedRead // joined by the callers arriving while this one is in flight
+}
+
+// firstContender reads the first contender of k, none when k is free,
+// sharing the read as sharedRead says.
+func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) ([]*mvccpb.KeyValue, error) {
+	name := k.String()
+	c.mu.Lock()
+	r := c.reads[name]
+	if r == nil {
+		r = &sharedRead{done: make(chan struct{})}
+		c.reads[name] = r
+		c.mu.Unlock()
+		c.read(k, r)
+		return r.kvs, r.err
+	}
+	if r.next == nil {
+		r.next = &sharedRead{done: make(chan struct{})}
+	}
+	n := r.next
+	c.mu.Unlock()
+	select {
+	case <-n.done:
+		return n.kvs, n.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// read performs r, then starts the read its latecomers joined, if any.
+func (c *Coordinator) read(k keyspace.Key, r *sharedRead) {
+	ctx, cancel := c.etcdCtx(context.Background())
+	resp, err := c.cli.Get(ctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	cancel()
+	if err != nil {
+		r.err = err
+	} else {
+		r.kvs = resp.Kvs
+	}
+	c.mu.Lock()
+	if r.next != nil {
+		c.reads[k.String()] = r.next
+		go c.read(k, r.next)
+	} else {
+		delete(c.reads, k.String())
+	}
+	c.mu.Unlock()
+	close(r.done)
+}

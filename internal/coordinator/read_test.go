@@ -1,0 +1,70 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConcurrentRefusalsShareReads: many tries at once on a lock held by
+// another sidecar are all refused, naming the holder, with far fewer etcd
+// reads than tries; once the holder has released, the next try is granted
+// (no read that began before the release answers it).
+func TestConcurrentRefusalsShareReads(t *testing.T) {
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "storm")
+	a.mustAcquire(t, k, "running")
+	if _, err := b.acquire(t, k, "warm-up", 0); err == nil {
+		t.Fatal("granted a held lock")
+	}
+	const n = 64
+	ranges := b.calls.Ranges()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.acquire(t, k, fmt.Sprintf("dup-%d", i), 0)
+			var he *HeldError
+			if !errors.As(err, &he) || he.Holder.Owner != "running" {
+				errs <- fmt.Errorf("try %d: %v; want refused naming the holder", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	reads := b.calls.Ranges() - ranges
+	t.Logf("%d concurrent refusals, %d etcd reads", n, reads)
+	if reads >= n/2 {
+		t.Errorf("%d reads for %d concurrent refusals; want them shared", reads, n)
+	}
+
+	if _, err := a.c.Release(context.Background(), k, "running"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acquire(t, k, "next", 0); err != nil {
+		t.Fatalf("try after the release: %v", err)
+	}
+}
+
+// TestSharedReadHonoursTheCallersContext: a caller that joined a read gives
+// up when its context ends.
+func TestSharedReadHonoursTheCallersContext(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	k := key(t, "ctx")
+	// A read in flight that never ends, as far as the caller can tell.
+	r := &sharedRead{done: make(chan struct{})}
+	a.c.mu.Lock()
+	a.c.reads[k.String()] = r
+	a.c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := a.c.firstContender(ctx, k); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want the context's", err)
+	}
+}
