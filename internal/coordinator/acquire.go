@@ -390,8 +390,17 @@ wait:
 				anyOf[string(kv.Key)] = true
 			}
 		}
+		// A short line is followed key by key: once the watch has shown
+		// every contender ahead gone, the waiter is first with no read.
+		var aheadKeys []string
+		if ahead <= maxFollowedAhead {
+			aheadKeys = make([]string, ahead)
+			for i, kv := range aheadKVs {
+				aheadKeys[i] = string(kv.Key)
+			}
+		}
 		for {
-			if ahead == 1 && w.onlyAheadGone(string(pred.Key), key, readRev) {
+			if aheadKeys != nil && w.allAheadGone(aheadKeys, key, readRev) {
 				break wait // first in line: no read needed
 			}
 			if w.deleted(string(pred.Key), readRev, anyOf) {
@@ -420,6 +429,11 @@ wait:
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	return c.grant(e, req, sess, id, key, myRev, rec, true)
 }
+
+// maxFollowedAhead is the longest line ahead of a waiter whose departures
+// it follows key by key; behind a longer one it reads again when the
+// contender right ahead leaves (each check costs a look-up per key ahead).
+const maxFollowedAhead = 64
 
 // contendersNewestFirst reads the contender keys of a lock prefix, names
 // only, the last created first.

@@ -425,13 +425,23 @@ func TestWaiterRecordShowsItsGrant(t *testing.T) {
 func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "handoff")
+	b.keepWatching(t)
 	txns, ranges := b.calls.Txns(), b.calls.Ranges()
 	handOff(t, a, b, k, 0)
+	granted := time.Now()
 	if _, err := b.c.Release(context.Background(), k, "second"); err != nil {
 		t.Fatal(err)
 	}
+	heldFor := time.Since(granted)
 	time.Sleep(2 * recordDelay)
-	if got := b.calls.Txns() - txns; got != 2 {
+	want := int64(2)
+	if heldFor > recordDelay/2 {
+		// A machine this slow may have held the lock past recordDelay: the
+		// record rewrite is then due.
+		t.Logf("held %v before the release; the record may have been rewritten", heldFor)
+		want = 3
+	}
+	if got := b.calls.Txns() - txns; got > want || got < 2 {
 		t.Errorf("the waiter made %d transactions; want 2 (queue, release)", got)
 	}
 	if got := b.calls.Ranges() - ranges; got != 0 {
@@ -483,4 +493,41 @@ func handOff(t *testing.T, a, b *sidecar, k keyspace.Key, queued time.Duration) 
 		t.Fatalf("the waiter: %v", r.err)
 	}
 	return r.g
+}
+
+// TestThirdInLineReadsNothing: a waiter with two contenders ahead follows
+// both departures on the watch and is granted without reading etcd.
+func TestThirdInLineReadsNothing(t *testing.T) {
+	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
+	k := key(t, "line")
+	c.keepWatching(t)
+	a.mustAcquire(t, k, "first")
+	wait := func(s *sidecar, owner string, done chan<- error) {
+		_, err := s.acquire(t, k, owner, 10*time.Second)
+		done <- err
+	}
+	bDone, cDone := make(chan error, 1), make(chan error, 1)
+	go wait(b, "second", bDone)
+	waitFor(t, 5*time.Second, "the second key", func() bool { return len(a.contenders(t, k)) == 2 })
+	txns, ranges := c.calls.Txns(), c.calls.Ranges()
+	go wait(c, "third", cDone)
+	waitFor(t, 5*time.Second, "the third key", func() bool { return len(a.contenders(t, k)) == 3 })
+	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Release(context.Background(), k, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cDone; err != nil {
+		t.Fatal(err)
+	}
+	if got := c.calls.Txns() - txns; got != 1 {
+		t.Errorf("the third waiter made %d transactions; want 1 (queue)", got)
+	}
+	if got := c.calls.Ranges() - ranges; got != 0 {
+		t.Errorf("the third waiter made %d reads; want 0", got)
+	}
 }

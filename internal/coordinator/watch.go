@@ -115,22 +115,23 @@ func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
 	return hit
 }
 
-// onlyAheadGone reports, for a waiter whose only contender ahead at
-// revision rev was pred, that the watch has delivered pred's delete and not
-// mine's: the waiter is first in line as of that delete. Nothing created
-// after rev can get ahead of it (create revisions only grow), and the watch
-// delivers every delete under the prefix in revision order, its own key's
-// included, so no read is needed to know it. After a gap in the watch it
-// answers false, and the waiter reads.
-func (w *waiter) onlyAheadGone(pred, mine string, rev int64) bool {
+// allAheadGone reports, for a waiter whose contenders ahead at revision rev
+// were ahead, that the watch has delivered the delete of every one of them
+// and not mine's: the waiter is first in line as of the last delete.
+// Nothing created after rev can get ahead of it (create revisions only
+// grow), and the watch delivers every delete under the prefix in revision
+// order, its own key's included, so no read is needed to know it. After a
+// gap in the watch it answers false, and the waiter reads.
+func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.coveredLocked(rev) {
 		return false
 	}
-	d, ok := w.gone[pred]
-	if !ok || d.modRev <= rev {
-		return false
+	for _, k := range ahead {
+		if d, ok := w.gone[k]; !ok || d.modRev <= rev {
+			return false
+		}
 	}
 	m, ok := w.gone[mine]
 	return !ok || m.modRev <= rev

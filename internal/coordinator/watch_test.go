@@ -13,6 +13,15 @@ func (s *sidecar) watchOpen() bool {
 	return s.c.hub.ok
 }
 
+// keepWatching has s hold a lock of its own, so that its scope watch is
+// open before a test counts its etcd calls (a watch opened after a read
+// makes the reader read again).
+func (s *sidecar) keepWatching(t *testing.T) {
+	t.Helper()
+	s.mustAcquire(t, key(t, "keep-watching-"+s.c.cfg.Identity.Pod), "watcher")
+	waitFor(t, 5*time.Second, "the scope watch", s.watchOpen)
+}
+
 // TestWatchOnlyWhileNeeded: an idle sidecar does not watch its scope (it
 // would receive every delete in it); holding or awaiting a lock opens the
 // watch, which closes a linger after the last lock ends; deletes in the
