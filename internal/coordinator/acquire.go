@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -277,14 +278,14 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	c.mu.Unlock()
 	id := sess.LeaseFor(load)
 	if readFirst {
-		kvs, err := c.firstContender(ctx, req.Key)
+		first, err := c.firstContender(ctx, req.Key)
 		if err != nil {
 			c.leaveTurn(e)
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
-		if len(kvs) > 0 {
+		if first != nil {
 			c.leaveTurn(e)
-			return Grant{}, heldFrom(req.Key, kvs, false, 0)
+			return Grant{}, heldFrom(req.Key, first, false, 0)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -311,7 +312,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		c.leaveTurn(e)
-		return Grant{}, heldFrom(req.Key, resp.Responses[0].GetResponseRange().Kvs, false, 0)
+		return Grant{}, heldFrom(req.Key, firstOf(resp.Responses[0].GetResponseRange().Kvs), false, 0)
 	}
 	return c.grant(e, req, sess, id, key, resp.Header.Revision, rec, false)
 }
@@ -551,7 +552,10 @@ func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
 		if he.Waited {
 			result = "wait_timeout"
 		}
-		c.log.Info("lock refused", "lock", req.Key.String(), "owner", req.Owner, "holder", he.Holder.Owner, "fence", he.Fence, "waited", he.Waited)
+		// LogAttrs: a refusal is the hot path of a burst of duplicates,
+		// and attributes cost nothing when the level is off.
+		c.log.LogAttrs(context.Background(), slog.LevelInfo, "lock refused", slog.String("lock", req.Key.String()), slog.String("owner", req.Owner),
+			slog.String("holder", he.Holder.Owner), slog.Int64("fence", he.Fence), slog.Bool("waited", he.Waited))
 	default:
 		result = "error"
 	}
@@ -569,18 +573,19 @@ func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time
 
 // refusal reads who holds k (a read, no write) for a refused caller.
 func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, wait time.Duration) error {
-	kvs, err := c.firstContender(ctx, k)
+	first, err := c.firstContender(ctx, k)
 	if err != nil {
 		return unavailable(fmt.Sprintf("acquire %q", k), err)
 	}
-	return heldFrom(k, kvs, waited, wait)
+	return heldFrom(k, first, waited, wait)
 }
 
-func heldFrom(k keyspace.Key, kvs []*mvccpb.KeyValue, waited bool, wait time.Duration) error {
+// heldFrom is the refusal naming first, which is nil when the lock was
+// found free (a wait that ran out just as its holder left).
+func heldFrom(k keyspace.Key, first *contender, waited bool, wait time.Duration) error {
 	he := &HeldError{Key: k, Waited: waited, Wait: wait.Round(time.Millisecond)}
-	if len(kvs) > 0 {
-		he.Holder = keyspace.DecodeHolder(kvs[0].Value)
-		he.Fence = kvs[0].CreateRevision
+	if first != nil {
+		he.Holder, he.Fence = first.holder, first.fence
 	}
 	return he
 }

@@ -17,15 +17,31 @@ import (
 // on one held lock (a webhook delivered many times, a resume button
 // clicked repeatedly) then costs etcd a read or two, not one per caller.
 type sharedRead struct {
-	done chan struct{} // closed when kvs and err are set
-	kvs  []*mvccpb.KeyValue
-	err  error
-	next *sharedRead // joined by the callers arriving while this one is in flight
+	done  chan struct{} // closed when first and err are set
+	first *contender    // nil when the lock is free
+	err   error
+	next  *sharedRead // joined by the callers arriving while this one is in flight
 }
 
-// firstContender reads the first contender of k, none when k is free,
+// contender is the first contender of a lock, as a read found it: the
+// holder, its record decoded once for all the callers it answers.
+type contender struct {
+	fence  int64
+	holder keyspace.Holder
+}
+
+// firstOf returns the first contender of a range read with
+// clientv3.WithFirstCreate, nil when it found none.
+func firstOf(kvs []*mvccpb.KeyValue) *contender {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return &contender{fence: kvs[0].CreateRevision, holder: keyspace.DecodeHolder(kvs[0].Value)}
+}
+
+// firstContender reads the first contender of k, nil when k is free,
 // sharing the read as sharedRead says.
-func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) ([]*mvccpb.KeyValue, error) {
+func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) (*contender, error) {
 	name := k.String()
 	c.mu.Lock()
 	r := c.reads[name]
@@ -34,7 +50,7 @@ func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) ([]*mv
 		c.reads[name] = r
 		c.mu.Unlock()
 		c.read(k, r)
-		return r.kvs, r.err
+		return r.first, r.err
 	}
 	if r.next == nil {
 		r.next = &sharedRead{done: make(chan struct{})}
@@ -43,7 +59,7 @@ func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) ([]*mv
 	c.mu.Unlock()
 	select {
 	case <-n.done:
-		return n.kvs, n.err
+		return n.first, n.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -57,7 +73,7 @@ func (c *Coordinator) read(k keyspace.Key, r *sharedRead) {
 	if err != nil {
 		r.err = err
 	} else {
-		r.kvs = resp.Kvs
+		r.first = firstOf(resp.Kvs)
 	}
 	c.mu.Lock()
 	if r.next != nil {

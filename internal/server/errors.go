@@ -64,8 +64,18 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func classify(err error) (int, errorBody) {
-	body := errorBody{Message: err.Error()}
+	status, body := classified(err)
+	if body.Message == "" {
+		body.Message = err.Error()
+	}
+	return status, body
+}
+
+// classified maps err to its status and code; it sets the message only
+// where err.Error() is not the one to give.
+func classified(err error) (int, errorBody) {
 	var (
+		body     errorBody
 		ae       *apiError
 		held     *coordinator.HeldError
 		notOwner *coordinator.NotOwnerError
@@ -76,7 +86,7 @@ func classify(err error) (int, errorBody) {
 	no := false
 	switch {
 	case errors.As(err, &ae):
-		body.Code = ae.code
+		body.Code, body.Message = ae.code, ae.msg
 		return ae.status, body
 	case errors.As(err, &tooBig):
 		body.Code, body.Message = CodeBodyTooLarge, "request body is larger than the sidecar's limit"
@@ -133,9 +143,15 @@ func classify(err error) (int, errorBody) {
 	return http.StatusInternalServerError, body
 }
 
+// writeJSON answers v as one JSON line. It marshals first and writes
+// once, so that net/http sends the answer with its Content-Length.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only a bug gets here: every answer is made of plain fields.
+		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"the answer could not be encoded"}`)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v) // the caller may be gone; nothing to do about it
+	_, _ = w.Write(append(b, '\n')) // the caller may be gone; nothing to do about it
 }

@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
@@ -23,15 +22,13 @@ type acquireBody struct {
 	Wait  time.Duration
 }
 
-// decodeBody reads one JSON object strictly: unknown fields, wrong types,
-// trailing data and bad durations are errors that name the field. An empty
-// body gives the zero acquireBody.
+// decodeBody reads one JSON object strictly: unknown fields (names match
+// exactly), repeated fields, wrong types, trailing data and bad durations
+// are errors that name the field. An empty body gives the zero
+// acquireBody. It reads the object in one pass: this is on the path of
+// every try, and a burst of refused tries is what a lock service must
+// answer cheaply.
 func decodeBody(r io.Reader) (acquireBody, error) {
-	var raw struct {
-		Owner json.RawMessage `json:"owner"`
-		TTL   json.RawMessage `json:"ttl"`
-		Wait  json.RawMessage `json:"wait"`
-	}
 	data, err := io.ReadAll(r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -44,58 +41,68 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		}
 		return acquireBody{}, badRequest(CodeInvalidRequest, "the body could not be read: "+err.Error())
 	}
-	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
-		return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
-	}
-	if name, dup := duplicateField(data); dup {
-		return acquireBody{}, badRequest(CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err = dec.Decode(&raw)
-	if errors.Is(err, io.EOF) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
 		return acquireBody{}, nil
 	}
-	if err == nil {
-		if _, err = dec.Token(); errors.Is(err, io.EOF) {
-			err = nil
-		} else if err == nil {
-			err = errors.New("more than one JSON value")
-		}
+	if t[0] != '{' {
+		return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
 	}
-	if err != nil {
-		var (
-			tooBig *http.MaxBytesError
-			typ    *json.UnmarshalTypeError
-		)
-		switch {
-		case errors.As(err, &tooBig):
-			return acquireBody{}, err
-		case errors.As(err, &typ):
-			return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return acquireBody{}, badRequest(CodeInvalidRequest, strings.TrimPrefix(err.Error(), "json: ")+"; the fields are owner, ttl and wait")
+	if !json.Valid(t) {
+		var v any
+		err := json.Unmarshal(t, &v) // only for its message
+		if err == nil {
+			err = errors.New("invalid JSON")
 		}
 		return acquireBody{}, badRequest(CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
 	}
-	var b acquireBody
-	if len(raw.Owner) > 0 && string(raw.Owner) != "null" {
-		if err := json.Unmarshal(raw.Owner, &b.Owner); err != nil {
-			return acquireBody{}, badRequest("invalid_owner", fmt.Sprintf("owner must be a string, not %s", clip(raw.Owner)))
+	var raw [3]json.RawMessage // owner, ttl, wait
+	err = members(t, func(name string, value []byte) error {
+		i := bodyField(name)
+		switch {
+		case i < 0:
+			return badRequest(CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl and wait", name))
+		case raw[i] != nil:
+			return badRequest(CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
-	}
-	if b.TTL, err = parseDuration("ttl", raw.TTL); err != nil {
+		raw[i] = value
+		return nil
+	})
+	if err != nil {
 		return acquireBody{}, err
 	}
-	if b.TTL == 0 && len(raw.TTL) > 0 && string(raw.TTL) != "null" {
+	var b acquireBody
+	if len(raw[0]) > 0 && string(raw[0]) != "null" {
+		if err := json.Unmarshal(raw[0], &b.Owner); err != nil {
+			return acquireBody{}, badRequest("invalid_owner", fmt.Sprintf("owner must be a string, not %s", clip(raw[0])))
+		}
+	}
+	if b.TTL, err = parseDuration("ttl", raw[1]); err != nil {
+		return acquireBody{}, err
+	}
+	if b.TTL == 0 && len(raw[1]) > 0 && string(raw[1]) != "null" {
 		// Zero is how the API says "not given"; a caller who wrote it meant
 		// something else than the default.
 		return acquireBody{}, badRequest("invalid_ttl", "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
-	if b.Wait, err = parseDuration("wait", raw.Wait); err != nil {
+	if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
 		return acquireBody{}, err
 	}
 	return b, nil
+}
+
+// bodyField returns the index of a field of an acquire or extend body in
+// decodeBody's raw values, or -1.
+func bodyField(name string) int {
+	switch name {
+	case "owner":
+		return 0
+	case "ttl":
+		return 1
+	case "wait":
+		return 2
+	}
+	return -1
 }
 
 // parseDuration reads a JSON duration: a Go duration string ("30s", "5m")
@@ -222,31 +229,4 @@ type forcedJSON struct {
 	Key      string      `json:"key"`
 	Fence    int64       `json:"fence"`
 	Holder   *holderJSON `json:"holder"`
-}
-
-// duplicateField returns the first field name that a top-level JSON object
-// repeats: {"ttl":5,"ttl":6} is ambiguous (encoding/json keeps the last),
-// so it is refused rather than guessed at.
-func duplicateField(data []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", false
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		name, _ := t.(string)
-		if seen[name] {
-			return name, true
-		}
-		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return "", false
-		}
-	}
-	return "", false
 }

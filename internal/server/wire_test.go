@@ -30,11 +30,21 @@ func TestDecodeBody(t *testing.T) {
 }
 
 func TestDecodeBodyRefusesDuplicateFields(t *testing.T) {
-	for _, in := range []string{`{"ttl":5,"ttl":6}`, `{"owner":"a","wait":1,"owner":"b"}`} {
+	for _, in := range []string{`{"ttl":5,"ttl":6}`, `{"owner":"a","wait":1,"owner":"b"}`, `{"owner":"a","ow\u006eer":"b"}`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || !strings.Contains(ae.msg, "more than once") {
 			t.Errorf("decodeBody(%q) = %v, want a 400 naming the repeated field", in, err)
+		}
+	}
+}
+
+func TestDecodeBodyNamesUnknownFields(t *testing.T) {
+	for in, name := range map[string]string{`{"owner":"a","tll":"5m"}`: `"tll"`, `{"OWNER":"a"}`: `"OWNER"`, `{"x":{"owner":"a"}}`: `"x"`} {
+		_, err := decodeBody(strings.NewReader(in))
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.code != CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl and wait") {
+			t.Errorf("decodeBody(%s) = %v, want a 400 naming the field %s and the known ones", in, err, name)
 		}
 	}
 }
@@ -59,7 +69,7 @@ func TestDecodeBodyWantsAnObject(t *testing.T) {
 // FuzzAcquireJSON: decoding never panics, and what it accepts is sane.
 func FuzzAcquireJSON(f *testing.F) {
 	for _, s := range []string{``, `{}`, `{"owner":"o","ttl":"5m","wait":"30s"}`, `{"ttl":1e308}`, `{"wait":-0}`,
-		`{"ttl":"-1ns"}`, `{"owner":"\u0000"}`, `[`, `{"a":1}`, `{"ttl":"9223372036s"}`, `{} x`, `"str"`, `{"wait":NaN}`, `{"ttl":1,"ttl":2}`} {
+		`{"ttl":"-1ns"}`, `{"owner":"\u0000"}`, `[`, `{"a":1}`, `{"ttl":"9223372036s"}`, `{} x`, `"str"`, `{"wait":NaN}`, `{"ttl":1,"ttl":2}`, `{"owner":"a",}`, `{"ow\u006eer":"b"}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

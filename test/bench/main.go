@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "redis-server binary; skipped when not found")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's C=64 cycles to this file")
+	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale")
@@ -45,10 +46,11 @@ type options struct {
 	rounds    int
 	scaleMax  int
 	redis     string
-	profile   string
-	heap      string
-	only      string
-	scaleArgs string
+	profile         string
+	profileRefusals string
+	heap            string
+	only            string
+	scaleArgs       string
 }
 
 func run(ctx context.Context, o options) error {

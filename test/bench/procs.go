@@ -168,6 +168,7 @@ type world struct {
 	sidecars []*sidecar
 	redis    *redisServer
 	main     *sidecar // the sidecar the cycles run on
+	mainProf string   // main's pprof address, when a profile was asked for
 }
 
 func (w *world) connect() error {

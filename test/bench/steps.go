@@ -21,21 +21,14 @@ var errRefused = errors.New("refused")
 // cycles: acquire + release at each concurrency, contenders interleaved
 // and their order rotated each round.
 func (w *world) cycles(ctx context.Context, r *results) error {
-	var extra []string
-	profAddr := ""
-	if w.o.profile != "" {
-		a, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		profAddr = a
-		extra = []string{"--metrics-addr", a, "--pprof"}
-	}
-	main, err := w.startSidecar("main", extra...)
+	main, err := w.mainSidecar()
 	if err != nil {
 		return err
 	}
-	w.main = main
+	profAddr := ""
+	if w.o.profile != "" {
+		profAddr = w.mainProf
+	}
 	cs := []contender{w.rawTxn(), w.mutexTry(), w.baton(main), w.roundTrips(main)}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
@@ -128,7 +121,17 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 			if err != nil {
 				return err
 			}
+			var prof chan error
+			if w.o.profileRefusals != "" && x.name == "Baton (socket)" && len(r.refusals[x.name]) == 0 {
+				prof = make(chan error, 1)
+				go func() { prof <- fetchProfile(w.mainProf, w.o.slice, w.o.profileRefusals) }()
+			}
 			s := w.run(ctx, c, x.op)
+			if prof != nil {
+				if err := <-prof; err != nil {
+					return fmt.Errorf("profile: %w", err)
+				}
+			}
 			after, err := w.raftIndex(ctx)
 			if err != nil {
 				return err
@@ -251,11 +254,22 @@ func (w *world) crash(ctx context.Context, r *results) error {
 
 // mainSidecar returns the sidecar the cycles ran on, starting it when the
 // cycles were not run (-only).
+// mainSidecar starts the sidecar the cycles and refusals run on, once;
+// it serves pprof on w.mainProf when a profile was asked for.
 func (w *world) mainSidecar() (*sidecar, error) {
 	if w.main != nil {
 		return w.main, nil
 	}
-	s, err := w.startSidecar("main")
+	var extra []string
+	if w.o.profile != "" || w.o.profileRefusals != "" {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		w.mainProf = a
+		extra = []string{"--metrics-addr", a, "--pprof"}
+	}
+	s, err := w.startSidecar("main", extra...)
 	w.main = s
 	return s, err
 }

@@ -1,0 +1,40 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// BenchmarkRefusal measures a try of a lock held by another sidecar, the
+// path a burst of duplicate webhooks takes: the client, the socket API and
+// a linearizable read shared by concurrent callers, all in this process.
+// make bench measures it against etcd's Mutex; this is for pprof and
+// -benchmem.
+func BenchmarkRefusal(b *testing.B) {
+	holder, refuser := newAPI(b, "holder"), newAPI(b, "refuser")
+	if r, err := holder.try(http.MethodPost, "/v1/locks/held", `{"owner":"h","ttl":"1h"}`); err != nil || r.status != http.StatusOK {
+		b.Fatalf("hold: %v %+v", err, r)
+	}
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	reads := refuser.calls.Ranges()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := refuser.client.Post("http://baton/v1/locks/held", "application/json", strings.NewReader(`{"owner":"r"}`))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusConflict {
+				b.Errorf("status %d, want 409", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(refuser.calls.Ranges()-reads)/float64(b.N), "reads/op")
+}
