@@ -99,6 +99,33 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	}
 }
 
+func TestShortLeaseAloneIsEnough(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{[]string{"--lease-ttl=2s"}, nil, 667 * time.Millisecond},
+		{nil, map[string]string{"BATON_LEASE_TTL": "5s"}, 1667 * time.Millisecond},
+		{[]string{"--lease-ttl=1m"}, nil, 3 * time.Second},
+		{[]string{"--lease-ttl=3s", "--request-timeout=1s"}, nil, time.Second},
+	} {
+		o := defaultServeOptions(env(nil))
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		o.addFlags(fs)
+		if err := fs.Parse(append(tt.args, "--socket-path="+filepath.Join(t.TempDir(), "s.sock"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := bindEnv(fs, env(tt.env)); err != nil {
+			t.Fatal(err)
+		}
+		o.followLeaseTTL(fs)
+		if err := o.validate(); err != nil || o.coord.RequestTimeout != tt.want {
+			t.Errorf("%v %v: request timeout %v, %v; want %v and valid", tt.args, tt.env, o.coord.RequestTimeout, err, tt.want)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
 type syncBuffer struct {
 	mu sync.Mutex

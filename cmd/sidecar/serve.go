@@ -56,6 +56,7 @@ only. The pod's identity comes from POD_NAME, POD_NAMESPACE and NODE_NAME.`,
 			return err
 		}
 		opts.etcd.password = getenv("BATON_ETCD_PASSWORD")
+		opts.followLeaseTTL(cmd.Flags())
 		if err := opts.validate(); err != nil {
 			return usageError{err}
 		}
@@ -106,12 +107,22 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend")
 	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
-	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503")
+	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
 	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long the watch on the scope stays open after the last lock held or awaited here ends; an idle sidecar receives none of the scope's deletes")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
 	fs.StringVar(&o.clientURL, "embedded-client-url", o.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
+}
+
+// followLeaseTTL fits the etcd request timeout to a short lease when it
+// was not set: a third of the TTL at most, so that --lease-ttl alone can
+// go down to its minimum (the session must notice a stuck request well
+// before its lease could expire).
+func (o *serveOptions) followLeaseTTL(fs *pflag.FlagSet) {
+	if !fs.Changed("request-timeout") {
+		o.coord.RequestTimeout = min(o.coord.RequestTimeout, (o.lease.TTL / 3).Round(time.Millisecond))
+	}
 }
 
 // validate checks every option; each error names its flag.
