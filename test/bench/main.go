@@ -41,11 +41,11 @@ func main() {
 
 // options are the flags.
 type options struct {
-	baton     string
-	slice     time.Duration
-	rounds    int
-	scaleMax  int
-	redis     string
+	baton           string
+	slice           time.Duration
+	rounds          int
+	scaleMax        int
+	redis           string
 	profile         string
 	profileRefusals string
 	heap            string
