@@ -26,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/lease"
 )
 
@@ -65,22 +66,13 @@ func startAPIServer() error {
 	if err := batonv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets, _ = filepath.Abs("../../bin/k8s")
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		return fmt.Errorf("%w; run make envtest-assets (make test does)", err)
-	}
-	os.Setenv("KUBEBUILDER_ASSETS", assets) // for kubectl too
 	testEnv = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
 		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
 	}
-	cfg, err := testEnv.Start()
+	cfg, err := kubetest.Start(testEnv, filepath.Join("..", ".."))
 	if err != nil {
-		return fmt.Errorf("start envtest: %w", err)
+		return err
 	}
 	restConfig = cfg
 	return nil
