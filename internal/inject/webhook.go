@@ -1,0 +1,62 @@
+package inject
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Path is where the webhook server serves the injector; the chart's
+// MutatingWebhookConfiguration points at it.
+const Path = "/inject-v1-pod"
+
+// Injector is the admission handler: it patches each pod created with the
+// label baton.dev/inject=true as Inject says, and refuses one whose
+// annotations or names conflict, saying why.
+type Injector struct {
+	cfg     Config
+	decoder admission.Decoder
+}
+
+// NewInjector returns an Injector for cfg, which must be valid.
+func NewInjector(cfg Config, scheme *runtime.Scheme) (*Injector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Injector{cfg: cfg, decoder: admission.NewDecoder(scheme)}, nil
+}
+
+// Register serves the injector on srv at Path.
+func (i *Injector) Register(srv webhook.Server) {
+	srv.Register(Path, &webhook.Admission{Handler: i})
+}
+
+// Handle implements admission.Handler.
+func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("Baton injects sidecars into pods only when they are created")
+	}
+	pod := &corev1.Pod{}
+	if err := i.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	// The webhook's object selector sends only labelled pods; this holds
+	// should it be configured without one.
+	if pod.Labels[LabelInject] != "true" {
+		return admission.Allowed("not labelled " + LabelInject + "=true")
+	}
+	if err := Inject(pod, i.cfg); err != nil {
+		return admission.Denied("Baton sidecar injection: " + err.Error())
+	}
+	patched, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, patched)
+}
