@@ -31,6 +31,8 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 	dir := t.TempDir()
 	cert := filepath.Join(dir, "cert.pem")
 	os.WriteFile(cert, []byte("x"), 0o600)
+	injectYAML := filepath.Join(dir, "inject.yaml")
+	os.WriteFile(injectYAML, []byte("etcdEndpoints: [\"http://etcd:2379\"]\n"), 0o600)
 	tests := []struct {
 		name string
 		args []string
@@ -59,6 +61,9 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"mirror bad scope", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--scopes=a/b"}, nil, "--scopes"},
 		{"mirror retention", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--free-retention=0s"}, nil, "--free-retention"},
 		{"mirror metrics address", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--metrics-addr=8080"}, nil, "--metrics-addr"},
+		{"mirror inject config missing", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--inject-config=/nonexistent.yaml"}, nil, "--inject-config"},
+		{"mirror inject config invalid", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--inject-config=" + injectYAML}, nil, "image: required"},
+		{"mirror webhook port", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--webhook-port=0"}, nil, "--webhook-port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

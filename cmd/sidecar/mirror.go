@@ -16,8 +16,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/mirror"
 )
 
@@ -31,19 +33,28 @@ type mirrorOptions struct {
 	healthAddr        string
 	metricsAddr       string
 	logLevel          string
+	injectConfig      string // empty: no injector
+	inject            inject.Config
+	webhookPort       int
+	webhookCertDir    string
 }
 
 func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mirror",
-		Short: "Copy the locks in etcd into Lock objects (kubectl get locks -A) and carry out force releases",
+		Short: "Copy the locks in etcd into Lock objects (kubectl get locks -A), carry out force releases, inject sidecars",
 		Long: `Copy the locks in etcd into Lock custom resources, one per held or
 waited-on lock, in the namespace named by the lock's scope, and delete a
 lock's key when its Lock is annotated baton.dev/force-release=<reason>
 (only if the holder shown still holds it).
 
+With --inject-config it also serves the sidecar injector, a mutating
+admission webhook that adds Baton to each pod labelled
+baton.dev/inject=true (see the Helm chart).
+
 Runs as a Deployment with several replicas: one is elected leader (a
-coordination.k8s.io Lease) and mirrors; the others wait. The Kubernetes
+coordination.k8s.io Lease) and mirrors; the others wait. Every replica
+serves the injector. The Kubernetes
 client configuration comes from --kubeconfig, $KUBECONFIG, the in-cluster
 service account or ~/.kube/config, in that order. Every flag can also be set
 by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
@@ -72,6 +83,9 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz; empty disables")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", o.metricsAddr, "TCP address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	fs.StringVar(&o.injectConfig, "inject-config", "", "serve the sidecar injector (a mutating webhook for pods labelled baton.dev/inject=true) with this file's settings (YAML); empty: no injector")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS), with --inject-config")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with the webhook server's tls.crt and tls.key")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := bindEnv(fs, getenv); err != nil {
 			return err
@@ -94,6 +108,16 @@ func (o *mirrorOptions) validate() error {
 	}
 	if err := o.mirror.Validate(); err != nil {
 		return fmt.Errorf("--scopes or --free-retention: %w", err)
+	}
+	if o.injectConfig != "" {
+		c, err := inject.Load(o.injectConfig)
+		if err != nil {
+			return fmt.Errorf("--inject-config: %w", err)
+		}
+		o.inject = c
+	}
+	if o.webhookPort < 1 || o.webhookPort > 65535 {
+		return fmt.Errorf("--webhook-port %d: want a port from 1 to 65535", o.webhookPort)
 	}
 	for flag, addr := range map[string]string{"--health-addr": o.healthAddr, "--metrics-addr": o.metricsAddr} {
 		if addr == "" {
@@ -145,9 +169,23 @@ func runMirror(cmd *cobra.Command, o *mirrorOptions, stderr io.Writer) error {
 		LeaderElectionID:              "baton-mirror",
 		LeaderElectionNamespace:       o.electionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		// Every replica serves the injector; only the leader mirrors.
+		WebhookServer: webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
+	}
+	if o.injectConfig != "" {
+		inj, err := inject.NewInjector(o.inject, scheme)
+		if err != nil {
+			return fmt.Errorf("--inject-config: %w", err)
+		}
+		inj.Register(mgr.GetWebhookServer())
+		if healthAddr != "" {
+			if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+				return err
+			}
+		}
 	}
 	if healthAddr != "" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -165,6 +203,6 @@ func runMirror(cmd *cobra.Command, o *mirrorOptions, stderr io.Writer) error {
 	if _, err := mirror.Setup(mgr, o.mirror, cli); err != nil {
 		return err
 	}
-	logs.log.Info("mirroring", "etcd", o.etcd.endpoints, "scopes", o.mirror.Scopes, "leaderElection", o.leaderElect)
+	logs.log.Info("mirroring", "etcd", o.etcd.endpoints, "scopes", o.mirror.Scopes, "leaderElection", o.leaderElect, "injector", o.injectConfig != "")
 	return mgr.Start(cmd.Context())
 }

@@ -33,7 +33,7 @@ func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr 
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(ctx)
-	root.AddCommand(newServeCmd(getenv, stdout, stderr), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout), newMirrorCmd(getenv, stderr))
+	root.AddCommand(newServeCmd(getenv, stdout, stderr), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout), newMirrorCmd(getenv, stderr), newInstallCmd(stdout))
 	return root
 }
 
