@@ -19,13 +19,19 @@ help: ## Show this help.
 build: ## Build bin/baton.
 	$(GO) build $(GOFLAGS) -o $(BIN)/baton ./cmd/sidecar
 
+IMAGE ?= ghcr.io/baton-dev/baton:0.1.0
+
+.PHONY: image
+image: ## Build the container image $(IMAGE) (the sidecar and the controller) with docker.
+	docker build -t $(IMAGE) .
+
 .PHONY: run
 run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket-path $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
-	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
+test: vet envtest-assets $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
+	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
 	@mkdir -p $(BIN)
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat $(BIN)/e2e-report.md
@@ -57,10 +63,10 @@ vet: ## go vet, the reliability suite included.
 	$(GO) vet -tags e2e ./test/e2e
 
 .PHONY: verify
-verify: vet manifests ## Fail on gofmt, go.mod or generated-manifest drift.
+verify: vet manifests helm-sync ## Fail on gofmt, go.mod or generated-manifest drift (the chart's copies included).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt drift: run make fmt"; exit 1; }
 	$(GO) mod tidy -diff
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; git diff -- api config | head -50; echo "generated files drift: run make manifests and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts/baton/crds charts/baton/files)" || { git status --porcelain -- api config charts/baton/crds charts/baton/files; git diff -- api config charts | head -50; echo "generated files drift: run make manifests helm-sync and commit"; exit 1; }
 
 # Code generators, pinned by hack/tools/go.mod and built into bin.
 CONTROLLER_GEN ?= $(BIN)/controller-gen
@@ -73,6 +79,32 @@ manifests: $(BIN)/controller-gen ## Generate the Lock CRD (config/crd), the mirr
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... \
 	  output:crd:dir=config/crd output:rbac:dir=config/rbac
+
+# Helm, pinned by hack/helm/go.mod and built into bin (a few minutes cold).
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && $(GO) build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+CHART := charts/baton
+
+.PHONY: helm-sync
+helm-sync: ## Copy the generated CRD and RBAC rules into the chart (make verify fails when they differ).
+	@mkdir -p $(CHART)/crds $(CHART)/files
+	cp config/crd/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
+
+# The chart's variants: the values files under test/chart/values.
+CHART_VARIANTS := $(wildcard test/chart/values/*.yaml)
+
+.PHONY: helm-lint
+helm-lint: $(BIN)/helm ## helm lint the chart with its default values and each variant.
+	$(BIN)/helm lint --strict $(CHART)
+	@for v in $(CHART_VARIANTS); do echo "== $$v"; $(BIN)/helm lint --strict $(CHART) -f $$v || exit 1; done
+
+.PHONY: helm-template
+helm-template: $(BIN)/helm ## Render the chart with its default values and each variant into bin/chart.
+	@mkdir -p $(BIN)/chart
+	$(BIN)/helm template baton $(CHART) --namespace baton > $(BIN)/chart/default.yaml
+	@for v in $(CHART_VARIANTS); do $(BIN)/helm template baton $(CHART) --namespace baton -f $$v > $(BIN)/chart/$$(basename $$v) || exit 1; echo "rendered $(BIN)/chart/$$(basename $$v)"; done
 
 # A real kube-apiserver, etcd and kubectl for controller-runtime's envtest,
 # built from the Go module proxy into bin/k8s (about 14 minutes cold, seconds

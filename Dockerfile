@@ -1,0 +1,15 @@
+# The baton image: the sidecar (baton serve) and the controller (baton mirror).
+# Build with `make image`.
+FROM golang:1.26.8 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY api ./api
+COPY cmd ./cmd
+COPY internal ./internal
+RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /baton ./cmd/sidecar
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /baton /baton
+USER 65532:65532
+ENTRYPOINT ["/baton"]

@@ -1,0 +1,366 @@
+// Package chart tests the Helm chart charts/baton: it lints and renders it
+// with bin/helm for its default values and each variant under values/,
+// checks what the injector and the API server make of the result (a
+// server-side dry-run on a real kube-apiserver, CRD first), and installs
+// and upgrades it there.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/kubetest"
+)
+
+const (
+	root      = "../.."
+	chartDir  = root + "/charts/baton"
+	namespace = "baton"
+)
+
+var (
+	helm       string // the helm binary
+	kubeconfig string // an admin's kubeconfig for the test API server
+	kube       client.Client
+	env        *envtest.Environment
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	err := setup()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "chart tests:", err)
+			os.Exit(1)
+		}
+		skipReason = err.Error()
+	}
+	code := m.Run()
+	if env != nil {
+		env.Stop()
+	}
+	os.Exit(code)
+}
+
+func setup() error {
+	helm = os.Getenv("HELM")
+	if helm == "" {
+		helm, _ = filepath.Abs(filepath.Join(root, "bin", "helm"))
+	}
+	if _, err := os.Stat(helm); err != nil {
+		return fmt.Errorf("no helm: %w; make test builds bin/helm", err)
+	}
+	env = &envtest.Environment{
+		// The chart's CRD first, then stand-ins for cert-manager's and the
+		// Prometheus operator's.
+		CRDDirectoryPaths:     []string{filepath.Join(chartDir, "crds"), filepath.Join("testdata", "crds")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := kubetest.Start(env, root)
+	if err != nil {
+		env = nil
+		return err
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "chart-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "baton-chart")
+	if err != nil {
+		return err
+	}
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	if kube, err = client.New(cfg, client.Options{}); err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	return kube.Create(context.Background(), ns)
+}
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+// variants are the values files the chart is tested with: "" is the
+// defaults.
+func variants(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join("values", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no variants under values/: %v", err)
+	}
+	return append([]string{""}, files...)
+}
+
+func name(variant string) string {
+	if variant == "" {
+		return "default"
+	}
+	return strings.TrimSuffix(filepath.Base(variant), ".yaml")
+}
+
+// run runs a command and returns its standard output; an error carries
+// its standard error.
+func run(t *testing.T, cmd string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, cmd, args...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(cmd), strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func render(t *testing.T, variant string, extra ...string) (string, error) {
+	args := []string{"template", "baton", chartDir, "--namespace", namespace}
+	if variant != "" {
+		args = append(args, "-f", variant)
+	}
+	return run(t, helm, append(args, extra...)...)
+}
+
+// objects splits a rendering into its objects, decoded loosely.
+func objects(t *testing.T, manifest string) []map[string]any {
+	t.Helper()
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	var out []map[string]any
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("the rendering is not YAML: %v", err)
+		}
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+}
+
+func find(objs []map[string]any, kind string) []map[string]any {
+	var out []map[string]any
+	for _, o := range objs {
+		if o["kind"] == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestLint(t *testing.T) {
+	needCluster(t)
+	for _, v := range variants(t) {
+		args := []string{"lint", "--strict", chartDir}
+		if v != "" {
+			args = append(args, "-f", v)
+		}
+		if _, err := run(t, helm, args...); err != nil {
+			t.Errorf("%s: %v", name(v), err)
+		}
+	}
+}
+
+// TestServerSideDryRun: the API server accepts every object of every
+// variant, as `kubectl apply --dry-run=server` would send it.
+func TestServerSideDryRun(t *testing.T) {
+	needCluster(t)
+	for _, v := range variants(t) {
+		t.Run(name(v), func(t *testing.T) {
+			manifest, err := render(t, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "manifest.yaml")
+			os.WriteFile(file, []byte(manifest), 0o600)
+			kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
+			out, err := run(t, kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(out, "(server dry run)"); n != len(objects(t, manifest)) {
+				t.Errorf("%d objects accepted, %d rendered:\n%s", n, len(objects(t, manifest)), out)
+			}
+		})
+	}
+}
+
+// TestRenderings checks what each variant must contain, and that the
+// sidecar settings it renders are what the injector loads.
+func TestRenderings(t *testing.T) {
+	needCluster(t)
+	for _, v := range variants(t) {
+		t.Run(name(v), func(t *testing.T) {
+			manifest, err := render(t, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := objects(t, manifest)
+			deployments := find(objs, "Deployment")
+			if len(deployments) != 1 {
+				t.Fatalf("%d Deployments, want the controller's", len(deployments))
+			}
+			webhooks := find(objs, "MutatingWebhookConfiguration")
+			injecting := name(v) != "no-injection"
+			if injecting != (len(webhooks) == 1) {
+				t.Fatalf("%d webhook configurations; injection on: %v", len(webhooks), injecting)
+			}
+			if injecting {
+				checkWebhook(t, webhooks[0])
+				checkInjectConfig(t, objs, name(v))
+			}
+			external := name(v) == "external-etcd-tls"
+			if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
+				t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
+			}
+			args := fmt.Sprint(deployments[0])
+			for want, on := range map[string]bool{
+				"--etcd-endpoints=http://baton-etcd.baton.svc:2379": !external,
+				"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":          external,
+				"--inject-config=/etc/baton/inject/config.yaml":     injecting,
+			} {
+				if strings.Contains(args, want) != on {
+					t.Errorf("controller %s: %v, want %v", want, !on, on)
+				}
+			}
+		})
+	}
+}
+
+func checkWebhook(t *testing.T, o map[string]any) {
+	t.Helper()
+	data, _ := sigsyaml.Marshal(o)
+	var cfg admissionregv1.MutatingWebhookConfiguration
+	if err := sigsyaml.UnmarshalStrict(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Webhooks[0]
+	if w.ClientConfig.Service == nil || *w.ClientConfig.Service.Path != inject.Path {
+		t.Errorf("webhook path %+v, want %s", w.ClientConfig.Service, inject.Path)
+	}
+	if w.ObjectSelector == nil || w.ObjectSelector.MatchLabels[inject.LabelInject] != "true" {
+		t.Errorf("object selector %+v: only pods labelled %s=true may reach the injector", w.ObjectSelector, inject.LabelInject)
+	}
+	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregv1.OperationType{admissionregv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("rules %+v, want pods on create", w.Rules)
+	}
+	if cfg.Annotations["cert-manager.io/inject-ca-from"] == "" && len(w.ClientConfig.CABundle) == 0 {
+		t.Error("no caBundle and no cert-manager CA injection: the API server could not trust the webhook")
+	}
+}
+
+// checkInjectConfig loads the rendered inject ConfigMap as the controller
+// does.
+func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
+	t.Helper()
+	var text string
+	for _, o := range find(objs, "ConfigMap") {
+		if data, ok := o["data"].(map[string]any); ok && data["config.yaml"] != nil {
+			text, _ = data["config.yaml"].(string)
+		}
+	}
+	if text == "" {
+		t.Fatal("no ConfigMap with the injector's config.yaml")
+	}
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(file, []byte(text), 0o600)
+	cfg, err := inject.Load(file)
+	if err != nil {
+		t.Fatalf("the injector refuses the chart's config: %v\n%s", err, text)
+	}
+	if cfg.Image != "ghcr.io/baton-dev/baton:0.1.0" {
+		t.Errorf("image %q, want the chart's appVersion", cfg.Image)
+	}
+	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"})) {
+		t.Errorf("the variant's sidecar settings did not arrive: %+v", cfg)
+	}
+}
+
+// TestBadValuesAreRefused: values.schema.json names what is wrong.
+func TestBadValuesAreRefused(t *testing.T) {
+	needCluster(t)
+	for set, want := range map[string]string{
+		"etcd.replicas=2":                 "etcd.replicas",
+		"sidecar.leaseTTL=soon":           "sidecar.leaseTTL",
+		"webhook.failurePolicy=Sometimes": "webhook.failurePolicy",
+		"etcd.endpoints={etcd:2379}":      "etcd.endpoints",
+		"controller.replicas=0":           "controller.replicas",
+		"sidecar.healthPort=70000":        "sidecar.healthPort",
+		"sidecar.args={default-ttl}":      "sidecar.args",
+		"etcd.tsl.secretName=x":           "tsl",
+	} {
+		_, err := render(t, "", "--set", set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want an error naming %s", set, err, want)
+		}
+	}
+}
+
+// TestInstallAndUpgradeKeepTheWebhookCertificate: helm install and
+// upgrade against the API server; the generated CA and serving certificate
+// survive the upgrade, and the webhook still trusts them.
+func TestInstallAndUpgradeKeepTheWebhookCertificate(t *testing.T) {
+	needCluster(t)
+	helmArgs := func(verb string) []string {
+		return []string{verb, "certs", chartDir, "--namespace", namespace, "--kubeconfig", kubeconfig, "--set", "etcd.replicas=1"}
+	}
+	if _, err := run(t, helm, helmArgs("install")...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run(t, helm, "uninstall", "certs", "--namespace", namespace, "--kubeconfig", kubeconfig) })
+	secret := func() *corev1.Secret {
+		var s corev1.Secret
+		if err := kube.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: "certs-baton-webhook-tls"}, &s); err != nil {
+			t.Fatal(err)
+		}
+		return &s
+	}
+	before := secret()
+	if len(before.Data["ca.crt"]) == 0 || len(before.Data["tls.key"]) == 0 {
+		t.Fatalf("the webhook secret has no CA or key: %v", before.Data)
+	}
+	if _, err := run(t, helm, append(helmArgs("upgrade"), "--set", "sidecar.leaseTTL=20s")...); err != nil {
+		t.Fatal(err)
+	}
+	after := secret()
+	if !bytes.Equal(before.Data["ca.crt"], after.Data["ca.crt"]) || !bytes.Equal(before.Data["tls.crt"], after.Data["tls.crt"]) {
+		t.Error("the upgrade replaced the webhook's certificate")
+	}
+	var hook admissionregv1.MutatingWebhookConfiguration
+	if err := kube.Get(context.Background(), client.ObjectKey{Name: "certs-baton-inject"}, &hook); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(hook.Webhooks[0].ClientConfig.CABundle, after.Data["ca.crt"]) {
+		t.Error("the webhook's caBundle is not the secret's CA")
+	}
+}
