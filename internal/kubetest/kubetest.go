@@ -43,3 +43,14 @@ func Start(env *envtest.Environment, root string) (*rest.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Unavailable handles a test environment that could not start: under CI
+// (CI=true), where skipping would hide the tests, it prints err for what
+// and exits 1; elsewhere it returns the reason to skip the tests with.
+func Unavailable(what string, err error) string {
+	if os.Getenv("CI") == "true" {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+		os.Exit(1)
+	}
+	return err.Error()
+}
