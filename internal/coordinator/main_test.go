@@ -34,17 +34,17 @@ type sidecar struct {
 }
 
 // scopeOf gives each test its own scope, so tests never see each other's keys.
-func scopeOf(t *testing.T) string {
+func scopeOf(t testing.TB) string {
 	h := fnv.New64a()
 	h.Write([]byte(strings.SplitN(t.Name(), "/", 2)[0]))
 	return fmt.Sprintf("t%x", h.Sum64())
 }
 
-func newSidecar(t *testing.T, pod string, mods ...func(*Config)) *sidecar {
+func newSidecar(t testing.TB, pod string, mods ...func(*Config)) *sidecar {
 	return newSidecarOn(t, testEtcd, pod, mods...)
 }
 
-func newSidecarOn(t *testing.T, srv *etcdtest.Server, pod string, mods ...func(*Config)) *sidecar {
+func newSidecarOn(t testing.TB, srv *etcdtest.Server, pod string, mods ...func(*Config)) *sidecar {
 	t.Helper()
 	cli, calls := srv.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -89,7 +89,7 @@ func newSidecarOn(t *testing.T, srv *etcdtest.Server, pod string, mods ...func(*
 	return s
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -100,7 +100,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-func key(t *testing.T, s string) keyspace.Key {
+func key(t testing.TB, s string) keyspace.Key {
 	t.Helper()
 	k, err := keyspace.ParseKey(s)
 	if err != nil {
