@@ -322,10 +322,10 @@ func TestBadValuesAreRefused(t *testing.T) {
 	}
 }
 
-// TestInstallAndUpgradeKeepTheWebhookCertificate: helm install and
-// upgrade against the API server; the generated CA and serving certificate
-// survive the upgrade, and the webhook still trusts them.
-func TestInstallAndUpgradeKeepTheWebhookCertificate(t *testing.T) {
+// TestInstallAndUpgrade: helm install and upgrade against the API server;
+// the generated CA and serving certificate survive the upgrade, the webhook
+// still trusts them, and the controller's RBAC allows what it does.
+func TestInstallAndUpgrade(t *testing.T) {
 	needCluster(t)
 	helmArgs := func(verb string) []string {
 		return []string{verb, "certs", chartDir, "--namespace", namespace, "--kubeconfig", kubeconfig, "--set", "etcd.replicas=1"}
@@ -358,5 +358,33 @@ func TestInstallAndUpgradeKeepTheWebhookCertificate(t *testing.T) {
 	}
 	if !bytes.Equal(hook.Webhooks[0].ClientConfig.CABundle, after.Data["ca.crt"]) {
 		t.Error("the webhook's caBundle is not the secret's CA")
+	}
+
+	// The controller's ServiceAccount may do what the controller does (the
+	// API server authorizes with RBAC), and not more.
+	kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
+	sa := "system:serviceaccount:" + namespace + ":certs-baton-controller"
+	for _, c := range []struct {
+		verb, resource, namespace string
+		want                      bool
+	}{
+		{"create", "locks.baton.dev", "team-a", true},
+		{"delete", "locks.baton.dev", "team-b", true},
+		{"update", "locks.baton.dev/status", "team-a", true},
+		{"create", "leases.coordination.k8s.io", namespace, true},
+		{"create", "events.events.k8s.io", "team-a", true},
+		{"get", "secrets", namespace, false},
+		{"create", "pods", "team-a", false},
+	} {
+		resource, sub, _ := strings.Cut(c.resource, "/")
+		args := []string{"--kubeconfig", kubeconfig, "auth", "can-i", c.verb, resource, "--namespace", c.namespace, "--as", sa}
+		if sub != "" {
+			args = append(args, "--subresource", sub)
+		}
+		out, err := run(t, kubectl, args...)
+		// can-i answers "no" with exit status 1.
+		if got := strings.TrimSpace(out) == "yes"; got != c.want || (err != nil && strings.TrimSpace(out) != "no") {
+			t.Errorf("can the controller %s %s in %s? %q %v; want %v", c.verb, c.resource, c.namespace, out, err, c.want)
+		}
 	}
 }
