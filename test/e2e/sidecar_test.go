@@ -69,6 +69,7 @@ func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarO
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.proxy.Close() })
+		go drain(s.proxy)
 		eps = []string{"unix://" + psock}
 	}
 	s.args = append([]string{"serve", "--socket-path", s.socket, "--scope", "e2e",
