@@ -191,66 +191,56 @@ func TestLint(t *testing.T) {
 // variant, as `kubectl apply --dry-run=server` would send it.
 func TestServerSideDryRun(t *testing.T) {
 	needCluster(t)
-	for _, v := range variants(t) {
-		t.Run(name(v), func(t *testing.T) {
-			manifest, err := render(t, v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file := filepath.Join(t.TempDir(), "manifest.yaml")
-			os.WriteFile(file, []byte(manifest), 0o600)
-			kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
-			out, err := run(t, kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := strings.Count(out, "(server dry run)"); n != len(objects(t, manifest)) {
-				t.Errorf("%d objects accepted, %d rendered:\n%s", n, len(objects(t, manifest)), out)
-			}
-		})
-	}
+	eachRendering(t, func(t *testing.T, _, manifest string) {
+		file := filepath.Join(t.TempDir(), "manifest.yaml")
+		if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
+		out, err := run(t, kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(out, "(server dry run)"); n != len(objects(t, manifest)) {
+			t.Errorf("%d objects accepted, %d rendered:\n%s", n, len(objects(t, manifest)), out)
+		}
+	})
 }
 
 // TestRenderings checks what each variant must contain, and that the
 // sidecar settings it renders are what the injector loads.
 func TestRenderings(t *testing.T) {
 	needCluster(t)
-	for _, v := range variants(t) {
-		t.Run(name(v), func(t *testing.T) {
-			manifest, err := render(t, v)
-			if err != nil {
-				t.Fatal(err)
+	eachRendering(t, func(t *testing.T, variant, manifest string) {
+		objs := objects(t, manifest)
+		deployments := find(objs, "Deployment")
+		if len(deployments) != 1 {
+			t.Fatalf("%d Deployments, want the controller's", len(deployments))
+		}
+		webhooks := find(objs, "MutatingWebhookConfiguration")
+		injecting := variant != "no-injection"
+		if injecting != (len(webhooks) == 1) {
+			t.Fatalf("%d webhook configurations; injection on: %v", len(webhooks), injecting)
+		}
+		if injecting {
+			checkWebhook(t, webhooks[0])
+			checkInjectConfig(t, objs, variant)
+		}
+		external := variant == "external-etcd-tls"
+		if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
+			t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
+		}
+		args := fmt.Sprint(deployments[0])
+		for want, on := range map[string]bool{
+			"--etcd-endpoints=http://baton-etcd.baton.svc:2379": !external,
+			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":          external,
+			"--inject-config=/etc/baton/inject/config.yaml":     injecting,
+		} {
+			if strings.Contains(args, want) != on {
+				t.Errorf("controller %s: %v, want %v", want, !on, on)
 			}
-			objs := objects(t, manifest)
-			deployments := find(objs, "Deployment")
-			if len(deployments) != 1 {
-				t.Fatalf("%d Deployments, want the controller's", len(deployments))
-			}
-			webhooks := find(objs, "MutatingWebhookConfiguration")
-			injecting := name(v) != "no-injection"
-			if injecting != (len(webhooks) == 1) {
-				t.Fatalf("%d webhook configurations; injection on: %v", len(webhooks), injecting)
-			}
-			if injecting {
-				checkWebhook(t, webhooks[0])
-				checkInjectConfig(t, objs, name(v))
-			}
-			external := name(v) == "external-etcd-tls"
-			if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
-				t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
-			}
-			args := fmt.Sprint(deployments[0])
-			for want, on := range map[string]bool{
-				"--etcd-endpoints=http://baton-etcd.baton.svc:2379": !external,
-				"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":          external,
-				"--inject-config=/etc/baton/inject/config.yaml":     injecting,
-			} {
-				if strings.Contains(args, want) != on {
-					t.Errorf("controller %s: %v, want %v", want, !on, on)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func checkWebhook(t *testing.T, o map[string]any) {
@@ -386,5 +376,19 @@ func TestInstallAndUpgrade(t *testing.T) {
 		if got := strings.TrimSpace(out) == "yes"; got != c.want || (err != nil && strings.TrimSpace(out) != "no") {
 			t.Errorf("can the controller %s %s in %s? %q %v; want %v", c.verb, c.resource, c.namespace, out, err, c.want)
 		}
+	}
+}
+
+// eachRendering runs f, as a subtest, on the chart rendered with each
+// variant's values.
+func eachRendering(t *testing.T, f func(t *testing.T, variant, manifest string)) {
+	for _, v := range variants(t) {
+		t.Run(name(v), func(t *testing.T) {
+			manifest, err := render(t, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(t, name(v), manifest)
+		})
 	}
 }
