@@ -54,9 +54,9 @@ baton.dev/inject=true (see the Helm chart).
 
 Runs as a Deployment with several replicas: one is elected leader (a
 coordination.k8s.io Lease) and mirrors; the others wait. Every replica
-serves the injector. The Kubernetes
-client configuration comes from --kubeconfig, $KUBECONFIG, the in-cluster
-service account or ~/.kube/config, in that order. Every flag can also be set
+serves the injector. The Kubernetes client configuration comes from
+--kubeconfig, $KUBECONFIG, the in-cluster service account or
+~/.kube/config, in that order. Every flag can also be set
 by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 		Args: cobra.NoArgs,
 	}

@@ -112,8 +112,9 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 // other container a mount of it and $BATON_SOCKET. It is idempotent: what
 // is there already is left alone, so a pod that has the sidecar comes back
 // unchanged, and containers added since (by another webhook) get the mount.
-// An error leaves pod unchanged and says what in it is wrong: a bad annotation, or a name,
-// path or port of the pod's own that the sidecar needs.
+// An error leaves pod unchanged and says what in it is wrong: a bad
+// annotation, or a name, path or port of the pod's own that the sidecar
+// needs.
 func Inject(pod *corev1.Pod, cfg Config) error {
 	o, err := overridesOf(pod.Annotations, cfg)
 	if err != nil {
