@@ -9,12 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := runWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, runtime.GOMAXPROCS)
 	stop()
 	os.Exit(code)
 }
@@ -22,7 +23,14 @@ func main() {
 // run executes the command line and returns the process exit code: 0 on
 // success, 2 for a bad command line or configuration, 1 for a failure.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	root := newRootCmd(ctx, getenv, stdout, stderr)
+	return runWith(ctx, args, getenv, stdout, stderr, nil)
+}
+
+// runWith is run with setProcs, which sets the process's GOMAXPROCS
+// (runtime.GOMAXPROCS in main); nil leaves it alone, as a command run
+// inside a test must.
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) int {
+	root := newRootCmd(ctx, getenv, stdout, stderr, setProcs)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {

@@ -53,6 +53,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"password without user", []string{"--etcd-endpoints=http://127.0.0.1:1"}, map[string]string{"BATON_ETCD_PASSWORD": "pw"}, "--etcd-username"},
 		{"health address", []string{"--health-addr=8081"}, nil, "--health-addr"},
 		{"pprof without a metrics address", []string{"--pprof"}, nil, "--pprof"},
+		{"negative max procs", []string{"--max-procs=-1"}, nil, "--max-procs"},
 		{"embedded client URL", []string{"--embedded-client-url=ftp://x"}, nil, "--embedded-client-url"},
 		{"log level", []string{"--log-level=loud", "--socket-path=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
 		{"unknown flag", []string{"--lease=5s"}, nil, "unknown flag"},

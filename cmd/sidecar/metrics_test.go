@@ -24,6 +24,22 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// scrapeMetrics reads and parses a sidecar's /metrics on addr.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
 // value finds a sample of family name whose labels include want.
 func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
 	f, ok := fams[name]
@@ -85,19 +101,7 @@ func TestMetrics(t *testing.T) {
 	if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("release: %v %v", resp, err)
 	}
-	scrape := func() map[string]*dto.MetricFamily {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(resp.Body)
-		if err != nil {
-			t.Fatalf("parse /metrics: %v", err)
-		}
-		return fams
-	}
+	scrape := func() map[string]*dto.MetricFamily { return scrapeMetrics(t, addr) }
 	var fams map[string]*dto.MetricFamily
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) { // flow-2/plan expires
 		fams = scrape()

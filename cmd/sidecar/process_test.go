@@ -189,3 +189,33 @@ func TestSIGTERMReleasesEverything(t *testing.T) {
 		t.Errorf("no stop log line: %s", a.stderr.String())
 	}
 }
+
+// TestMaxProcs: a sidecar on an external etcd runs its Go code on one CPU
+// unless told otherwise by --max-procs, BATON_MAX_PROCS or GOMAXPROCS, as
+// its Go runtime reports on /metrics.
+func TestMaxProcs(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want float64
+	}{
+		{"default", nil, nil, 1},
+		{"flag", []string{"--max-procs", "3"}, nil, 3},
+		{"BATON_MAX_PROCS", nil, map[string]string{"BATON_MAX_PROCS": "3"}, 3},
+		{"GOMAXPROCS", nil, map[string]string{"GOMAXPROCS": "2"}, 2},
+		{"flag over GOMAXPROCS", []string{"--max-procs", "1"}, map[string]string{"GOMAXPROCS": "2"}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			addr := freePort(t)
+			startProc(t, filepath.Join(t.TempDir(), "s.sock"), "procs-test", append(tt.args, "--metrics-addr", addr)...)
+			got, ok := value(scrapeMetrics(t, addr), "go_sched_gomaxprocs_threads", nil)
+			if !ok || got != tt.want {
+				t.Errorf("GOMAXPROCS %v (reported: %v), want %v", got, ok, tt.want)
+			}
+		})
+	}
+}

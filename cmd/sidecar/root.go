@@ -23,7 +23,7 @@ func isUsageError(err error) bool {
 		strings.HasPrefix(err.Error(), "unknown flag") || strings.Contains(err.Error(), "invalid argument")
 }
 
-func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "baton",
 		Short:         "Baton: locks for the workloads of a Kubernetes pod, over a unix socket, on etcd",
@@ -33,7 +33,7 @@ func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr 
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(ctx)
-	root.AddCommand(newServeCmd(getenv, stdout, stderr), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout), newMirrorCmd(getenv, stderr), newInstallCmd(stdout))
+	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout), newMirrorCmd(getenv, stderr), newInstallCmd(stdout))
 	return root
 }
 

@@ -28,6 +28,7 @@ type serveOptions struct {
 	metricsKeyDepth int
 	pprof           bool
 	logLevel        string
+	maxProcs        int
 
 	etcd      etcdOptions
 	dataDir   string
@@ -38,7 +39,7 @@ type serveOptions struct {
 	server server.Config
 }
 
-func newServeCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+func newServeCmd(getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the lock API on a unix socket (embedded etcd unless --etcd-endpoints is set)",
@@ -60,6 +61,9 @@ only. The pod's identity comes from POD_NAME, POD_NAMESPACE and NODE_NAME.`,
 		if err := opts.validate(); err != nil {
 			return usageError{err}
 		}
+		if n := opts.procs(cmd.Flags().Changed("max-procs"), getenv("GOMAXPROCS") != ""); n > 0 && setProcs != nil {
+			setProcs(n)
+		}
 		return serve(cmd.Context(), opts, stdout, stderr)
 	}
 	return cmd
@@ -78,6 +82,7 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		socketPath: "/var/run/baton/baton.sock",
 		healthAddr: ":8081",
 		logLevel:   "info",
+		maxProcs:   1,
 		dataDir:    "baton-data",
 		clientURL:  "http://127.0.0.1:2379",
 		etcd:       etcdOptions{dialTimeout: 5 * time.Second},
@@ -110,6 +115,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
 	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long the watch on the scope stays open after the last lock held or awaited here ends; an idle sidecar receives none of the scope's deletes")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	fs.IntVar(&o.maxProcs, "max-procs", o.maxProcs, "the most CPUs running the sidecar's Go code at once (GOMAXPROCS); 0 leaves it to Go ($GOMAXPROCS, else the container's CPU limit, else every CPU). Unless set, 0 with the embedded etcd or $GOMAXPROCS")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
 	fs.StringVar(&o.clientURL, "embedded-client-url", o.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
@@ -123,6 +129,19 @@ func (o *serveOptions) followLeaseTTL(fs *pflag.FlagSet) {
 	if !fs.Changed("request-timeout") {
 		o.coord.RequestTimeout = min(o.coord.RequestTimeout, (o.lease.TTL / 3).Round(time.Millisecond))
 	}
+}
+
+// procs is the GOMAXPROCS to set, 0 for none. A sidecar spends its time
+// waiting on its socket and on etcd: more than one CPU running its Go code
+// buys it nothing but a scheduler spinning on idle CPUs for the next
+// goroutine to wake, CPU taken from the app and from etcd (make bench
+// measures both settings side by side). The embedded etcd needs the CPUs;
+// so does whoever set $GOMAXPROCS. explicit: --max-procs was given.
+func (o *serveOptions) procs(explicit, envSet bool) int {
+	if !explicit && (envSet || len(o.etcd.endpoints) == 0) {
+		return 0
+	}
+	return o.maxProcs
 }
 
 // validate checks every option; each error names its flag.
@@ -147,6 +166,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof: profiles are served on --metrics-addr, which is not set")
+	}
+	if o.maxProcs < 0 {
+		return fmt.Errorf("--max-procs %d: must be 0 (Go's default) or more", o.maxProcs)
 	}
 	if o.metricsKeyDepth < 0 || o.metricsKeyDepth > keyspace.MaxSegments {
 		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)

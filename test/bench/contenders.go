@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,8 +66,11 @@ func (w *world) mutexTry() contender {
 }
 
 // baton takes and releases the lock through a sidecar's socket.
-func (w *world) baton(s *sidecar) contender {
-	return contender{name: "Baton (socket)", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+func (w *world) baton(s *sidecar) contender { return w.batonNamed(s, baton) }
+
+// batonNamed is baton on sidecar s, under another name.
+func (w *world) batonNamed(s *sidecar, name string) contender {
+	return contender{name: name, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
 		return func(ctx context.Context, i int) error {
 			k := fmt.Sprintf("k%d", i)
 			if err := s.call(ctx, "POST", "/v1/locks/"+k, fmt.Sprintf(`{"owner":"c%d","ttl":"1m"}`, i), 200); err != nil {
@@ -93,6 +97,24 @@ func (s *sidecar) call(ctx context.Context, method, path, body string, want int)
 		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
 	}
 	return nil
+}
+
+// callJSON sends one request, wants 200 and decodes the answer into v.
+func (s *sidecar) callJSON(ctx context.Context, method, path, body string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		raw, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // roundTrips is the floor a sidecar adds: the two HTTP round trips of a

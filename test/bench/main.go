@@ -21,6 +21,9 @@ func main() {
 	if dir := os.Getenv(etcdChildEnv); dir != "" {
 		os.Exit(runEtcdChild(dir))
 	}
+	if spec := os.Getenv(bareChildEnv); spec != "" {
+		os.Exit(runBareChild(spec))
+	}
 	var o options
 	flag.StringVar(&o.baton, "baton", "bin/baton", "the baton binary to measure")
 	flag.DurationVar(&o.slice, "slice", 2*time.Second, "how long each contender runs in each round")

@@ -149,14 +149,19 @@ func (w *world) startSidecar(name string, extra ...string) (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sidecar{proc: p, socket: socket, http: &http.Client{Transport: &http.Transport{
+	s := newSidecar(p, socket)
+	w.sidecars = append(w.sidecars, s)
+	return s, nil
+}
+
+// newSidecar is p served on socket, with an HTTP client for it.
+func newSidecar(p *proc, socket string) *sidecar {
+	return &sidecar{proc: p, socket: socket, http: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 256,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		},
 	}}}
-	w.sidecars = append(w.sidecars, s)
-	return s, nil
 }
 
 // world is what the bench runs against.

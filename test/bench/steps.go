@@ -29,7 +29,21 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 	if w.o.profile != "" {
 		profAddr = w.mainProf
 	}
-	cs := []contender{w.rawTxn(), w.mutexTry(), w.baton(main), w.roundTrips(main)}
+	bare, err := w.startBare()
+	if err != nil {
+		return err
+	}
+	defer bare.term()
+	// The same sidecar with Go's default GOMAXPROCS (every CPU): what
+	// --max-procs 1 saves.
+	// Its own scope: the keys are named alike, and a cycle cut short at
+	// the end of a run leaves its key held by its sidecar for a while.
+	allProcs, err := w.startSidecar("all-procs", "--max-procs", "0", "--scope", "bench-all-procs")
+	if err != nil {
+		return err
+	}
+	defer allProcs.term()
+	cs := []contender{w.rawTxn(), w.mutexTry(), w.baton(main), w.bare(bare), w.batonNamed(allProcs, batonAllProcs), w.roundTrips(main)}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
 	} else if ok {

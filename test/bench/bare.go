@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// bareChildEnv holds "socket|etcd endpoint" for a re-executed bench binary
+// that runs the bare sidecar instead of the bench.
+const bareChildEnv = "BATON_BENCH_BARE"
+
+// runBareChild runs the least a sidecar can be: an HTTP server on a unix
+// socket that turns each acquire into one raw etcd Txn and each release
+// into another, under one lease, with a JSON body in and out. No queue, no
+// watch, no state, no logs, no metrics; one CPU for its Go code, like
+// Baton's default. Its cycle is the floor of any
+// design that puts a process between the app and etcd.
+func runBareChild(spec string) int {
+	socket, endpoint, ok := strings.Cut(spec, "|")
+	if !ok {
+		fmt.Fprintf(os.Stderr, "%s=%q: want socket|endpoint\n", bareChildEnv, spec)
+		return 2
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cli.Close()
+	l, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ka, err := cli.KeepAlive(context.Background(), l.ID)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		for range ka {
+		}
+	}()
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /k/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Owner string `json:"owner"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		k := "/bench/bare/" + r.PathValue("name")
+		// As in Baton, the outcome must not depend on the caller hanging
+		// up mid-call: a put committed for a gone caller would stay.
+		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, body.Owner, clientv3.WithLease(l.ID))).Commit()
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case !resp.Succeeded:
+			http.Error(w, "held", http.StatusConflict)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"owner": body.Owner, "fence": resp.Header.Revision})
+		}
+	})
+	mux.HandleFunc("DELETE /k/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fence, err := strconv.ParseInt(r.URL.Query().Get("fence"), 10, 64)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		k := "/bench/bare/" + r.PathValue("name")
+		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", fence)).
+			Then(clientv3.OpDelete(k)).Commit()
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case !resp.Succeeded:
+			http.Error(w, "not held", http.StatusConflict)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"fence": fence})
+		}
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	fmt.Println("serving on", socket)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	srv.Close()
+	cli.Revoke(context.Background(), l.ID)
+	return 0
+}
+
+// startBare starts the bare sidecar on the bench's etcd.
+func (w *world) startBare() (*sidecar, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	socket := filepath.Join(w.dir, "bare.sock")
+	cmd := exec.Command(self)
+	// On one CPU, as Baton's sidecar runs by default (--max-procs).
+	cmd.Env = append(os.Environ(), bareChildEnv+"="+socket+"|"+w.etcd.endpoint, "GOMAXPROCS=1")
+	p, err := startProc(cmd, "serving on")
+	if err != nil {
+		return nil, err
+	}
+	s := newSidecar(p, socket)
+	w.sidecars = append(w.sidecars, s)
+	return s, nil
+}
+
+// bare takes and releases the lock through the bare sidecar.
+func (w *world) bare(s *sidecar) contender {
+	return contender{name: bareName, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		return func(ctx context.Context, i int) error {
+			var got struct {
+				Fence int64 `json:"fence"`
+			}
+			// Not cut short at the run's end: a grant whose answer is lost
+			// would keep the key (Baton's grants are idempotent per owner,
+			// so the next round's first try gets it back; this one has no
+			// memory).
+			if err := s.callJSON(context.WithoutCancel(ctx), "POST", fmt.Sprintf("/k/k%d", i), fmt.Sprintf(`{"owner":"c%d"}`, i), &got); err != nil {
+				return err
+			}
+			return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/k/k%d?fence=%d", i, got.Fence), "", 200)
+		}, func() {}, nil
+	}}
+}
