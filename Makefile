@@ -135,7 +135,7 @@ clean: ## Remove build output and the data of `make run`.
 	rm -rf $(BIN) ./.baton $(SOCKET)
 
 .PHONY: bench
-bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 5 minutes.
+bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 4 minutes.
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
 	$(BIN)/bench --baton $(BIN)/baton $(BENCH_ARGS)
 

@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 // contender is one way of taking and giving back a lock.
@@ -41,6 +44,46 @@ func (w *world) rawTxn() contender {
 				}
 				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", r.Header.Revision)).
 					Then(clientv3.OpDelete(k)).Commit()
+				return err
+			}, func() {
+				w.cli.Revoke(context.Background(), l.ID)
+			}, nil
+	}}
+}
+
+// rawShaped is rawTxn with Baton's transactions: the acquire compares the
+// lock's whole prefix (no contender of any sidecar, nor etcdctl lock's) and
+// puts a holder record; the release is the same. What it costs over
+// rawTxn is the price of the concurrency.Mutex key layout at etcd.
+func (w *world) rawShaped() contender {
+	return contender{name: rawShapedName, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+		l, err := w.cli.Grant(ctx, 60)
+		if err != nil {
+			return nil, nil, err
+		}
+		layout, err := keyspace.NewLayout("bench-raw")
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, i int) error {
+				k, err := keyspace.ParseKey(fmt.Sprintf("k%d", i))
+				if err != nil {
+					return err
+				}
+				pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, l.ID)
+				now := time.Now()
+				rec := keyspace.Holder{Owner: fmt.Sprintf("c%d", i), Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
+				r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+					Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(l.ID))).
+					Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return errors.New("raw shaped: key taken")
+				}
+				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", r.Header.Revision)).
+					Then(clientv3.OpDelete(key)).Commit()
 				return err
 			}, func() {
 				w.cli.Revoke(context.Background(), l.ID)

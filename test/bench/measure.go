@@ -9,11 +9,12 @@ import (
 
 // sample is one timed run of a contender.
 type sample struct {
-	ops  int
-	errs int
-	took time.Duration
-	lat  []time.Duration
-	cpu  cpuSplit // CPU used during the run, by tier
+	ops     int
+	errs    int
+	lastErr error // the last error, for the report
+	took    time.Duration
+	lat     []time.Duration
+	cpu     cpuSplit // CPU used during the run, by tier
 }
 
 func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
@@ -49,6 +50,7 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(ctx context.Con
 				}
 				if err != nil {
 					s.errs++
+					s.lastErr = err
 					continue
 				}
 				s.ops++
@@ -57,6 +59,9 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(ctx context.Con
 			mu.Lock()
 			all.ops += s.ops
 			all.errs += s.errs
+			if s.lastErr != nil {
+				all.lastErr = s.lastErr
+			}
 			all.lat = append(all.lat, s.lat...)
 			mu.Unlock()
 		})
@@ -116,4 +121,15 @@ func (s series) errs() int {
 		n += x.errs
 	}
 	return n
+}
+
+// lastErr is the last error of the last round that had one.
+func (s series) lastErr() error {
+	var err error
+	for _, x := range s {
+		if x.lastErr != nil {
+			err = x.lastErr
+		}
+	}
+	return err
 }

@@ -24,6 +24,8 @@ const (
 	raw   = "raw etcd Txn"
 	mutex = "concurrency.Mutex TryLock"
 	baton = "Baton (socket)"
+	// rawShapedName is rawTxn with Baton's transactions.
+	rawShapedName = "raw etcd Txn, Baton's transactions"
 	// bareName is the bare sidecar: HTTP in, one raw Txn per request.
 	bareName = "bare sidecar (HTTP → 1 raw Txn)"
 	// batonAllProcs is Baton with --max-procs 0: Go's default GOMAXPROCS.
@@ -88,11 +90,15 @@ func (r *results) printCycles(w io.Writer) {
 	}
 	for _, name := range r.order {
 		n := 0
+		var last error
 		for _, c := range concurrencies {
 			n += r.cycles[name][c].errs()
+			if err := r.cycles[name][c].lastErr(); err != nil {
+				last = err
+			}
 		}
 		if n > 0 {
-			fmt.Fprintf(w, "\n%s: %d cycles failed\n", name, n)
+			fmt.Fprintf(w, "\n%s: %d cycles failed, the last with: %v\n", name, n, last)
 		}
 	}
 }

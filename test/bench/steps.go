@@ -43,7 +43,7 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 		return err
 	}
 	defer allProcs.term()
-	cs := []contender{w.rawTxn(), w.mutexTry(), w.baton(main), w.bare(bare), w.batonNamed(allProcs, batonAllProcs), w.roundTrips(main)}
+	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare), w.batonNamed(allProcs, batonAllProcs), w.roundTrips(main)}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
 	} else if ok {
