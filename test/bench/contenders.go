@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,28 +26,12 @@ type contender struct {
 // rawTxn is the physical limit: one Txn to take the key under a lease, one
 // to delete it if it is still ours.
 func (w *world) rawTxn() contender {
-	return contender{name: "raw etcd Txn", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
-		l, err := w.cli.Grant(ctx, 60)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, i int) error {
-				k := fmt.Sprintf("/bench/raw/k%d", i)
-				r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-					Then(clientv3.OpPut(k, "", clientv3.WithLease(l.ID))).Commit()
-				if err != nil {
-					return err
-				}
-				if !r.Succeeded {
-					return errors.New("raw: key taken")
-				}
-				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", r.Header.Revision)).
-					Then(clientv3.OpDelete(k)).Commit()
-				return err
-			}, func() {
-				w.cli.Revoke(context.Background(), l.ID)
-			}, nil
-	}}
+	return w.leased(raw, func(ctx context.Context, l clientv3.LeaseID, i int) (string, *clientv3.TxnResponse, error) {
+		k := fmt.Sprintf("/bench/raw/k%d", i)
+		r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, "", clientv3.WithLease(l))).Commit()
+		return k, r, err
+	})
 }
 
 // rawShaped is rawTxn with Baton's transactions: the acquire compares the
@@ -56,34 +39,44 @@ func (w *world) rawTxn() contender {
 // puts a holder record; the release is the same. What it costs over
 // rawTxn is the price of the concurrency.Mutex key layout at etcd.
 func (w *world) rawShaped() contender {
-	return contender{name: rawShapedName, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+	layout, err := keyspace.NewLayout("bench-raw")
+	if err != nil {
+		panic(err) // a constant, valid scope
+	}
+	return w.leased(rawShapedName, func(ctx context.Context, l clientv3.LeaseID, i int) (string, *clientv3.TxnResponse, error) {
+		k, err := keyspace.ParseKey(fmt.Sprintf("k%d", i))
+		if err != nil {
+			return "", nil, err
+		}
+		pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, l)
+		now := time.Now()
+		rec := keyspace.Holder{Owner: fmt.Sprintf("c%d", i), Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
+		r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(l))).
+			Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+		return key, r, err
+	})
+}
+
+// leased is a contender whose clients take a key under one lease with
+// acquire and delete it with a Txn that compares its create revision; the
+// lease is revoked after the run.
+func (w *world) leased(name string, acquire func(ctx context.Context, l clientv3.LeaseID, i int) (string, *clientv3.TxnResponse, error)) contender {
+	return contender{name: name, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
 		l, err := w.cli.Grant(ctx, 60)
 		if err != nil {
 			return nil, nil, err
 		}
-		layout, err := keyspace.NewLayout("bench-raw")
-		if err != nil {
-			return nil, nil, err
-		}
 		return func(ctx context.Context, i int) error {
-				k, err := keyspace.ParseKey(fmt.Sprintf("k%d", i))
-				if err != nil {
-					return err
-				}
-				pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, l.ID)
-				now := time.Now()
-				rec := keyspace.Holder{Owner: fmt.Sprintf("c%d", i), Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
-				r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
-					Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(l.ID))).
-					Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+				k, r, err := acquire(ctx, l.ID, i)
 				if err != nil {
 					return err
 				}
 				if !r.Succeeded {
-					return errors.New("raw shaped: key taken")
+					return fmt.Errorf("%s: key %s taken", name, k)
 				}
-				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", r.Header.Revision)).
-					Then(clientv3.OpDelete(key)).Commit()
+				_, err = w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", r.Header.Revision)).
+					Then(clientv3.OpDelete(k)).Commit()
 				return err
 			}, func() {
 				w.cli.Revoke(context.Background(), l.ID)
