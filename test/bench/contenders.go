@@ -119,38 +119,35 @@ func (w *world) batonNamed(s *sidecar, name string) contender {
 
 // call sends one request and wants status want.
 func (s *sidecar) call(ctx context.Context, method, path, body string, want int) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return err
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-	}
-	return nil
+	_, err := s.send(ctx, method, path, body, want)
+	return err
 }
 
 // callJSON sends one request, wants 200 and decodes the answer into v.
 func (s *sidecar) callJSON(ctx context.Context, method, path, body string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, strings.NewReader(body))
+	raw, err := s.send(ctx, method, path, body, http.StatusOK)
 	if err != nil {
 		return err
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// send sends one request, wants status want and returns the answer's body.
+func (s *sidecar) send(ctx context.Context, method, path, body string, want int) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://baton"+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		raw, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return raw, err
 }
 
 // roundTrips is the floor a sidecar adds: the two HTTP round trips of a
