@@ -47,6 +47,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"zero waiters", []string{"--max-waiters=0"}, nil, "--max-waiters"},
 		{"request timeout vs lease", []string{"--request-timeout=6s"}, nil, "--request-timeout"},
 		{"watch linger too short", []string{"--watch-linger=1ms"}, nil, "--watch-linger"},
+		{"negative watch delay", []string{"--watch-delay=-1s"}, nil, "--watch-delay"},
 		{"cert without key", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-cert=" + cert}, nil, "--etcd-key"},
 		{"missing CA file", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-cacert=/nonexistent"}, nil, "--etcd-cacert"},
 		{"endpoint without scheme", []string{"--etcd-endpoints=127.0.0.1:2379"}, nil, "--etcd-endpoints"},

@@ -46,6 +46,9 @@ type Grant struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	// Repeated says the owner held the lock before this call, which changed
+	// nothing (acquire is idempotent).
+	Repeated bool
 
 	h *held
 }
@@ -66,8 +69,8 @@ func (g Grant) Err() error {
 	if g.h == nil {
 		return nil
 	}
-	g.h.mu.Lock()
-	defer g.h.mu.Unlock()
+	g.h.co.mu.Lock()
+	defer g.h.co.mu.Unlock()
 	if g.h.ended && g.h.lost != nil {
 		return g.h.lost
 	}
@@ -111,9 +114,25 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		c.loseLocked(e, h, LeaseLost)
 		c.passTurnLocked(e)
 	}
+	if h := e.held; h != nil && h.owner == req.Owner && !c.hub.covers(h.fence) {
+		// Asked again before the watch reports this key's deletes (a young
+		// lock, or a watch being established again): etcd says whether
+		// it is still held, so a lock force released meanwhile is never
+		// handed back.
+		c.mu.Unlock()
+		if err := c.verify(ctx, e, h); err != nil {
+			return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+		}
+	}
 	if h := e.held; h != nil {
 		if h.owner == req.Owner {
 			g := grantOf(e, h)
+			g.Repeated = true
 			c.mu.Unlock()
 			return g, nil // idempotent
 		}
@@ -149,6 +168,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar (--max-waiters)", req.Key, ErrTooManyWaiters, c.waiting)
 	}
 	c.waiting++
+	c.hub.want() // whatever it waits behind, it must hear of its end
 	c.obs.Waiting(req.Key.String(), 1)
 	defer func() {
 		c.mu.Lock()
@@ -528,7 +548,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	}
 	h := &held{
 		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, mu: &c.mu,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, co: c,
 	}
 	e.refs++
 	c.holdLocked(e, h, req.TTL)

@@ -38,6 +38,13 @@ type Config struct {
 	// one watch request, while every second open costs a decoded event per
 	// delete in the scope.
 	WatchLinger time.Duration
+	// WatchDelay is how long a lock is held before the scope's watch opens
+	// for it. Default 250ms: a lock released sooner costs the sidecar no
+	// watch event, and a delete of its key by someone else (a force
+	// release) meanwhile is reported when the delay is up. Hold streams,
+	// Grant.Done and waiters open the watch at once; 0 opens it at every
+	// grant.
+	WatchDelay time.Duration
 }
 
 // Default returns the documented defaults.
@@ -51,6 +58,7 @@ func Default() Config {
 		RequestTimeout: 3 * time.Second,
 		EndedRetention: time.Hour,
 		WatchLinger:    2 * time.Second,
+		WatchDelay:     250 * time.Millisecond,
 	}
 }
 
@@ -74,6 +82,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ended retention %v: must be positive", c.EndedRetention)
 	case c.WatchLinger < 10*time.Millisecond:
 		return fmt.Errorf("watch linger %v: must be at least 10ms", c.WatchLinger)
+	case c.WatchDelay < 0:
+		return fmt.Errorf("watch delay %v: must not be negative; 0 watches every lock from its grant", c.WatchDelay)
+	case c.WatchDelay > time.Minute:
+		return fmt.Errorf("watch delay %v: must be at most 1m, or a lost lock goes unreported that long", c.WatchDelay)
 	}
 	return nil
 }

@@ -90,6 +90,8 @@ type Coordinator struct {
 	leftKeys      []string               // keys of the locks Shutdown ended, for DrainKeys
 	sweptAt       time.Time              // last pruning of ended
 	waiting       int                    // blocking acquires in progress
+	watched       int                    // held locks that keep the scope's watch open
+	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
 	changes       chan struct{} // poked when the set of held locks changes
 }
@@ -123,21 +125,24 @@ type held struct {
 	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	ended      bool          // the lock ended
-	mu         *sync.Mutex   // the coordinator's: guards ended, done and lost for Grant
+	watched    bool          // counted in Coordinator.watched: the scope's watch stays open for it
+	co         *Coordinator  // whose mu guards ended, done and lost for Grant
 	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
 	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
 }
 
 // doneChan returns the channel closed when h ends, making it if need be.
+// Whoever waits on it must hear of a loss at once: h is watched from now.
 func (h *held) doneChan() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.co.mu.Lock()
+	defer h.co.mu.Unlock()
 	if h.done == nil {
 		h.done = make(chan struct{})
 		if h.ended {
 			close(h.done)
 		}
 	}
+	h.co.watchHeldLocked(h)
 	return h.done
 }
 
@@ -208,11 +213,13 @@ func (c *Coordinator) Ready() error {
 	return nil
 }
 
-// busy reports whether any lock is held, awaited or being acquired here.
+// busy reports whether a lock held or awaited here needs the scope's
+// watch: a blocking acquire, or a held lock past its watch delay or
+// listened to for its loss. Tries and young locks do not.
 func (c *Coordinator) busy() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.locks) > 0
+	return c.waiting > 0 || c.watched > 0
 }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held
@@ -372,8 +379,15 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 }
 
 // holdLocked makes h e's holder, expiring in d; the caller has the turn.
+// A lock bound to a hold stream is watched at once (its caller is told of
+// a loss as it happens), any other once it has been held for the watch
+// delay.
 func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration) {
-	c.hub.want() // a holder must hear of its key's delete
+	if h.hold {
+		c.watchHeldLocked(h)
+	} else {
+		c.watchLaterLocked(h)
+	}
 	c.armLocked(e, h, d)
 	e.held = h
 	c.obs.Granted(e.key.String())
@@ -389,6 +403,9 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	c.disarmLocked(h)
 	e.held = nil
 	h.ended = true
+	if h.watched {
+		c.watched--
+	}
 	if h.done != nil {
 		close(h.done)
 	}

@@ -18,8 +18,9 @@ type Forced struct {
 // ForceRelease deletes the holder key of k, whichever sidecar (or etcdctl)
 // holds it, for an operator. fence, when not 0, must be the holder's fence:
 // the delete compares the key's create revision, so a newer holder is never
-// hit. by says who asked, for the log. The holder's sidecar sees the delete
-// by watch and reports the lock lost (force_released) to its owner.
+// hit. by says who asked, for the log. The holder's sidecar reports the
+// lock lost (force_released) to its owner: this one at once, another when
+// its watch sees the delete.
 func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence int64, by string) (Forced, error) {
 	op := fmt.Sprintf("force release %q", k)
 	tctx, cancel := c.etcdCtx(ctx)
@@ -49,5 +50,12 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 		return Forced{}, fmt.Errorf("%s: %w: the holder changed while releasing; look again", op, ErrFenceMismatch)
 	}
 	c.log.Warn("lock force-released", "lock", k.String(), "owner", holder.Owner, "pod", holder.Pod, "fence", kv.CreateRevision, "by", by)
+	// Held here: lost now, whether or not the watch is open for it.
+	c.mu.Lock()
+	if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.fence == kv.CreateRevision && !e.held.ending {
+		c.loseLocked(e, e.held, ForceReleased)
+		c.passTurnLocked(e)
+	}
+	c.mu.Unlock()
 	return Forced{Holder: holder, Fence: kv.CreateRevision}, nil
 }

@@ -269,6 +269,26 @@ func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	}
 }
 
+// verify reads whether h's key is still in etcd, and loses h if it is not.
+func (c *Coordinator) verify(ctx context.Context, e *entry, h *held) error {
+	tctx, cancel := c.etcdCtx(ctx)
+	resp, err := c.cli.Get(tctx, h.etcdKey)
+	cancel()
+	if err != nil {
+		return unavailable("read holder", err)
+	}
+	if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.held == h && !h.ending {
+		c.loseLocked(e, h, goneReason(h.sess))
+		c.passTurnLocked(e)
+	}
+	return nil
+}
+
 // checkHeld verifies, once the watch is established from revision from,
 // that every local holder key older than that is still in etcd, and loses
 // those that are not. A key created at from-1 or later cannot have been

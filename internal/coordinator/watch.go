@@ -34,6 +34,7 @@ type hub struct {
 	mu      sync.Mutex
 	regs    map[string]*waiter // by lock prefix
 	ok      bool               // the watch is established
+	from    int64              // the first revision whose deletes it delivers, when ok
 	failing bool               // the watch ended in an error and is not established again
 }
 
@@ -135,6 +136,15 @@ func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
 	}
 	m, ok := w.gone[mine]
 	return !ok || m.modRev <= rev
+}
+
+// covers reports whether the watch, as established now, delivers every
+// delete of a key created at revision rev: it has been established since
+// before the key was created.
+func (h *hub) covers(rev int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok && h.from <= rev+1
 }
 
 // broken reports whether the watch failed and has not been established
@@ -241,7 +251,7 @@ func (h *hub) follow(wch clientv3.WatchChan, next *int64) (idle bool) {
 // who read before it read again: deletes before it may have been missed.
 func (h *hub) established(from int64) {
 	h.mu.Lock()
-	h.ok, h.failing = true, false
+	h.ok, h.failing, h.from = true, false, from
 	for _, w := range h.regs {
 		w.resync, w.from = true, from
 		poke(w.notify)

@@ -162,7 +162,8 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 	st.send(ev)
 }
 
-// releaseHeld releases a hold stream's lock after its caller went away.
+// releaseHeld releases a lock after its caller went away: a hold stream's,
+// or a grant its caller hung up before receiving.
 // While etcd cannot be reached it retries, so that a lock whose caller is
 // gone never waits for its deadline: it ends released, or lost with the
 // session once etcd has been out of reach for the lease TTL.
@@ -174,13 +175,13 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 		cancel()
 		switch {
 		case err == nil || errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld):
-			s.log.Info("hold stream closed", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
+			s.log.Info("lock released: its caller is gone", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
 			return
 		case !errors.Is(err, coordinator.ErrUnavailable):
-			s.log.Warn("cannot release a hold stream's lock; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
+			s.log.Warn("cannot release the lock of a caller that is gone; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
 			return
 		}
-		s.log.Warn("cannot release a hold stream's lock yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", backoff, "err", err)
+		s.log.Warn("cannot release the lock of a caller that is gone yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", backoff, "err", err)
 		select {
 		case <-g.Done(): // lost with the session, or released by someone else
 			return

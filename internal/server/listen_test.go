@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -114,6 +115,70 @@ func TestDisconnectWithdrawsWaiter(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestHangUpBeforeGrantReleases: a caller that hangs up before the answer
+// to its try (a client time-out) leaves no lock held until its ttl: the
+// sidecar releases a lock it could not tell anyone about. An owner asking
+// again for a lock it holds and hanging up keeps it.
+func TestHangUpBeforeGrantReleases(t *testing.T) {
+	a := newAPI(t, "pod-a")
+	k, _ := keyspace.ParseKey("hangup")
+	pfx := a.coord.Layout().LockPrefix(k)
+	cli, _ := testEtcd.Client(t)
+	state := func() (keys, rev int64) {
+		r, err := cli.Get(context.Background(), pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count, r.Header.Revision
+	}
+	// Sends a whole request and closes the connection without reading.
+	hangUp := func(body string) {
+		conn, err := net.Dial("unix", a.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /v1/locks/hangup HTTP/1.1\r\nHost: baton\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		conn.Close()
+	}
+	// The sidecar may grant the try before the connection's close reaches
+	// it (this goroutine may be descheduled between the two): the answer
+	// was then delivered, and the lock is rightly kept. Or it may see the
+	// close before it reads the request, and grant nothing. Most tries are
+	// granted and released; without the release none is.
+	const tries = 10
+	released := 0
+	for range tries {
+		_, rev := state()
+		hangUp(`{"owner":"gone","ttl":"1h"}`)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			keys, now := state()
+			if keys == 0 && now >= rev+2 { // granted (a put), then released (a delete)
+				released++
+				break
+			}
+			if time.Now().After(deadline) {
+				if keys > 0 {
+					a.do("DELETE", "/v1/locks/hangup?force=true", "").expect(t, 200, "")
+				}
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if released < tries/2 {
+		t.Fatalf("%d of %d tries whose caller hung up were released; the others stayed held", released, tries)
+	}
+
+	a.do("POST", "/v1/locks/hangup", `{"owner":"stays","ttl":"1h"}`).expect(t, 200, "")
+	hangUp(`{"owner":"stays","ttl":"1h"}`)
+	time.Sleep(200 * time.Millisecond)
+	if n, _ := state(); n != 1 {
+		t.Fatalf("%d keys after the holder asked again and hung up; want its key kept", n)
+	}
+	a.do("DELETE", "/v1/locks/hangup?owner=stays", "").expect(t, 200, "")
 }
 
 func TestSlowHeadersAreCut(t *testing.T) {

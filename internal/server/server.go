@@ -170,7 +170,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, grantOf(g))
+	if g.Repeated {
+		writeJSON(w, http.StatusOK, grantOf(g))
+		return
+	}
+	if r.Context().Err() != nil || deliverJSON(w, http.StatusOK, grantOf(g)) != nil {
+		// The caller hung up (a client time-out) before it could learn of
+		// the grant: nobody would release the lock before its ttl.
+		s.releaseHeld(k, g, "the caller hung up before the grant reached it")
+	}
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) {

@@ -15,6 +15,7 @@ type sample struct {
 	took    time.Duration
 	lat     []time.Duration
 	cpu     cpuSplit // CPU used during the run, by tier
+	events  float64  // watch events etcd sent during the run; -1 when unknown
 }
 
 func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
@@ -22,9 +23,13 @@ func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
 // run is runFor with the CPU time of etcd, the sidecars and the bench's
 // clients measured around it.
 func (w *world) run(ctx context.Context, c int, op func(ctx context.Context, i int) error) sample {
-	before := w.cpuNow()
+	before, events := w.cpuNow(), w.watchEvents(ctx)
 	s := runFor(ctx, c, w.o.slice, op)
 	s.cpu = w.cpuNow().sub(before)
+	s.events = -1
+	if after := w.watchEvents(ctx); events >= 0 && after >= 0 {
+		s.events = after - events
+	}
 	return s
 }
 
@@ -113,6 +118,24 @@ func (s series) cpuPerOp() cpuSplit {
 	}
 	n := time.Duration(ops)
 	return cpuSplit{sum.etcd / n, sum.sidecars / n, sum.clients / n}
+}
+
+// eventsPerOp is the watch events etcd sent per operation, over all
+// rounds; -1 when unknown.
+func (s series) eventsPerOp() float64 {
+	var sum float64
+	ops := 0
+	for _, x := range s {
+		if x.events < 0 {
+			return -1
+		}
+		sum += x.events
+		ops += x.ops
+	}
+	if ops == 0 {
+		return -1
+	}
+	return sum / float64(ops)
 }
 
 func (s series) errs() int {

@@ -172,8 +172,9 @@ type world struct {
 	cli      *clientv3.Client
 	sidecars []*sidecar
 	redis    *redisServer
-	main     *sidecar // the sidecar the cycles run on
-	mainProf string   // main's pprof address, when a profile was asked for
+	main     *sidecar     // the sidecar the cycles run on
+	mainProf string       // main's pprof address, when a profile was asked for
+	etcdHTTP *http.Client // to etcd's /metrics, made when first needed
 }
 
 func (w *world) connect() error {

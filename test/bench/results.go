@@ -30,6 +30,12 @@ const (
 	bareName = "bare sidecar (HTTP → 1 raw Txn)"
 	// batonAllProcs is Baton with --max-procs 0: Go's default GOMAXPROCS.
 	batonAllProcs = "Baton, --max-procs 0 (every CPU)"
+	// batonShared is Baton with the clients spread over 4 sidecars sharing
+	// a scope.
+	batonShared = "Baton, 4 sidecars sharing a scope"
+	// batonWatchAll is batonShared with --watch-delay 0: every lock watched
+	// from its grant.
+	batonWatchAll = "Baton, 4 sidecars sharing a scope, --watch-delay 0"
 )
 
 // handoffOrder is the order of the hot-key contenders in the tables.
@@ -218,13 +224,18 @@ func (r *results) printCPU(w io.Writer) {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 	fmt.Fprintf(w, "\n## CPU time per operation (etcd, sidecars, the bench's clients)\n\n"+
 		"Read from /proc around each run (10 ms ticks); the ceiling is %d cores divided by the total.\n\n"+
-		"| operation | etcd | sidecars | clients | total | ceiling on %d cores |\n|---|---|---|---|---|---|\n", runtime.NumCPU(), runtime.NumCPU())
+		"The last column counts the watch events etcd sent (to every watching sidecar) per operation.\n\n"+
+		"| operation | etcd | sidecars | clients | total | ceiling on %d cores | watch events |\n|---|---|---|---|---|---|---|\n", runtime.NumCPU(), runtime.NumCPU())
 	for _, x := range rows {
 		c := x.s.cpuPerOp()
 		ceiling := "—"
 		if c.total() > 0 {
 			ceiling = fmt.Sprintf("%.0f/s", float64(runtime.NumCPU())*float64(time.Second)/float64(c.total()))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling)
+		events := "—"
+		if e := x.s.eventsPerOp(); e >= 0 {
+			events = fmt.Sprintf("%.2f", e)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling, events)
 	}
 }

@@ -43,7 +43,22 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 		return err
 	}
 	defer allProcs.term()
-	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare), w.batonNamed(allProcs, batonAllProcs), w.roundTrips(main)}
+	// Four sidecars sharing a scope, as the pods of one namespace do, and
+	// four that watch every lock from its grant: a watching sidecar
+	// receives every delete in its scope, so --watch-delay saves events
+	// for each sidecar in it.
+	shared, err := w.startSidecars("shared", 4, "--scope", "bench-shared")
+	if err != nil {
+		return err
+	}
+	defer termAll(shared)
+	watchAll, err := w.startSidecars("watch-all", 4, "--scope", "bench-watch-all", "--watch-delay", "0")
+	if err != nil {
+		return err
+	}
+	defer termAll(watchAll)
+	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare),
+		w.batonNamed(allProcs, batonAllProcs), w.batonSpread(shared, batonShared), w.batonSpread(watchAll, batonWatchAll), w.roundTrips(main)}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
 	} else if ok {
@@ -264,6 +279,26 @@ func (w *world) crash(ctx context.Context, r *results) error {
 	}
 	r.crashTTL = 2 * time.Second
 	return nil
+}
+
+// startSidecars starts n sidecars with the same flags, stopped when the
+// world ends.
+func (w *world) startSidecars(name string, n int, args ...string) ([]*sidecar, error) {
+	scs := make([]*sidecar, n)
+	for i := range scs {
+		var err error
+		if scs[i], err = w.startSidecar(fmt.Sprintf("%s-%d", name, i), args...); err != nil {
+			return nil, err
+		}
+	}
+	return scs, nil
+}
+
+// termAll stops sidecars.
+func termAll(scs []*sidecar) {
+	for _, s := range scs {
+		s.term()
+	}
 }
 
 // mainSidecar returns the sidecar the cycles ran on, starting it when the

@@ -1,0 +1,89 @@
+package coordinator
+
+import (
+	"time"
+)
+
+// young holds the locks granted less than Config.WatchDelay ago that
+// nothing has asked to watch yet, in grant order, with one timer for all of
+// them. Most locks in a burst of short work are released within a few
+// milliseconds: they never open the scope's watch, which would send the
+// sidecar an event for each of their releases. A lock still held when its
+// delay is up is watched from then on (Coordinator.watched), and the watch,
+// once established, reads again every held key older than itself, so a
+// loss during the delay is reported then. Guarded by Coordinator.mu.
+type young struct {
+	queue []youngLock
+	head  int         // queue[:head] were handled
+	timer *time.Timer // fires at the first due; nil before the first grant
+	armed bool
+}
+
+// youngLock is a held lock and when its delay is up.
+type youngLock struct {
+	h   *held
+	due time.Time
+}
+
+// watchLaterLocked has h watched once it has been held for the watch delay,
+// or at once when the delay is 0.
+func (c *Coordinator) watchLaterLocked(h *held) {
+	if c.cfg.WatchDelay == 0 {
+		c.watchHeldLocked(h)
+		return
+	}
+	y := &c.young
+	if y.head > 0 && y.head >= len(y.queue)/2 {
+		// Drop the handled half; the queue holds one delay's grants.
+		n := copy(y.queue, y.queue[y.head:])
+		clear(y.queue[n:])
+		y.queue, y.head = y.queue[:n], 0
+	}
+	y.queue = append(y.queue, youngLock{h: h, due: time.Now().Add(c.cfg.WatchDelay)})
+	if !y.armed {
+		c.armYoungLocked(c.cfg.WatchDelay)
+	}
+}
+
+// armYoungLocked makes the timer fire in d.
+func (c *Coordinator) armYoungLocked(d time.Duration) {
+	y := &c.young
+	y.armed = true
+	if y.timer == nil {
+		y.timer = time.AfterFunc(d, c.matureYoung)
+		return
+	}
+	y.timer.Reset(d)
+}
+
+// matureYoung watches the locks whose delay is up and are still held.
+func (c *Coordinator) matureYoung() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	y := &c.young
+	y.armed = false
+	now := time.Now()
+	for ; y.head < len(y.queue); y.head++ {
+		l := y.queue[y.head]
+		if l.due.After(now) {
+			c.armYoungLocked(l.due.Sub(now))
+			return
+		}
+		y.queue[y.head] = youngLock{}
+		if !l.h.ended {
+			c.watchHeldLocked(l.h)
+		}
+	}
+	y.queue, y.head = y.queue[:0], 0
+}
+
+// watchHeldLocked has the scope's watch open while h is held, so that a
+// delete of its key by anyone else is reported at once as a loss.
+func (c *Coordinator) watchHeldLocked(h *held) {
+	if h.watched || h.ended {
+		return
+	}
+	h.watched = true
+	c.watched++
+	c.hub.want()
+}
