@@ -33,8 +33,8 @@ type Config struct {
 	// EndedRetention is how long the sidecar remembers a lock that ended
 	// without its owner's release, to answer that owner ErrLost. Default 1h.
 	EndedRetention time.Duration
-	// WatchLinger is how long the watch on the scope stays open after the
-	// sidecar last held or awaited a lock. Default 2s: opening it again costs
+	// WatchLinger is how long the watch on the scope stays open once no
+	// lock held or awaited here needs it (see WatchDelay). Default 2s: opening it again costs
 	// one watch request, while every second open costs a decoded event per
 	// delete in the scope.
 	WatchLinger time.Duration

@@ -16,9 +16,10 @@ import (
 // Watching from the current revision matters: etcd serves a watch that
 // starts in the past only every 100 ms, which caps hand-off rates.
 //
-// The watch is open only while the sidecar holds or awaits a lock, and for
-// a while after (linger): every sidecar watching a scope receives and
-// decodes every delete in it, so idle sidecars must not. It opens from the
+// The watch is open only while a lock awaited or held here needs it (see
+// Coordinator.busy), and for a while after (linger): every sidecar
+// watching a scope receives and decodes every delete in it, so idle
+// sidecars and short locks must not. It opens from the
 // current revision and everyone reads again once it is established, so
 // nothing deleted while it was closed goes unseen.
 type hub struct {

@@ -113,21 +113,21 @@ func (w *world) batonNamed(s *sidecar, name string) contender {
 func (w *world) batonSpread(scs []*sidecar, name string) contender {
 	return contender{name: name, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
 		return func(ctx context.Context, i int) error {
-			s := scs[i%len(scs)]
-			k := fmt.Sprintf("k%d", i)
-			if err := s.call(ctx, "POST", "/v1/locks/"+k, fmt.Sprintf(`{"owner":"c%d","ttl":"1m"}`, i), 200); err != nil {
-				return err
-			}
-			return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/%s?owner=c%d", k, i), "", 200)
-		}, func() {
-			// A grant answered just as its run ended may have been dropped
-			// by the client; held on, it would be watched past the watch
-			// delay and skew the next runs on these sidecars.
-			for i := range c {
 				s := scs[i%len(scs)]
-				s.send(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/k%d?owner=c%d", i, i), "", 200)
-			}
-		}, nil
+				k := fmt.Sprintf("k%d", i)
+				if err := s.call(ctx, "POST", "/v1/locks/"+k, fmt.Sprintf(`{"owner":"c%d","ttl":"1m"}`, i), 200); err != nil {
+					return err
+				}
+				return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/%s?owner=c%d", k, i), "", 200)
+			}, func() {
+				// A grant answered just as its run ended may have been dropped
+				// by the client; held on, it would be watched past the watch
+				// delay and skew the next runs on these sidecars.
+				for i := range c {
+					s := scs[i%len(scs)]
+					s.send(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/v1/locks/k%d?owner=c%d", i, i), "", 200)
+				}
+			}, nil
 	}}
 }
 

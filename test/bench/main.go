@@ -30,12 +30,17 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of interleaved runs; medians are reported")
 	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "redis-server binary; skipped when not found")
-	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's C=64 cycles to this file")
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the sidecar during Baton's cycles at -profile-c clients to this file")
+	flag.IntVar(&o.profileC, "profile-c", 64, "the client count of the cycles -profile profiles: 1, 16 or 64")
 	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
 	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale")
 	flag.Parse()
+	if !slices.Contains(concurrencies, o.profileC) {
+		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
+		os.Exit(2)
+	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -50,6 +55,7 @@ type options struct {
 	scaleMax        int
 	redis           string
 	profile         string
+	profileC        int
 	profileRefusals string
 	heap            string
 	only            string

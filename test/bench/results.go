@@ -171,7 +171,7 @@ func (r *results) printGoals(w io.Writer) {
 	}
 	if len(r.refusals) > 0 {
 		br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
-		goal(br >= 3*mr, "Baton refusals/s are %.1f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
+		goal(br >= 3*mr, "Baton refusals/s are %.2f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
 		e := median(r.entries[baton])
 		goal(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
 	}

@@ -74,7 +74,7 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 					return fmt.Errorf("%s: %w", ct.name, err)
 				}
 				var prof chan error
-				if profAddr != "" && round == 0 && c == 64 && ct.name == baton {
+				if profAddr != "" && round == 0 && c == w.o.profileC && ct.name == baton {
 					prof = make(chan error, 1)
 					go func() { prof <- fetchProfile(profAddr, w.o.slice, w.o.profile) }()
 				}
