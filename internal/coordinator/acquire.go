@@ -551,7 +551,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, co: c,
 	}
 	e.refs++
-	c.holdLocked(e, h, req.TTL)
+	c.holdLocked(e, h, req.TTL, req.Hold)
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	if rewrite {

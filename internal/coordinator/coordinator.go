@@ -379,11 +379,11 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 }
 
 // holdLocked makes h e's holder, expiring in d; the caller has the turn.
-// A lock bound to a hold stream is watched at once (its caller is told of
-// a loss as it happens), any other once it has been held for the watch
-// delay.
-func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration) {
-	if h.hold {
+// With watchNow (a hold stream's lock, whose caller is told of a loss as it
+// happens, or one held since before this process) h is watched at once,
+// otherwise once it has been held for the watch delay.
+func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bool) {
+	if watchNow {
 		c.watchHeldLocked(h)
 	} else {
 		c.watchLaterLocked(h)

@@ -271,22 +271,25 @@ func (c *Coordinator) lostByDelete(e *entry, h *held) {
 
 // verify reads whether h's key is still in etcd, and loses h if it is not.
 func (c *Coordinator) verify(ctx context.Context, e *entry, h *held) error {
-	tctx, cancel := c.etcdCtx(ctx)
-	resp, err := c.cli.Get(tctx, h.etcdKey)
-	cancel()
+	ok, err := c.keyHeld(ctx, h)
 	if err != nil {
 		return unavailable("read holder", err)
 	}
-	if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.held == h && !h.ending {
-		c.loseLocked(e, h, goneReason(h.sess))
-		c.passTurnLocked(e)
+	if !ok {
+		c.lostByDelete(e, h)
 	}
 	return nil
+}
+
+// keyHeld reads whether h's key is still in etcd, created at its fence.
+func (c *Coordinator) keyHeld(ctx context.Context, h *held) (bool, error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(tctx, h.etcdKey)
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence, nil
 }
 
 // checkHeld verifies, once the watch is established from revision from,
@@ -306,13 +309,9 @@ func (c *Coordinator) checkHeld(from int64) {
 	}
 	c.mu.Unlock()
 	for i, h := range hs {
-		ctx, cancel := c.etcdCtx(context.Background())
-		resp, err := c.cli.Get(ctx, h.etcdKey)
-		cancel()
-		if err != nil || (len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence) {
-			continue // unknown or still held
+		if ok, err := c.keyHeld(context.Background(), h); err == nil && !ok {
+			c.lostByDelete(es[i], h) // else still held, or unknown
 		}
-		c.lostByDelete(es[i], h)
 	}
 }
 

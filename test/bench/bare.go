@@ -74,15 +74,11 @@ func runBareChild(spec string) int {
 		// up mid-call: a put committed for a gone caller would stay.
 		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 			Then(clientv3.OpPut(k, body.Owner, clientv3.WithLease(l.ID))).Commit()
-		switch {
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		case !resp.Succeeded:
-			http.Error(w, "held", http.StatusConflict)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{"owner": body.Owner, "fence": resp.Header.Revision})
+		if err != nil {
+			answerTxn(w, nil, err, "", nil)
+			return
 		}
+		answerTxn(w, resp, nil, "held", map[string]any{"owner": body.Owner, "fence": resp.Header.Revision})
 	})
 	mux.HandleFunc("DELETE /k/{name}", func(w http.ResponseWriter, r *http.Request) {
 		fence, err := strconv.ParseInt(r.URL.Query().Get("fence"), 10, 64)
@@ -93,15 +89,7 @@ func runBareChild(spec string) int {
 		k := "/bench/bare/" + r.PathValue("name")
 		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", fence)).
 			Then(clientv3.OpDelete(k)).Commit()
-		switch {
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		case !resp.Succeeded:
-			http.Error(w, "not held", http.StatusConflict)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{"fence": fence})
-		}
+		answerTxn(w, resp, err, "not held", map[string]any{"fence": fence})
 	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
@@ -150,4 +138,18 @@ func (w *world) bare(s *sidecar) contender {
 			return s.call(context.WithoutCancel(ctx), "DELETE", fmt.Sprintf("/k/k%d?fence=%d", i, got.Fence), "", 200)
 		}, func() {}, nil
 	}}
+}
+
+// answerTxn answers a transaction's outcome: 503 when it failed, 409 with
+// conflict when its compare failed, else v as JSON.
+func answerTxn(w http.ResponseWriter, resp *clientv3.TxnResponse, err error, conflict string, v any) {
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case !resp.Succeeded:
+		http.Error(w, conflict, http.StatusConflict)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
 }
