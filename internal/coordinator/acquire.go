@@ -312,19 +312,18 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.mu.Unlock()
 	}
 
-	// The outcome must not depend on the caller hanging up mid-call.
-	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))).
-		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Commit()
-	cancel()
+	// The outcome must not depend on the caller hanging up mid-call: the
+	// committer waits for it whatever the caller does.
+	resp, err := c.commits.do(lockTxn{key: key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()},
+		then: []clientv3.Op{clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))},
+		els:  []clientv3.Op{clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)},
+	})
 	if err != nil {
 		c.retire(e, key, 0, sess) // the put may have committed
 		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 	}
-	if !resp.Succeeded {
+	if !resp.succeeded {
 		c.mu.Lock()
 		if len(c.heldElsewhere) >= maxHeldElsewhere {
 			clear(c.heldElsewhere)
@@ -332,9 +331,9 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		c.leaveTurn(e)
-		return Grant{}, heldFrom(req.Key, firstOf(resp.Responses[0].GetResponseRange().Kvs), false, 0)
+		return Grant{}, heldFrom(req.Key, firstOf(resp.responses[0].GetResponseRange().Kvs), false, 0)
 	}
-	return c.grant(e, req, sess, id, key, resp.Header.Revision, rec, false)
+	return c.grant(e, req, sess, id, key, resp.revision, rec, false)
 }
 
 // wait queues in etcd behind the contenders created before it; the caller
@@ -356,24 +355,22 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 
 	// The same transaction reads the keys of the contenders ahead (names
 	// only), so a waiter knows its place without a second round trip.
-	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, contendersNewestFirst()...)).
-		Commit()
-	cancel()
+	resp, err := c.commits.do(lockTxn{key: key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		then: []clientv3.Op{clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, contendersNewestFirst()...)},
+	})
 	if err != nil {
 		c.retire(e, key, 0, sess)
 		return Grant{}, unavailable(op, err)
 	}
-	if !resp.Succeeded {
+	if !resp.succeeded {
 		// Only this sidecar writes this key and it has the turn: a key left
 		// by an earlier call whose outcome was unknown. Remove it.
 		c.retire(e, key, 0, sess)
 		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
-	myRev := resp.Header.Revision
-	aheadKVs, readRev := createdBefore(resp.Responses[1].GetResponseRange().Kvs, myRev), myRev
+	myRev := resp.revision
+	aheadKVs, readRev := createdBefore(resp.responses[1].GetResponseRange().Kvs, myRev), myRev
 	if len(aheadKVs) == 0 {
 		return c.grant(e, req, sess, id, key, myRev, rec, false)
 	}

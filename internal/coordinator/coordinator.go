@@ -72,6 +72,7 @@ type Coordinator struct {
 	obs      Observer
 	now      func() time.Time
 	hub      *hub
+	commits  *committer // the transactions of tries, queueings, releases and extends
 
 	stop     context.Context // cancelled by Shutdown: ends every wait
 	stopNow  context.CancelFunc
@@ -176,6 +177,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
+		commits:       newCommitter(cli, cfg.RequestTimeout),
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {

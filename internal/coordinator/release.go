@@ -25,12 +25,10 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 	if err != nil {
 		return Released{}, fmt.Errorf("%s: %w", op, err)
 	}
-	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)).
-		Then(clientv3.OpDelete(h.etcdKey)).
-		Commit()
-	cancel()
+	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
+		then: []clientv3.Op{clientv3.OpDelete(h.etcdKey)},
+	})
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -44,7 +42,7 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 		}
 		return Released{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
-	if !resp.Succeeded {
+	if !resp.succeeded {
 		c.loseLocked(e, h, goneReason(h.sess))
 		c.passTurnLocked(e)
 		return Released{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
@@ -69,12 +67,10 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	exp := c.now().Add(ttl)
 	rec := c.record(owner, h.acquiredAt, exp)
-	tctx, cancel := c.etcdCtx(context.WithoutCancel(ctx))
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)).
-		Then(clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.lease))).
-		Commit()
-	cancel()
+	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
+		then: []clientv3.Op{clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.lease))},
+	})
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,7 +84,7 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 		}
 		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
-	if !resp.Succeeded {
+	if !resp.succeeded {
 		c.loseLocked(e, h, goneReason(h.sess))
 		c.passTurnLocked(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))

@@ -1,0 +1,174 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lockTxn is a transaction on one contender key: a try, a queueing, a
+// release or an extend each make one.
+type lockTxn struct {
+	key  string // the contender key it may write
+	cmp  []clientv3.Cmp
+	then []clientv3.Op
+	els  []clientv3.Op
+}
+
+// txnResult is the outcome of a lockTxn.
+type txnResult struct {
+	succeeded bool
+	responses []*pb.ResponseOp
+	// revision is that of the etcd transaction that carried the lockTxn: a
+	// key it put was created at this revision.
+	revision int64
+}
+
+// maxBatch is the most lockTxns one etcd transaction carries. Each is one
+// operation of the outer transaction and takes at most two of its own;
+// etcd's default --max-txn-ops, 128, allows 126.
+const maxBatch = 64
+
+// committer commits lockTxns, sharing etcd transactions between callers:
+// group commit. A lockTxn that finds no transaction in flight is committed
+// at once, alone, as a transaction of its own, so a lone caller waits for
+// nothing. The lockTxns that arrive while one is in flight go together in
+// the next, each as a nested transaction with its own compare, committed
+// when the one in flight ends. Many callers at once then cost etcd one raft
+// entry and one fsync per batch rather than one each, and the sidecar one
+// gRPC call. A batch never holds two lockTxns on the same key (etcd refuses
+// that); each lock's turn keeps a sidecar's lockTxns on a key one at a time
+// anyway.
+//
+// Every lockTxn of a batch commits or none does: an error (etcd out of
+// reach, a time-out) is each caller's error, as it would have been alone.
+type committer struct {
+	kv      clientv3.KV
+	timeout time.Duration
+
+	mu      sync.Mutex
+	running bool // a transaction is in flight
+	queue   []*pendingTxn
+	max     int // the most lockTxns per transaction; lowered when etcd says too many
+}
+
+// pendingTxn is a lockTxn waiting for its outcome.
+type pendingTxn struct {
+	t    lockTxn
+	res  txnResult
+	err  error
+	done chan struct{}
+}
+
+func newCommitter(kv clientv3.KV, timeout time.Duration) *committer {
+	return &committer{kv: kv, timeout: timeout, max: maxBatch}
+}
+
+// do commits t, with whatever else is queued, and returns its outcome. It
+// waits for the outcome whatever happens to the caller: the transaction's
+// own time-out bounds the wait.
+func (m *committer) do(t lockTxn) (txnResult, error) {
+	p := &pendingTxn{t: t, done: make(chan struct{})}
+	m.mu.Lock()
+	m.queue = append(m.queue, p)
+	if m.running {
+		m.mu.Unlock()
+		<-p.done
+		return p.res, p.err
+	}
+	m.running = true
+	m.mu.Unlock()
+	m.run()
+	<-p.done
+	return p.res, p.err
+}
+
+// run commits the queue's next batch, then hands the rest of the queue to
+// a goroutine of its own, so that the caller that led the batch returns.
+func (m *committer) run() {
+	m.mu.Lock()
+	batch := m.takeLocked()
+	m.mu.Unlock()
+	m.commit(batch)
+	m.mu.Lock()
+	if len(m.queue) == 0 {
+		m.running = false
+	} else {
+		go m.run()
+	}
+	m.mu.Unlock()
+}
+
+// takeLocked removes the next batch from the queue: up to m.max lockTxns,
+// in arrival order, no two on one key.
+func (m *committer) takeLocked() []*pendingTxn {
+	if len(m.queue) == 1 {
+		batch := m.queue
+		m.queue = nil
+		return batch
+	}
+	batch := make([]*pendingTxn, 0, min(len(m.queue), m.max))
+	keys := make(map[string]bool, cap(batch))
+	rest := m.queue[:0]
+	for _, p := range m.queue {
+		if len(batch) == m.max || keys[p.t.key] {
+			rest = append(rest, p)
+			continue
+		}
+		keys[p.t.key] = true
+		batch = append(batch, p)
+	}
+	clear(m.queue[len(rest):])
+	m.queue = rest
+	return batch
+}
+
+// commit commits batch and closes each pendingTxn's done. A batch larger
+// than etcd's --max-txn-ops allows is committed again in halves, and the
+// halves' size is the most from then on.
+func (m *committer) commit(batch []*pendingTxn) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	if len(batch) == 1 {
+		p := batch[0]
+		resp, err := m.kv.Txn(ctx).If(p.t.cmp...).Then(p.t.then...).Else(p.t.els...).Commit()
+		if err == nil {
+			p.res = txnResult{succeeded: resp.Succeeded, responses: resp.Responses, revision: resp.Header.Revision}
+		}
+		p.err = err
+		close(p.done)
+		return
+	}
+	ops := make([]clientv3.Op, len(batch))
+	for i, p := range batch {
+		ops[i] = clientv3.OpTxn(p.t.cmp, p.t.then, p.t.els)
+	}
+	resp, err := m.kv.Txn(ctx).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrTooManyOps) {
+		half := (len(batch) + 1) / 2
+		m.mu.Lock()
+		m.max = min(m.max, half)
+		m.mu.Unlock()
+		cancel()
+		m.commit(batch[:half])
+		m.commit(batch[half:])
+		return
+	}
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.err = err
+		case i >= len(resp.Responses) || resp.Responses[i].GetResponseTxn() == nil:
+			p.err = errors.New("etcd answered a batch of transactions without the answer of each")
+		default:
+			r := resp.Responses[i].GetResponseTxn()
+			p.res = txnResult{succeeded: r.Succeeded, responses: r.Responses, revision: resp.Header.Revision}
+		}
+		close(p.done)
+	}
+}
