@@ -1,9 +1,11 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -37,4 +39,28 @@ func BenchmarkRefusal(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(refuser.calls.Ranges()-reads)/float64(b.N), "reads/op")
+}
+
+// BenchmarkCycle measures acquire + release of a free lock, each
+// goroutine its own, through the socket API: the path of make bench's
+// cycles, in this process, for pprof and -benchmem.
+func BenchmarkCycle(b *testing.B) {
+	api := newAPI(b, "cycler")
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		k := fmt.Sprintf("/v1/locks/cycle-%d", next.Add(1))
+		for pb.Next() {
+			if r, err := api.try(http.MethodPost, k, `{"owner":"me","ttl":"1m"}`); err != nil || r.status != http.StatusOK {
+				b.Errorf("acquire: %v %+v", err, r)
+				return
+			}
+			if r, err := api.try(http.MethodDelete, k+"?owner=me", ""); err != nil || r.status != http.StatusOK {
+				b.Errorf("release: %v %+v", err, r)
+				return
+			}
+		}
+	})
 }
