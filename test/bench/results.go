@@ -14,6 +14,7 @@ type results struct {
 	cycles   map[string]map[int]series // contender → C → rounds
 	refusals map[string]series
 	entries  map[string][]float64 // raft entries per refusal, per round
+	reads    map[string][]float64 // etcd reads per refusal, per round
 	handoff  map[string]series
 	crash    []time.Duration
 	crashTTL time.Duration
@@ -50,6 +51,14 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// perOp is the median of a per-operation count, "–" when none was read.
+func perOp(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", median(xs))
 }
 
 // print writes the tables, one line per goal and the tally.
@@ -110,10 +119,10 @@ func (r *results) printCycles(w io.Writer) {
 }
 
 func (r *results) printRefusals(w io.Writer) {
-	fmt.Fprintf(w, "\n## Refusal of a lock held elsewhere (16 clients)\n\n| contender | refusals/s | p50 | etcd raft entries per refusal |\n|---|---|---|---|\n")
+	fmt.Fprintf(w, "\n## Refusal of a lock held elsewhere (16 clients)\n\n| contender | refusals/s | p50 | etcd raft entries per refusal | etcd reads per refusal |\n|---|---|---|---|---|\n")
 	for _, name := range []string{baton, mutex} {
 		s := r.refusals[name]
-		fmt.Fprintf(w, "| %s | %.0f | %s | %.3f |\n", name, s.rate(), ms(s.quantile(0.5)), median(r.entries[name]))
+		fmt.Fprintf(w, "| %s | %.0f | %s | %.3f | %s |\n", name, s.rate(), ms(s.quantile(0.5)), median(r.entries[name]), perOp(r.reads[name]))
 	}
 }
 

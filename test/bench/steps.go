@@ -97,7 +97,8 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 }
 
 // refusals: 16 clients try a lock held elsewhere, Baton against the Mutex;
-// and etcd's raft entries per refusal, from its raft index.
+// and etcd's raft entries per refusal, from its raft index, and its reads,
+// from its metrics.
 func (w *world) refusals(ctx context.Context, r *results) error {
 	holder, err := w.startSidecar("holder")
 	if err != nil {
@@ -141,6 +142,7 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 	}
 	r.refusals = map[string]series{}
 	r.entries = map[string][]float64{}
+	r.reads = map[string][]float64{}
 	for range w.o.rounds {
 		for _, x := range []struct {
 			name string
@@ -150,6 +152,7 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 			if err != nil {
 				return err
 			}
+			reads := w.metric(ctx, rangesMetric)
 			var prof chan error
 			if w.o.profileRefusals != "" && x.name == "Baton (socket)" && len(r.refusals[x.name]) == 0 {
 				prof = make(chan error, 1)
@@ -167,6 +170,9 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 			}
 			r.refusals[x.name] = append(r.refusals[x.name], s)
 			r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(max(1, s.ops)))
+			if now := w.metric(ctx, rangesMetric); reads >= 0 && now >= 0 {
+				r.reads[x.name] = append(r.reads[x.name], (now-reads)/float64(max(1, s.ops)))
+			}
 		}
 	}
 	return nil
