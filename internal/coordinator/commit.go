@@ -128,9 +128,10 @@ func (m *committer) takeLocked() []*pendingTxn {
 	return batch
 }
 
-// commit commits batch and closes each pendingTxn's done. A batch larger
-// than etcd's --max-txn-ops allows is committed again in halves, and the
-// halves' size is the most from then on.
+// commit commits batch and closes each pendingTxn's done. A batch that
+// etcd refuses as too large is committed again in halves: one with more
+// operations than its --max-txn-ops allows (the halves' size is the most
+// from then on), or more bytes than its --max-request-bytes.
 func (m *committer) commit(batch []*pendingTxn) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
@@ -149,11 +150,14 @@ func (m *committer) commit(batch []*pendingTxn) {
 		ops[i] = clientv3.OpTxn(p.t.cmp, p.t.then, p.t.els)
 	}
 	resp, err := m.kv.Txn(ctx).Then(ops...).Commit()
-	if errors.Is(err, rpctypes.ErrTooManyOps) {
+	tooMany, tooLarge := errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge)
+	if tooMany || tooLarge {
 		half := (len(batch) + 1) / 2
-		m.mu.Lock()
-		m.max = min(m.max, half)
-		m.mu.Unlock()
+		if tooMany {
+			m.mu.Lock()
+			m.max = min(m.max, half)
+			m.mu.Unlock()
+		}
 		cancel()
 		m.commit(batch[:half])
 		m.commit(batch[half:])

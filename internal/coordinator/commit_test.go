@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,43 @@ func TestGroupCommitSameKey(t *testing.T) {
 	}
 	if _, err := s.cli.Delete(context.Background(), k, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGroupCommitTooLarge: a batch of more bytes than etcd's
+// --max-request-bytes (1.5 MiB) allows is committed in halves.
+func TestGroupCommitTooLarge(t *testing.T) {
+	s := newSidecar(t, "pod-a")
+	// 7 × 256 KiB: 1.75 MiB, over etcd's limit and under the client's
+	// own (2 MiB).
+	const n = 7
+	value := strings.Repeat("x", 256<<10)
+	base := s.c.Layout().Base() + "large/"
+	queued, send := hold(t, s.c.commits)
+	before := s.calls.Txns()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		k := fmt.Sprintf("%s%d", base, i)
+		wg.Go(func() { _, errs[i] = s.c.commits.do(lockTxn{key: k, then: []clientv3.Op{clientv3.OpPut(k, value)}}) })
+	}
+	queued(n)
+	send()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.calls.Txns() - before; got != 3 {
+		t.Errorf("%d puts of 256 KiB made %d transactions, want 3: the refused batch and its halves", n, got)
+	}
+	if s.c.commits.max != maxBatch {
+		t.Errorf("batches of up to %d after a batch too large in bytes, want %d still", s.c.commits.max, maxBatch)
+	}
+	resp, err := s.cli.Delete(context.Background(), base, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Deleted != n {
+		t.Errorf("%d of the %d keys were written", resp.Deleted, n)
 	}
 }
