@@ -48,8 +48,9 @@ const maxBatch = 64
 // Every lockTxn of a batch commits or none does: an error (etcd out of
 // reach, a time-out) is each caller's error, as it would have been alone.
 type committer struct {
-	kv      clientv3.KV
-	timeout time.Duration
+	kv        clientv3.KV
+	timeout   time.Duration
+	committed func(n int) // told the size of each batch etcd took
 
 	mu      sync.Mutex
 	running bool // a transaction is in flight
@@ -66,7 +67,7 @@ type pendingTxn struct {
 }
 
 func newCommitter(kv clientv3.KV, timeout time.Duration) *committer {
-	return &committer{kv: kv, timeout: timeout, max: maxBatch}
+	return &committer{kv: kv, timeout: timeout, max: maxBatch, committed: func(int) {}}
 }
 
 // do commits t, with whatever else is queued, and returns its outcome. It
@@ -139,6 +140,7 @@ func (m *committer) commit(batch []*pendingTxn) {
 		p := batch[0]
 		resp, err := m.kv.Txn(ctx).If(p.t.cmp...).Then(p.t.then...).Else(p.t.els...).Commit()
 		if err == nil {
+			m.committed(1)
 			p.res = txnResult{succeeded: resp.Succeeded, responses: resp.Responses, revision: resp.Header.Revision}
 		}
 		p.err = err
@@ -162,6 +164,9 @@ func (m *committer) commit(batch []*pendingTxn) {
 		m.commit(batch[:half])
 		m.commit(batch[half:])
 		return
+	}
+	if err == nil {
+		m.committed(len(batch))
 	}
 	for i, p := range batch {
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,8 @@ func TestGroupCommit(t *testing.T) {
 	waitKey := "flow/wait"
 	theirs := other.mustAcquire(t, key(t, waitKey), "theirs")
 
+	var sizes []int // guarded by the committer: one batch at a time
+	s.c.commits.committed = func(n int) { sizes = append(sizes, n) }
 	queued, send := hold(t, s.c.commits)
 	before := s.calls.Txns()
 	grants := make([]Grant, n)
@@ -113,6 +116,9 @@ func TestGroupCommit(t *testing.T) {
 	wg.Wait()
 	if got := s.calls.Txns() - before; got != 1 {
 		t.Errorf("%d releases made %d etcd transactions, want 1", n-taken, got)
+	}
+	if want := []int{n + 1, n - taken}; !slices.Equal(sizes, want) {
+		t.Errorf("batches of %v reported, want %v: the tries with the queueing, then the releases", sizes, want)
 	}
 	for i := taken; i < n; i++ {
 		if errs[i] != nil {

@@ -47,6 +47,9 @@ type Observer interface {
 	Granted(key string)
 	// Ended: a held lock ended; reason is "" for its owner's release.
 	Ended(key, reason string, heldFor time.Duration)
+	// Committed: one etcd transaction carried n tries, queueings,
+	// releases or extends (group commit).
+	Committed(n int)
 }
 
 // Option configures a Coordinator.
@@ -61,6 +64,7 @@ func (nopObserver) Acquired(string, string, bool, time.Duration) {}
 func (nopObserver) Waiting(string, int)                          {}
 func (nopObserver) Granted(string)                               {}
 func (nopObserver) Ended(string, string, time.Duration)          {}
+func (nopObserver) Committed(int)                                {}
 
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
@@ -183,6 +187,7 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 	for _, o := range opts {
 		o(c)
 	}
+	c.commits.committed = c.obs.Committed
 	c.hub = newHub(cli, layout, log, cfg.WatchLinger, c.busy, c.onDelete, c.checkHeld)
 	return c, nil
 }

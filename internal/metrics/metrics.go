@@ -24,6 +24,7 @@ type Metrics struct {
 	lost         *prometheus.CounterVec
 	expired      *prometheus.CounterVec
 	etcd         *prometheus.HistogramVec
+	batch        prometheus.Histogram
 	sessionLost  prometheus.Counter
 }
 
@@ -67,11 +68,15 @@ func New(reg prometheus.Registerer, keyDepth int) (*Metrics, error) {
 			Name: "baton_etcd_request_duration_seconds", Help: "etcd request round trips by operation.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "baton_etcd_txn_batch_size", Help: "Lock operations (tries, queueings, releases, extends) carried by each etcd transaction: more than 1 when requests arrive together (group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 		sessionLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_session_lost_total", Help: "etcd sessions (leases) lost: each loses every lock it carried.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.sessionLost} {
+	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.batch, m.sessionLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -121,6 +126,10 @@ func (m *Metrics) Ended(key, reason string, heldFor time.Duration) {
 		m.expired.WithLabelValues(m.labels(key)...).Inc()
 	}
 }
+
+// Committed records the size of a batch of lock operations that one etcd
+// transaction carried.
+func (m *Metrics) Committed(n int) { m.batch.Observe(float64(n)) }
 
 // SessionLost counts a lost etcd session.
 func (m *Metrics) SessionLost() { m.sessionLost.Inc() }

@@ -49,3 +49,33 @@ baton_session_lost_total 1
 		t.Error("registering twice on one registry succeeded")
 	}
 }
+
+// TestBatchSize: each etcd transaction's count of lock operations lands in
+// the batch size histogram's buckets.
+func TestBatchSize(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 1, 5, 64} {
+		m.Committed(n)
+	}
+	want := `
+# HELP baton_etcd_txn_batch_size Lock operations (tries, queueings, releases, extends) carried by each etcd transaction: more than 1 when requests arrive together (group commit).
+# TYPE baton_etcd_txn_batch_size histogram
+baton_etcd_txn_batch_size_bucket{le="1"} 2
+baton_etcd_txn_batch_size_bucket{le="2"} 2
+baton_etcd_txn_batch_size_bucket{le="4"} 2
+baton_etcd_txn_batch_size_bucket{le="8"} 3
+baton_etcd_txn_batch_size_bucket{le="16"} 3
+baton_etcd_txn_batch_size_bucket{le="32"} 3
+baton_etcd_txn_batch_size_bucket{le="64"} 4
+baton_etcd_txn_batch_size_bucket{le="+Inf"} 4
+baton_etcd_txn_batch_size_sum 71
+baton_etcd_txn_batch_size_count 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_etcd_txn_batch_size"); err != nil {
+		t.Error(err)
+	}
+}
