@@ -16,6 +16,7 @@ type sample struct {
 	lat     []time.Duration
 	cpu     cpuSplit // CPU used during the run, by tier
 	events  float64  // watch events etcd sent during the run; -1 when unknown
+	txns    float64  // transactions etcd served during the run; -1 when unknown
 }
 
 func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
@@ -23,13 +24,18 @@ func (s sample) rate() float64 { return float64(s.ops) / s.took.Seconds() }
 // run is runFor with the CPU time of etcd, the sidecars and the bench's
 // clients measured around it.
 func (w *world) run(ctx context.Context, c int, op func(ctx context.Context, i int) error) sample {
-	before, events := w.cpuNow(), w.watchEvents(ctx)
+	counted := []string{watchEventsMetric, txnsMetric}
+	before, counts := w.cpuNow(), w.metrics(ctx, counted...)
 	s := runFor(ctx, c, w.o.slice, op)
 	s.cpu = w.cpuNow().sub(before)
-	s.events = -1
-	if after := w.watchEvents(ctx); events >= 0 && after >= 0 {
-		s.events = after - events
+	after := w.metrics(ctx, counted...)
+	diff := func(i int) float64 {
+		if counts[i] < 0 || after[i] < 0 {
+			return -1
+		}
+		return after[i] - counts[i]
 	}
+	s.events, s.txns = diff(0), diff(1)
 	return s
 }
 
@@ -120,16 +126,16 @@ func (s series) cpuPerOp() cpuSplit {
 	return cpuSplit{sum.etcd / n, sum.sidecars / n, sum.clients / n}
 }
 
-// eventsPerOp is the watch events etcd sent per operation, over all
-// rounds; -1 when unknown.
-func (s series) eventsPerOp() float64 {
+// perOp is a count of each sample (watch events, transactions) per
+// operation, over all rounds; -1 when unknown.
+func (s series) perOp(count func(sample) float64) float64 {
 	var sum float64
 	ops := 0
 	for _, x := range s {
-		if x.events < 0 {
+		if count(x) < 0 {
 			return -1
 		}
-		sum += x.events
+		sum += count(x)
 		ops += x.ops
 	}
 	if ops == 0 {

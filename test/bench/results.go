@@ -233,18 +233,21 @@ func (r *results) printCPU(w io.Writer) {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 	fmt.Fprintf(w, "\n## CPU time per operation (etcd, sidecars, the bench's clients)\n\n"+
 		"Read from /proc around each run (10 ms ticks); the ceiling is %d cores divided by the total.\n\n"+
-		"The last column counts the watch events etcd sent (to every watching sidecar) per operation.\n\n"+
-		"| operation | etcd | sidecars | clients | total | ceiling on %d cores | watch events |\n|---|---|---|---|---|---|---|\n", runtime.NumCPU(), runtime.NumCPU())
+		"The last columns count, per operation, the transactions etcd served and the watch events it sent (to every watching sidecar).\n\n"+
+		"| operation | etcd | sidecars | clients | total | ceiling on %d cores | etcd transactions | watch events |\n|---|---|---|---|---|---|---|---|\n", runtime.NumCPU(), runtime.NumCPU())
 	for _, x := range rows {
 		c := x.s.cpuPerOp()
 		ceiling := "—"
 		if c.total() > 0 {
 			ceiling = fmt.Sprintf("%.0f/s", float64(runtime.NumCPU())*float64(time.Second)/float64(c.total()))
 		}
-		events := "—"
-		if e := x.s.eventsPerOp(); e >= 0 {
-			events = fmt.Sprintf("%.2f", e)
+		count := func(n float64) string {
+			if n < 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.2f", n)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling, events)
+		txns, events := x.s.perOp(func(s sample) float64 { return s.txns }), x.s.perOp(func(s sample) float64 { return s.events })
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling, count(txns), count(events))
 	}
 }
