@@ -8,8 +8,9 @@ import (
 )
 
 // BenchmarkCycle measures one acquire and release of a free lock by one
-// caller, with the raw etcd transactions that are its limit side by side
-// on the same etcd: what the coordinator adds to a grant, without HTTP.
+// caller, with the raw etcd transactions that are its limit and Baton's
+// own transactions sent directly side by side on the same etcd: what the
+// coordinator adds to a grant, without HTTP.
 // make bench measures the whole sidecar against raw etcd; this is for
 // pprof and -benchmem.
 func BenchmarkCycle(b *testing.B) {
@@ -30,6 +31,30 @@ func BenchmarkCycle(b *testing.B) {
 			}
 			r, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", r.Header.Revision)).
 				Then(clientv3.OpDelete(k)).Commit()
+			if err != nil || !r.Succeeded {
+				b.Fatalf("release: %v %v", err, r)
+			}
+		}
+	})
+	b.Run("baton-txn", func(b *testing.B) {
+		l, err := s.cli.Grant(ctx, 60)
+		if err != nil {
+			b.Fatal(err)
+		}
+		k := key(b, "shaped")
+		ek, pfx := s.c.Layout().ContenderKey(k, l.ID), s.c.Layout().LockPrefix(k)
+		now := s.c.now()
+		rec := s.c.record("o", now, now.Add(s.c.cfg.DefaultTTL)).Encode()
+		b.ReportAllocs()
+		for b.Loop() {
+			r, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+				Then(clientv3.OpPut(ek, rec, clientv3.WithLease(l.ID))).
+				Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+			if err != nil || !r.Succeeded {
+				b.Fatalf("acquire: %v %v", err, r)
+			}
+			r, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ek), "=", r.Header.Revision)).
+				Then(clientv3.OpDelete(ek)).Commit()
 			if err != nil || !r.Succeeded {
 				b.Fatalf("release: %v %v", err, r)
 			}
