@@ -35,6 +35,27 @@ func hold(t *testing.T, m *committer) (queued func(n int), send func()) {
 	return queued, func() { go m.run() }
 }
 
+// together runs op(0..n-1) at once, all queued behind one transaction held
+// in flight, fails the test on any error and returns the number of etcd
+// transactions they made.
+func together(t *testing.T, s *sidecar, n int, op func(i int) error) int64 {
+	t.Helper()
+	queued, send := hold(t, s.c.commits)
+	before := s.calls.Txns()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = op(i) })
+	}
+	queued(n)
+	send()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return s.calls.Txns() - before
+}
+
 // TestGroupCommit: tries, a queueing and releases that arrive together
 // share one etcd transaction, and each gets its own outcome: grants at
 // the revision that created their keys, refusals naming the holder.
@@ -106,24 +127,16 @@ func TestGroupCommit(t *testing.T) {
 	}
 
 	// The releases of the granted locks, together.
-	queued, send = hold(t, s.c.commits)
-	before = s.calls.Txns()
-	for i := taken; i < n; i++ {
-		wg.Go(func() { _, errs[i] = s.c.Release(context.Background(), key(t, keys[i]), "mine") })
-	}
-	queued(n - taken)
-	send()
-	wg.Wait()
-	if got := s.calls.Txns() - before; got != 1 {
+	if got := together(t, s, n-taken, func(i int) error {
+		_, err := s.c.Release(context.Background(), key(t, keys[taken+i]), "mine")
+		return err
+	}); got != 1 {
 		t.Errorf("%d releases made %d etcd transactions, want 1", n-taken, got)
 	}
 	if want := []int{n + 1, n - taken}; !slices.Equal(sizes, want) {
 		t.Errorf("batches of %v reported, want %v: the tries with the queueing, then the releases", sizes, want)
 	}
 	for i := taken; i < n; i++ {
-		if errs[i] != nil {
-			t.Errorf("release of %s: %v", keys[i], errs[i])
-		}
 		if left := s.contenders(t, key(t, keys[i])); len(left) != 0 {
 			t.Errorf("%s released, yet etcd has %v", keys[i], left)
 		}
@@ -138,20 +151,11 @@ func TestGroupCommitTooManyOps(t *testing.T) {
 	s.c.commits.mu.Lock()
 	s.c.commits.max = 200
 	s.c.commits.mu.Unlock()
-	queued, send := hold(t, s.c.commits)
-	before := s.calls.Txns()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { _, errs[i] = s.acquire(t, key(t, fmt.Sprintf("many/%d", i)), "mine", 0) })
-	}
-	queued(n)
-	send()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.calls.Txns() - before; got != 3 {
+	got := together(t, s, n, func(i int) error {
+		_, err := s.acquire(t, key(t, fmt.Sprintf("many/%d", i)), "mine", 0)
+		return err
+	})
+	if got != 3 {
 		t.Errorf("%d tries made %d etcd transactions, want 3: the refused batch and its halves", n, got)
 	}
 	if s.c.commits.max != n/2 {
@@ -207,21 +211,12 @@ func TestGroupCommitTooLarge(t *testing.T) {
 	const n = 7
 	value := strings.Repeat("x", 256<<10)
 	base := s.c.Layout().Base() + "large/"
-	queued, send := hold(t, s.c.commits)
-	before := s.calls.Txns()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
+	got := together(t, s, n, func(i int) error {
 		k := fmt.Sprintf("%s%d", base, i)
-		wg.Go(func() { _, errs[i] = s.c.commits.do(lockTxn{key: k, then: []clientv3.Op{clientv3.OpPut(k, value)}}) })
-	}
-	queued(n)
-	send()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.calls.Txns() - before; got != 3 {
+		_, err := s.c.commits.do(lockTxn{key: k, then: []clientv3.Op{clientv3.OpPut(k, value)}})
+		return err
+	})
+	if got != 3 {
 		t.Errorf("%d puts of 256 KiB made %d transactions, want 3: the refused batch and its halves", n, got)
 	}
 	if s.c.commits.max != maxBatch {
