@@ -77,14 +77,12 @@ func (m *committer) do(t lockTxn) (txnResult, error) {
 	p := &pendingTxn{t: t, done: make(chan struct{})}
 	m.mu.Lock()
 	m.queue = append(m.queue, p)
-	if m.running {
-		m.mu.Unlock()
-		<-p.done
-		return p.res, p.err
-	}
+	lead := !m.running
 	m.running = true
 	m.mu.Unlock()
-	m.run()
+	if lead {
+		m.run()
+	}
 	<-p.done
 	return p.res, p.err
 }
