@@ -40,6 +40,7 @@ type runOptions struct {
 	owner     string
 	wait      time.Duration
 	ttl       time.Duration
+	maxHold   time.Duration
 	killGrace time.Duration
 }
 
@@ -53,11 +54,14 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 		Short: "Run a command while holding a lock; do not run it if someone else holds the lock",
 		Long: `Run a command while holding a lock.
 
-The lock is held through a hold stream: if baton run dies, the sidecar
-releases it at once. The command gets BATON_KEY, BATON_OWNER and BATON_FENCE
-(pass the fence to what it writes). SIGINT and SIGTERM are forwarded to it.
-If the lock is lost while it runs, it gets SIGTERM, then SIGKILL after
---kill-grace.
+The lock is held through a hold stream for as long as the command runs: the
+sidecar renews it while the stream is open (--ttl is the renewal window, how
+long the lock outlives a baton run that stopped renewing), and releases it at
+once if baton run dies. --max-hold caps the whole hold. The command gets
+BATON_KEY, BATON_OWNER and BATON_FENCE (pass the fence to what it writes).
+SIGINT and SIGTERM are forwarded to it. If the lock is lost while it runs
+(--max-hold reached, the sidecar lost etcd, an operator forced it free), it
+gets SIGTERM, then SIGKILL after --kill-grace.
 
 Exit status: the command's own; 75 when someone else holds the lock (or the
 wait ran out); 70 when the lock was lost while the command ran; 69 when the
@@ -69,7 +73,8 @@ sidecar cannot be reached; 2 for a bad command line.`,
 	fs.StringVar(&o.key, "key", "", "the lock to hold, e.g. flow-123/readiness (required)")
 	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
 	fs.DurationVar(&o.wait, "wait", 0, "how long to queue for the lock; 0 gives up at once")
-	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's deadline (default: the sidecar's --default-ttl)")
+	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
+	fs.DurationVar(&o.maxHold, "max-hold", 0, "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
 	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if cmd.ArgsLenAtDash() != 0 {
@@ -78,8 +83,16 @@ sidecar cannot be reached; 2 for a bad command line.`,
 		if _, err := keyspace.ParseKey(o.key); err != nil {
 			return usageError{fmt.Errorf("--key: %w", err)}
 		}
-		if o.wait < 0 || o.ttl < 0 || o.killGrace < 0 {
-			return usageError{errors.New("--wait, --ttl and --kill-grace must not be negative")}
+		if o.wait < 0 || o.ttl < 0 || o.maxHold < 0 || o.killGrace < 0 {
+			return usageError{errors.New("--wait, --ttl, --max-hold and --kill-grace must not be negative")}
+		}
+		for _, f := range []struct {
+			name string
+			d    time.Duration
+		}{{"ttl", o.ttl}, {"max-hold", o.maxHold}} {
+			if cmd.Flags().Changed(f.name) && f.d < time.Second {
+				return usageError{fmt.Errorf("--%s %v: must be at least 1s (leave --%s out for the default)", f.name, f.d, f.name)}
+			}
 		}
 		return runLocked(cmd.Context(), o, args, stdout, stderr)
 	}
@@ -96,12 +109,15 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	if o.ttl > 0 {
 		req.TTL = o.ttl.String()
 	}
+	if o.maxHold > 0 {
+		req.MaxHold = o.maxHold.String()
+	}
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal
 	// gives up the wait.
 	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, req)
 	if err != nil {
-		return holdFailed(err)
+		return holdFailed(err, o.wait)
 	}
 	defer stream.Close()
 	var (
@@ -136,7 +152,7 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		case "granted":
 			granted = ev
 		case "refused":
-			return exitError{exitHeld, alreadyRunning(o.key, ev.Holder, ev.Message)}
+			return exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
 		case "error":
 			return exitError{exitUnavailable, ev.Message}
 		}
@@ -217,12 +233,12 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, lostWhy)}
 }
 
-func holdFailed(err error) error {
+func holdFailed(err error, wait time.Duration) error {
 	var ae *client.APIError
 	if errors.As(err, &ae) {
 		switch ae.Code {
 		case "already_running", "wait_timeout":
-			return exitError{exitHeld, alreadyRunning("", ae.Holder, ae.Message)}
+			return exitError{exitHeld, refused(ae.Code, ae.Holder, ae.Message, wait)}
 		case "unavailable":
 			return exitError{exitUnavailable, ae.Message}
 		}
@@ -233,11 +249,17 @@ func holdFailed(err error) error {
 	return exitError{exitUnavailable, err.Error()}
 }
 
-func alreadyRunning(key string, h *client.Holder, msg string) string {
-	if h == nil || h.Owner == "" {
-		return "already running: " + msg
+// refused says why the command did not start: someone else holds the lock
+// (code already_running) or the wait for it ran out (wait_timeout).
+func refused(code string, h *client.Holder, msg string, wait time.Duration) string {
+	what := "already running"
+	if code == "wait_timeout" {
+		what = fmt.Sprintf("the wait ran out after %v (wait_timeout)", wait)
 	}
-	s := "already running: held by " + h.Owner
+	if h == nil || h.Owner == "" {
+		return what + ": " + msg
+	}
+	s := what + ": held by " + h.Owner
 	if h.Pod != "" {
 		s += " (pod " + h.Pod + ")"
 	}

@@ -71,7 +71,7 @@ func TestRunCommandUnderLock(t *testing.T) {
 		if code := exitOf(t, cmd.Run()); code != exitHeld {
 			t.Fatalf("exit %d, want %d; stderr %s", code, exitHeld, errb.String())
 		}
-		if strings.Contains(out.String(), "ran") || !strings.Contains(errb.String(), "already running: held by next") {
+		if strings.Contains(out.String(), "ran") || !strings.Contains(errb.String(), "the wait ran out after 300ms (wait_timeout): held by next (pod s.sock)") {
 			t.Errorf("stdout %q stderr %q", out.String(), errb.String())
 		}
 	})
@@ -94,22 +94,58 @@ func TestRunCommandUnderLock(t *testing.T) {
 		}
 	})
 
-	t.Run("stops the command when the lock is lost", func(t *testing.T) {
-		cmd, out, errb := batonRun(t, sc.socket, "--key", "short", "--ttl", "1s", "--kill-grace", "5s", "--",
+	t.Run("keeps the lock while the command runs, past its ttl", func(t *testing.T) {
+		// A 20-minute job under a 5-minute ttl, in short: 5.5 windows.
+		cmd, _, errb := batonRun(t, sc.socket, "--key", "long", "--owner", "job-1", "--ttl", "1s", "--", "sleep", "5.5")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		held := 0
+		for {
+			select {
+			case err := <-exited:
+				if code := exitOf(t, err); code != 0 {
+					t.Fatalf("exit %d, want 0; stderr %s", code, errb.String())
+				}
+				if held < 20 {
+					t.Fatalf("the lock was seen held only %d times", held)
+				}
+				if code := post(t, c, "/v1/locks/long", `{"owner":"after"}`); code != 200 {
+					t.Errorf("lock not free after the command: %d", code)
+				}
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if code := post(t, c, "/v1/locks/long", `{"owner":"intruder"}`); code != 409 {
+				if strings.Contains(errb.String(), "baton:") {
+					t.Fatalf("try while the command runs: %d; stderr %s", code, errb.String())
+				}
+				continue // not granted yet
+			}
+			held++
+		}
+	})
+
+	t.Run("stops the command at --max-hold", func(t *testing.T) {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "short", "--ttl", "1s", "--max-hold", "1500ms", "--kill-grace", "5s", "--",
 			"sh", "-c", `trap 'echo got TERM; exit 9' TERM; while :; do sleep 0.05; done`)
 		start := time.Now()
 		code := exitOf(t, cmd.Run())
 		if code != exitLost {
 			t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
 		}
-		if !strings.Contains(out.String(), "got TERM") || !strings.Contains(errb.String(), "lost") || !strings.Contains(errb.String(), "ttl ran out") {
+		if !strings.Contains(out.String(), "got TERM") || !strings.Contains(errb.String(), "lost") || !strings.Contains(errb.String(), "max_hold") {
 			t.Errorf("stdout %q stderr %q", out.String(), errb.String())
 		}
-		t.Logf("stopped %v after start (ttl 1s)", time.Since(start))
+		if took := time.Since(start); took < 1500*time.Millisecond {
+			t.Errorf("stopped %v after start, before its max hold", took)
+		}
 	})
 
 	t.Run("kills a command that ignores SIGTERM after the grace", func(t *testing.T) {
-		cmd, _, errb := batonRun(t, sc.socket, "--key", "stubborn", "--ttl", "1s", "--kill-grace", "200ms", "--",
+		cmd, _, errb := batonRun(t, sc.socket, "--key", "stubborn", "--max-hold", "1s", "--kill-grace", "200ms", "--",
 			"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
 		if code := exitOf(t, cmd.Run()); code != exitLost {
 			t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
@@ -135,7 +171,9 @@ func TestRunCommandUnderLock(t *testing.T) {
 	})
 
 	t.Run("bad usage", func(t *testing.T) {
-		for _, args := range [][]string{{"--key", "a b", "--", "true"}, {"--key", "k", "true"}, {"--", "true"}} {
+		for _, args := range [][]string{{"--key", "a b", "--", "true"}, {"--key", "k", "true"}, {"--", "true"},
+			{"--key", "k", "--ttl", "0", "--", "true"}, {"--key", "k", "--max-hold", "0s", "--", "true"}, {"--key", "k", "--max-hold", "-1s", "--", "true"},
+			{"--key", "k", "--max-hold", "100h", "--", "true"}} {
 			cmd, _, errb := batonRun(t, sc.socket, args...)
 			if code := exitOf(t, cmd.Run()); code != 2 {
 				t.Errorf("%v: exit %d, want 2; stderr %s", args, code, errb.String())

@@ -109,7 +109,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
 	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
-	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend")
+	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend, and the longest max_hold of a hold stream")
 	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")

@@ -60,6 +60,8 @@ type LockRequest struct {
 	Owner string `json:"owner,omitempty"`
 	TTL   string `json:"ttl,omitempty"`
 	Wait  string `json:"wait,omitempty"`
+	// MaxHold caps a hold stream's lock (hold only).
+	MaxHold string `json:"max_hold,omitempty"`
 }
 
 // Event is one line of a hold stream.
@@ -71,6 +73,7 @@ type Event struct {
 	Fence      int64     `json:"fence"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	MaxHoldAt  time.Time `json:"max_hold_at"`
 	Reason     string    `json:"reason"`
 	Code       string    `json:"code"`
 	Message    string    `json:"message"`

@@ -36,7 +36,14 @@ type AcquireRequest struct {
 	OnQueued func(ahead int)
 	// Hold marks a lock bound to its caller's connection (a hold stream): a
 	// restarted sidecar does not keep it, since the connection died too.
+	// Such a lock is meant to last as long as its caller: TTL is then the
+	// renewal window, which the caller (the server's stream) keeps moving
+	// with Renew while the connection lives.
 	Hold bool
+	// MaxHold, with Hold, caps how long the lock may be held however often
+	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
+	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
+	MaxHold time.Duration
 }
 
 // Grant is a lock held by a local owner.
@@ -49,6 +56,12 @@ type Grant struct {
 	// Repeated says the owner held the lock before this call, which changed
 	// nothing (acquire is idempotent).
 	Repeated bool
+	// TTL is the lock's window: the deadline a grant, an extend or a
+	// renewal sets is that long after it.
+	TTL time.Duration
+	// MaxHoldAt is when the lock ends whatever its renewals (the request's
+	// MaxHold); zero when uncapped.
+	MaxHoldAt time.Time
 
 	h *held
 }
@@ -237,6 +250,18 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 		return err
 	}
 	req.TTL = ttl
+	switch {
+	case req.MaxHold < 0:
+		return invalid("max_hold", "%v is negative; leave it out to hold for as long as the stream stays open", req.MaxHold)
+	case req.MaxHold > 0 && !req.Hold:
+		return invalid("max_hold", "applies to hold streams (POST /v1/locks/KEY:hold), which renew their lock; a plain acquire ends at its ttl")
+	case req.MaxHold > 0 && req.MaxHold < time.Second:
+		return invalid("max_hold", "%v is shorter than 1s", req.MaxHold)
+	case req.MaxHold > c.cfg.MaxHold:
+		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v (--max-hold)", req.MaxHold, c.cfg.MaxHold)
+	case req.MaxHold > 0 && req.TTL > req.MaxHold:
+		req.TTL = req.MaxHold // the cap comes first
+	}
 	switch {
 	case req.Wait < 0:
 		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
@@ -545,7 +570,10 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	}
 	h := &held{
 		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, co: c,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
+	}
+	if req.MaxHold > 0 {
+		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
 	}
 	e.refs++
 	c.holdLocked(e, h, req.TTL, req.Hold)
@@ -617,5 +645,5 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, h: h}
 }

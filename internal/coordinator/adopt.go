@@ -56,7 +56,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		e := c.refLocked(k) // the holder's reference
 		e.busy = true
 		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess, lease: clientv3.LeaseID(kv.Lease),
-			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, co: c}
+			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)

@@ -124,6 +124,8 @@ type held struct {
 	lease      clientv3.LeaseID // the lease of sess that carries etcdKey
 	acquiredAt time.Time
 	expiresAt  time.Time
+	ttl        time.Duration // the window each grant, extend or renewal sets
+	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
 	entry      *entry        // the lock's entry, for its deadline
 	due        time.Time     // when its deadline fires
 	slot       int           // its place in the deadline queue; -1 when none

@@ -109,6 +109,9 @@ const (
 	ForceReleased LostReason = "force_released"
 	// Shutdown: the sidecar is stopping and revokes its lease.
 	Shutdown LostReason = "shutdown"
+	// MaxHoldReached: a hold stream's lock reached the max hold its
+	// caller asked for.
+	MaxHoldReached LostReason = "max_hold"
 )
 
 // LostError tells an owner that its lock already ended.
@@ -118,6 +121,9 @@ type LostError struct {
 	Fence  int64
 	Reason LostReason
 	At     time.Time
+	// HeldFor is how long the lock had been held when it ended, where the
+	// reason needs it (MaxHoldReached).
+	HeldFor time.Duration
 }
 
 func (e *LostError) Error() string {
@@ -131,6 +137,8 @@ func (e *LostError) Error() string {
 		why = "its key was deleted in etcd by someone else (force release)"
 	case Shutdown:
 		why = "the sidecar is shutting down and released every lock"
+	case MaxHoldReached:
+		why = fmt.Sprintf("it was held for the max_hold its holder asked for (%v)", e.HeldFor.Round(time.Millisecond))
 	default:
 		why = string(e.Reason)
 	}

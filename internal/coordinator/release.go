@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,18 +55,44 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 	return Released{Fence: h.fence, HeldFor: heldFor}, nil
 }
 
-// Extend moves owner's deadline of k to now+ttl (ttl 0: the default TTL).
+// Extend moves owner's deadline of k to now+ttl (ttl 0: the default TTL),
+// never past the lock's max hold; ttl becomes the lock's window.
 func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, ttl time.Duration) (Grant, error) {
-	op := fmt.Sprintf("extend %q", k)
 	ttl, err := c.checkTTL(ttl)
 	if err != nil {
-		return Grant{}, fmt.Errorf("%s: %w", op, err)
+		return Grant{}, fmt.Errorf("extend %q: %w", k, err)
 	}
+	return c.extend(ctx, k, owner, ttl, slog.LevelInfo)
+}
+
+// Renew moves the deadline of g's lock to now plus its window, never past
+// its max hold: how a hold stream keeps its lock for as long as its caller
+// stays connected. It is an extend that the log shows at debug level only.
+func (c *Coordinator) Renew(ctx context.Context, g Grant) (Grant, error) {
+	return c.extend(ctx, g.Key, g.Owner, g.TTL, slog.LevelDebug)
+}
+
+// RenewDue returns when g's lock should next be renewed to keep it: once a
+// third of its window has passed since its deadline was last set, so that
+// two renewals can fail before it expires. ok is false when no renewal can
+// move the deadline any more (it is the lock's max hold).
+func RenewDue(g Grant) (at time.Time, ok bool) {
+	if !g.MaxHoldAt.IsZero() && !g.ExpiresAt.Before(g.MaxHoldAt) {
+		return time.Time{}, false
+	}
+	return g.ExpiresAt.Add(-2 * g.TTL / 3), true
+}
+
+func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, ttl time.Duration, level slog.Level) (Grant, error) {
+	op := fmt.Sprintf("extend %q", k)
 	e, h, err := c.ownedBy(ctx, k, owner)
 	if err != nil {
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
 	exp := c.now().Add(ttl)
+	if !h.capAt.IsZero() && exp.After(h.capAt) {
+		exp = h.capAt
+	}
 	rec := c.record(owner, h.acquiredAt, exp)
 	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
@@ -89,10 +116,10 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 		c.passTurnLocked(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
 	}
-	h.expiresAt = rec.ExpiresAt
-	c.armLocked(e, h, ttl)
+	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
+	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
-	c.log.Info("lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
+	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
 }
 
@@ -173,10 +200,14 @@ func (c *Coordinator) expire(e *entry, h *held) {
 		c.mu.Unlock()
 		return
 	}
-	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Expired, At: c.now()}
+	reason, what := Expired, "lock expired after %v"
+	if !h.capAt.IsZero() && !h.expiresAt.Before(h.capAt) {
+		reason, what = MaxHoldReached, "lock reached its max hold of %v"
+	}
+	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}
 	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Expired, at: h.lost.At})
-	c.log.Warn(fmt.Sprintf("lock expired after %v", h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At})
+	c.log.Warn(fmt.Sprintf(what, h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
 	c.mu.Unlock()
 	c.retire(e, h.etcdKey, h.fence, h.sess)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 const (
 	EventQueued    = "queued"    // position: contenders ahead
 	EventGranted   = "granted"   // fence, acquired_at, expires_at
-	EventHeartbeat = "heartbeat" // the stream is alive
-	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown
+	EventHeartbeat = "heartbeat" // the stream is alive; expires_at once granted
+	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown, max_hold
 	EventReleased  = "released"  // the owner released the lock by DELETE
 	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
 	EventError     = "error"     // code, message: nothing was granted
@@ -31,6 +32,7 @@ type eventJSON struct {
 	Fence      int64       `json:"fence,omitempty"`
 	AcquiredAt string      `json:"acquired_at,omitempty"`
 	ExpiresAt  string      `json:"expires_at,omitempty"`
+	MaxHoldAt  string      `json:"max_hold_at,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
 	Code       string      `json:"code,omitempty"`
 	Message    string      `json:"message,omitempty"`
@@ -68,8 +70,11 @@ type acquired struct {
 }
 
 // hold serves POST /v1/locks/{key}:hold: acquire, then keep the lock while
-// the connection stays open, telling the caller what happens to it. When
-// the caller hangs up, the lock is released (or the waiter withdrawn).
+// the connection stays open, telling the caller what happens to it. The
+// lock's ttl is a renewal window: while the stream is open, its deadline is
+// moved on before it comes (see renewer), so the lock lasts as long as its
+// caller, up to the max_hold the caller may have set. When the caller
+// hangs up, the lock is released (or the waiter withdrawn).
 func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	b, err := s.body(w, r)
 	if err != nil {
@@ -87,7 +92,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	ctx := r.Context()
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
 	queued := make(chan int, 1)
-	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, Hold: true, OnQueued: func(ahead int) {
+	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Hold: true, OnQueued: func(ahead int) {
 		select { // keep only the latest position
 		case <-queued:
 		default:
@@ -125,6 +130,8 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
 	done := g.Done()
+	ren := newRenewer(g)
+	defer ren.stop()
 	for {
 		select {
 		case <-done:
@@ -135,8 +142,10 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 			}
 			st.send(ev)
 			return
+		case <-ren.due():
+			s.renew(ctx, ren)
 		case <-tick.C:
-			if err := st.send(eventJSON{Event: EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence}); err != nil {
+			if err := st.send(eventJSON{Event: EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: timeJSON(ren.g.ExpiresAt)}); err != nil {
 				s.releaseHeld(k, g, "the hold stream could not be written")
 				return
 			}
@@ -145,6 +154,62 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 			return
 		}
 	}
+}
+
+// renewer keeps a hold stream's lock: it says when its deadline is next to
+// be moved on, a third of its window after it was last set.
+type renewer struct {
+	g     coordinator.Grant
+	timer *time.Timer
+	fails int // renewals that failed in a row
+}
+
+func newRenewer(g coordinator.Grant) *renewer {
+	r := &renewer{g: g, timer: time.NewTimer(time.Hour)}
+	r.schedule(0)
+	return r
+}
+
+// schedule sets the timer for the next renewal: when the lock's deadline
+// calls for one, or retry from now when the last one failed. A deadline
+// that is the lock's max hold needs no more renewals.
+func (r *renewer) schedule(retry time.Duration) {
+	r.timer.Stop()
+	at, ok := coordinator.RenewDue(r.g)
+	if !ok {
+		return
+	}
+	d := time.Until(at)
+	if retry > 0 {
+		d = retry
+	}
+	r.timer.Reset(max(d, 0))
+}
+
+func (r *renewer) due() <-chan time.Time { return r.timer.C }
+func (r *renewer) stop()                 { r.timer.Stop() }
+
+// renew moves the stream's deadline on. A renewal that fails for want of
+// etcd is tried again soon, every tenth of the window: the lock stays held
+// until its deadline, and ends then (lost, expired) if etcd stayed away.
+// One that finds the lock gone leaves it to the Done channel to tell.
+func (s *Server) renew(ctx context.Context, r *renewer) {
+	g, err := s.locks.Renew(context.WithoutCancel(ctx), r.g)
+	if err == nil {
+		r.g, r.fails = g, 0
+		r.schedule(0)
+		return
+	}
+	r.fails++
+	if errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld) {
+		return
+	}
+	level := slog.LevelDebug
+	if r.fails == 1 {
+		level = slog.LevelWarn
+	}
+	s.log.Log(ctx, level, "cannot renew a hold stream's lock yet; retrying", "lock", r.g.Key.String(), "owner", r.g.Owner, "expiresAt", r.g.ExpiresAt, "failures", r.fails, "err", err)
+	r.schedule(max(r.g.TTL/10, 50*time.Millisecond))
 }
 
 // holdFailed answers an acquire that failed: as a plain HTTP error when
@@ -193,5 +258,5 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 
 func grantEvent(g coordinator.Grant) eventJSON {
 	return eventJSON{Event: EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
-		AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt)}
+		AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt), MaxHoldAt: timeJSON(g.MaxHoldAt)}
 }

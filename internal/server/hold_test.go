@@ -140,16 +140,99 @@ func TestHoldWaitRunsOut(t *testing.T) {
 	}
 }
 
+// A 20-minute job under a 5-minute ttl, in short: a hold stream keeps its
+// lock for as long as it stays open, its deadline moved on by the sidecar
+// (the ttl is the renewal window), and another sidecar sees it held and
+// unexpired all along.
+func TestHoldOutlivesItsTTL(t *testing.T) {
+	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 200 * time.Millisecond })
+	b := newAPI(t, "pod-b")
+	h := a.openHold("long-job", `{"owner":"o","ttl":"1s"}`)
+	g := h.next()
+	if g["event"] != EventGranted || g["max_hold_at"] != nil {
+		t.Fatalf("event %v, want granted with no max_hold_at", g)
+	}
+	events := make(chan map[string]any, 100)
+	go func() {
+		for {
+			var ev map[string]any
+			if h.dec.Decode(&ev) != nil {
+				close(events)
+				return
+			}
+			events <- ev
+		}
+	}()
+	lastExpiry := g["expires_at"].(string)
+	deadline := time.Now().Add(5500 * time.Millisecond) // 5.5 × the ttl
+	for time.Now().Before(deadline) {
+		select {
+		case ev, ok := <-events:
+			if !ok || ev["event"] != EventHeartbeat {
+				t.Fatalf("event %v (open %v) while the stream is open, want heartbeats only", ev, ok)
+			}
+			if exp, _ := ev["expires_at"].(string); exp < lastExpiry {
+				t.Fatalf("heartbeat expires_at %v went back from %v", exp, lastExpiry)
+			} else {
+				lastExpiry = exp
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+		st := b.do("GET", "/v1/locks/long-job", "").expect(t, 200, "")
+		exp, err := time.Parse(time.RFC3339Nano, st.str("expires_at"))
+		if !st.body["held"].(bool) || st.holder()["owner"] != "o" || err != nil || !exp.After(time.Now()) {
+			t.Fatalf("status from another sidecar %s: want held by o, expiring later", st.raw)
+		}
+	}
+	if lastExpiry == g["expires_at"] {
+		t.Errorf("the heartbeats' expires_at never moved from %v", lastExpiry)
+	}
+	h.cancel()
+	waitUntil(t, 5*time.Second, "the closed stream's lock to be released", func() bool {
+		return b.do("GET", "/v1/locks/long-job", "").body["held"] == false
+	})
+}
+
+// max_hold caps a hold stream whatever its renewals: it ends lost, reason
+// max_hold, and the lock is free for the next caller.
+func TestHoldMaxHold(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	start := time.Now()
+	h := a.openHold("capped", `{"owner":"o","ttl":"1s","max_hold":"2.5s"}`)
+	g := h.next()
+	acquired, _ := time.Parse(time.RFC3339Nano, g["acquired_at"].(string))
+	capAt, err := time.Parse(time.RFC3339Nano, g["max_hold_at"].(string))
+	if g["event"] != EventGranted || err != nil || capAt.Sub(acquired) != 2500*time.Millisecond {
+		t.Fatalf("event %v, want granted with max_hold_at 2.5s after acquired_at", g)
+	}
+	ev := h.next()
+	if ev["event"] != EventLost || ev["reason"] != "max_hold" || ev["code"] != CodeLockLost || !strings.Contains(ev["message"].(string), "max_hold") {
+		t.Fatalf("event %v, want lost (max_hold)", ev)
+	}
+	if took := time.Since(start); took < 2500*time.Millisecond {
+		t.Fatalf("ended after %v, before its max_hold of 2.5s", took)
+	}
+	if !h.ended() {
+		t.Error("the stream goes on after the loss")
+	}
+	// The sidecar deletes the key right after it tells the stream.
+	waitUntil(t, 5*time.Second, "the capped lock to be free", func() bool {
+		return b.do("POST", "/v1/locks/capped", `{"owner":"next"}`).status == 200
+	})
+	// The owner's later calls hear why it ended.
+	a.do("POST", "/v1/locks/capped:extend", `{"owner":"o"}`).expect(t, 410, CodeLockLost)
+
+	// An extend cannot pass the cap: the deadline stops at max_hold_at.
+	h2 := a.openHold("capped2", `{"owner":"o2","ttl":"1s","max_hold":"3s"}`)
+	g2 := h2.next()
+	ext := a.do("POST", "/v1/locks/capped2:extend", `{"owner":"o2","ttl":"1h"}`).expect(t, 200, "")
+	if ext.str("expires_at") != g2["max_hold_at"] {
+		t.Errorf("extend past the cap: expires_at %s, max_hold_at %v", ext.str("expires_at"), g2["max_hold_at"])
+	}
+}
+
 func TestHoldHearsLoss(t *testing.T) {
 	a := newAPI(t, "pod-a")
-	h := a.openHold("short", `{"owner":"o","ttl":"1s"}`)
-	if g := h.next(); g["event"] != EventGranted {
-		t.Fatalf("event %v", g)
-	}
-	if ev := h.next(); ev["event"] != EventLost || ev["reason"] != "expired" || ev["message"] == "" {
-		t.Fatalf("event %v, want lost (expired)", ev)
-	}
-
 	h2 := a.openHold("forced", `{"owner":"o"}`)
 	if g := h2.next(); g["event"] != EventGranted {
 		t.Fatalf("event %v", g)

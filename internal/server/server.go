@@ -165,7 +165,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, err)
 		return
 	}
-	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait})
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -193,6 +193,9 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		return
 	case b.Wait != 0:
 		writeError(w, badRequest("invalid_wait", "extend takes no wait; send owner and ttl"))
+		return
+	case b.MaxHold != 0:
+		writeError(w, badRequest("invalid_max_hold", "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)

@@ -15,11 +15,14 @@ import (
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
-// acquireBody is the body of POST /v1/locks/{key} and {key}:extend.
+// acquireBody is the body of POST /v1/locks/{key}, {key}:hold and
+// {key}:extend.
 type acquireBody struct {
 	Owner string
 	TTL   time.Duration
 	Wait  time.Duration
+	// MaxHold caps a hold stream's lock however long it is renewed.
+	MaxHold time.Duration
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -56,12 +59,12 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		}
 		return acquireBody{}, badRequest(CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
 	}
-	var raw [3]json.RawMessage // owner, ttl, wait
+	var raw [4]json.RawMessage // owner, ttl, wait, max_hold
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl and wait", name))
+			return badRequest(CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait and (on :hold) max_hold", name))
 		case raw[i] != nil:
 			return badRequest(CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
@@ -88,6 +91,12 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
 		return acquireBody{}, err
 	}
+	if b.MaxHold, err = parseDuration("max_hold", raw[3]); err != nil {
+		return acquireBody{}, err
+	}
+	if b.MaxHold == 0 && len(raw[3]) > 0 && string(raw[3]) != "null" {
+		return acquireBody{}, badRequest("invalid_max_hold", "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
+	}
 	return b, nil
 }
 
@@ -101,6 +110,8 @@ func bodyField(name string) int {
 		return 1
 	case "wait":
 		return 2
+	case "max_hold":
+		return 3
 	}
 	return -1
 }

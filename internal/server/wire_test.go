@@ -20,6 +20,7 @@ func TestDecodeBody(t *testing.T) {
 		{`{"wait":0}`, acquireBody{}},
 		{`{"owner":null,"ttl":null}`, acquireBody{}},
 		{" \n{\"owner\":\"x\"}\n", acquireBody{Owner: "x"}},
+		{`{"ttl":"1m","max_hold":"2h"}`, acquireBody{TTL: time.Minute, MaxHold: 2 * time.Hour}},
 	}
 	for _, tt := range tests {
 		got, err := decodeBody(strings.NewReader(tt.in))
@@ -43,7 +44,7 @@ func TestDecodeBodyNamesUnknownFields(t *testing.T) {
 	for in, name := range map[string]string{`{"owner":"a","tll":"5m"}`: `"tll"`, `{"OWNER":"a"}`: `"OWNER"`, `{"x":{"owner":"a"}}`: `"x"`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.code != CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl and wait") {
+		if !errors.As(err, &ae) || ae.code != CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait and (on :hold) max_hold") {
 			t.Errorf("decodeBody(%s) = %v, want a 400 naming the field %s and the known ones", in, err, name)
 		}
 	}
