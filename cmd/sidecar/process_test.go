@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,5 +219,89 @@ func TestMaxProcs(t *testing.T) {
 				t.Errorf("GOMAXPROCS %v (reported: %v), want %v", got, ok, tt.want)
 			}
 		})
+	}
+}
+
+// TestServesBeforeEtcdIsReachable: a sidecar whose etcd cannot be reached
+// at start still serves its socket, answering 503 naming the endpoint
+// (and baton run exits 69 saying so), and grants once etcd is there.
+func TestServesBeforeEtcdIsReachable(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there until etcd "comes up" below
+	sock := filepath.Join(dir, "s.sock")
+	cmd := exec.Command(binary(t), "serve", "--socket-path", sock, "--scope", "late-etcd",
+		"--etcd-endpoints", "http://"+addr, "--lease-ttl", "2s", "--request-timeout", "500ms", "--health-addr", "")
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	c := unixClient(sock)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket while etcd is unreachable; stderr: %s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, body := do(t, c, http.MethodPost, "/v1/locks/job", `{"owner":"o"}`)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) || !strings.Contains(body, "etcd at http://"+addr) {
+		t.Fatalf("acquire while etcd is unreachable: %d %s; want 503 naming http://%s", code, body, addr)
+	}
+	if code, body := do(t, c, http.MethodGet, "/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, addr) {
+		t.Errorf("readyz: %d %s", code, body)
+	}
+	run, _, runErr := batonRun(t, sock, "--key", "job", "--", "true")
+	if code := exitOf(t, run.Run()); code != exitUnavailable || !strings.Contains(runErr.String(), "etcd at http://"+addr) {
+		t.Errorf("baton run: exit %d, stderr %q; want %d naming the endpoint", code, runErr.String(), exitUnavailable)
+	}
+	if !strings.Contains(errb.String(), `"etcd":["http://`+addr+`"]`) {
+		t.Errorf("the retry log does not name the endpoint: %s", errb.String())
+	}
+
+	// etcd comes up at that address: a forwarder to the test etcd.
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	network, target, _ := strings.Cut(testEtcd.Endpoints()[0], "://")
+	if network == "http" {
+		network = "tcp"
+	}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial(network, target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		code, body := do(t, c, http.MethodPost, "/v1/locks/job", `{"owner":"o"}`)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no grant 15s after etcd became reachable: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

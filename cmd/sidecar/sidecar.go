@@ -208,16 +208,26 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		serveOn(sc.metricsL, mux)
 	}
 
+	// The socket is served at once: while etcd cannot be reached, callers
+	// get 503 naming it, as they do when etcd goes away later. Only while
+	// the locks of the process before this one are taken over do they wait
+	// (a request timeout at most): until then, their own locks are not
+	// known here.
+	api := sc.api.Handler()
+	adopted := make(chan struct{})
+	if len(sc.prev.leaseIDs()) > 0 {
+		api = sc.api.Starting(api, adopted, sc.o.coord.RequestTimeout)
+	}
+	serveOn(sc.sock, api)
+	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	ready := waitReady(ctx, sc.coord, sc.log)
 	if ready && len(sc.prev.leaseIDs()) > 0 {
 		keepLocks(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
 	}
+	close(adopted)
 	goRun(func(ctx context.Context) error {
 		return saveState(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.keeper)
 	})
-	// Callers that connected meanwhile wait in the socket's backlog until
-	// the previous process's locks are back.
-	serveOn(sc.sock, sc.api.Handler())
 	if ready {
 		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
 			sc.o.socketPath, sc.where, sc.o.coord.Scope, sc.o.socketPath)

@@ -207,7 +207,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 // runs out. Nothing is granted without an etcd commit; a wait that runs
 // out while etcd is still unreachable answers unavailable.
 func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
-	backoff := 50 * time.Millisecond
+	retry := retryBackoff(time.Second)
 	for {
 		g, err := c.wait(ctx, e, req, start)
 		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
@@ -215,13 +215,12 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		}
 		c.log.Debug("waiting through an etcd outage", "lock", req.Key.String(), "owner", req.Owner, "err", err)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(retry.NextBackOff()):
 		case <-ctx.Done():
 			return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-c.stop.Done():
 			return Grant{}, err
 		}
-		backoff = min(2*backoff, time.Second)
 		c.mu.Lock()
 		if e.busy && req.OnQueued != nil {
 			// Behind a local caller again: say so, as on arrival (a hold

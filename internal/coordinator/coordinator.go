@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -480,6 +481,14 @@ func NewOwner() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails on Linux
 	return "exec-" + hex.EncodeToString(b[:])
+}
+
+// retryBackoff is the back-off between tries of an etcd request that
+// failed for want of etcd: from 50ms, doubling up to maxDelay, each delay
+// varied by ±20% so that the callers of a sidecar, and sidecars, that lost
+// etcd together do not retry in step.
+func retryBackoff(maxDelay time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: maxDelay}
 }
 
 // isContextErr reports whether err is the caller's own cancellation.

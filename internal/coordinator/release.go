@@ -228,21 +228,20 @@ func (c *Coordinator) retire(e *entry, key string, rev int64, sess *lease.Sessio
 	}
 	go func() {
 		defer c.leaveTurn(e)
-		backoff := 50 * time.Millisecond
+		retry := retryBackoff(2 * time.Second)
 		for {
 			select {
 			case <-sess.Done():
 				return
 			case <-c.stop.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(retry.NextBackOff()):
 			}
 			err := c.deleteKey(key, rev)
 			if err == nil {
 				return
 			}
 			c.log.Warn("cannot delete contender key; retrying", "key", key, "err", err)
-			backoff = min(2*backoff, 2*time.Second)
 		}
 	}()
 }

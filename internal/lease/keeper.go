@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,6 +23,7 @@ type Keeper struct {
 	resume []clientv3.LeaseID
 
 	mu      sync.Mutex
+	lastErr error // why the last session could not be opened; nil once one is
 	cur     *Session
 	changed chan struct{} // closed and replaced whenever cur changes
 	closed  bool
@@ -51,7 +54,9 @@ func NewKeeper(cli *clientv3.Client, cfg Config, log *slog.Logger, opts ...Optio
 
 // Run opens sessions until ctx ends or Close is called.
 func (k *Keeper) Run(ctx context.Context) error {
-	backoff := k.cfg.RetryMin
+	// Each delay varied by ±20%, so that the sidecars that lost etcd
+	// together do not come back in step.
+	retry := &backoff.ExponentialBackOff{InitialInterval: k.cfg.RetryMin, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: k.cfg.RetryMax}
 	resumeUntil := time.Now().Add(2 * k.cfg.TTL) // past that, the lease has surely expired
 	for ctx.Err() == nil && !k.isClosed() {
 		var s *Session
@@ -67,15 +72,16 @@ func (k *Keeper) Run(ctx context.Context) error {
 			s, err = Open(ctx, k.cli, k.cfg)
 		}
 		if err != nil {
-			k.log.Warn("cannot open etcd session; retrying", "err", err, "retryIn", backoff)
+			k.failed(err)
+			wait := retry.NextBackOff()
+			k.log.Warn("cannot open etcd session; retrying", "etcd", k.cli.Endpoints(), "err", err, "retryIn", wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(2*backoff, k.cfg.RetryMax)
 			continue
 		}
-		backoff = k.cfg.RetryMin
+		retry.Reset()
 		if !k.publish(s) {
 			_ = s.Revoke(context.Background())
 			return nil
@@ -116,15 +122,27 @@ func (k *Keeper) revokeLost(ctx context.Context, s *Session) {
 	}
 }
 
-// Current returns the live session, or ErrNoSession.
+// Current returns the live session, or ErrNoSession saying which etcd it
+// is opened with and, when that failed, why.
 func (k *Keeper) Current() (*Session, error) {
 	k.mu.Lock()
-	s := k.cur
+	s, lastErr := k.cur, k.lastErr
 	k.mu.Unlock()
 	if s == nil || !s.Alive() {
-		return nil, ErrNoSession
+		at := strings.Join(k.cli.Endpoints(), ",")
+		if lastErr != nil {
+			return nil, fmt.Errorf("%w: etcd at %s cannot be reached: %w", ErrNoSession, at, lastErr)
+		}
+		return nil, fmt.Errorf("%w: opening one with etcd at %s", ErrNoSession, at)
 	}
 	return s, nil
+}
+
+// failed records why a session could not be opened.
+func (k *Keeper) failed(err error) {
+	k.mu.Lock()
+	k.lastErr = err
+	k.mu.Unlock()
 }
 
 // Wait returns the live session, waiting for one to open until ctx ends.
@@ -137,7 +155,8 @@ func (k *Keeper) Wait(ctx context.Context) (*Session, error) {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrNoSession, ctx.Err())
+			_, err := k.Current()
+			return nil, fmt.Errorf("%w (gave up waiting for one: %w)", err, ctx.Err())
 		}
 	}
 }
@@ -177,7 +196,7 @@ func (k *Keeper) publish(s *Session) bool {
 	if k.closed {
 		return false
 	}
-	k.cur = s
+	k.cur, k.lastErr = s, nil
 	k.notifyLocked()
 	return true
 }

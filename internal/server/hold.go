@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -233,7 +235,8 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 // gone never waits for its deadline: it ends released, or lost with the
 // session once etcd has been out of reach for the lease TTL.
 func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
-	backoff := 50 * time.Millisecond
+	// From 50ms, doubling up to 2s, each delay varied by ±20%.
+	retry := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 2 * time.Second}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.locks.Release(ctx, k, g.Owner)
@@ -246,13 +249,13 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 			s.log.Warn("cannot release the lock of a caller that is gone; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
 			return
 		}
-		s.log.Warn("cannot release the lock of a caller that is gone yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", backoff, "err", err)
+		wait := retry.NextBackOff()
+		s.log.Warn("cannot release the lock of a caller that is gone yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", wait, "err", err)
 		select {
 		case <-g.Done(): // lost with the session, or released by someone else
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -89,6 +89,32 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// Starting returns h behind a gate for a sidecar that is still taking over
+// the locks of the process before it (see Coordinator.Adopt): until open is
+// closed, a request waits for it, up to wait, then answers 503 unavailable
+// saying why. Probes (/healthz, /readyz) pass at once.
+func (s *Server) Starting(h http.Handler, open <-chan struct{}, wait time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-open:
+			h.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		case <-t.C:
+			why := "it is taking over the locks of the process before it"
+			if err := s.locks.Ready(); err != nil {
+				why += ": " + err.Error()
+			}
+			writeError(w, fmt.Errorf("%w: the sidecar is starting; %s", coordinator.ErrUnavailable, why))
+		}
+	})
+}
+
 // HealthHandler returns only /healthz and /readyz, for a TCP probe port.
 func (s *Server) HealthHandler() http.Handler { return http.HandlerFunc(s.health) }
 
