@@ -7,7 +7,9 @@ RUN go mod download
 COPY api ./api
 COPY cmd ./cmd
 COPY internal ./internal
-RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /baton ./cmd/sidecar
+ARG VERSION=dev
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/baton-dev/baton/internal/version.version=${VERSION} -X github.com/baton-dev/baton/internal/version.commit=${COMMIT}" -o /baton ./cmd/sidecar
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /baton /baton

@@ -15,19 +15,26 @@ RUN_ARGS  ?=
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# What `baton version` and baton_build_info report.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/baton-dev/baton/internal/version.version=$(VERSION) \
+  -X github.com/baton-dev/baton/internal/version.commit=$(COMMIT)
+
 .PHONY: build
 build: ## Build bin/baton.
-	$(GO) build $(GOFLAGS) -o $(BIN)/baton ./cmd/sidecar
+	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/baton ./cmd/sidecar
 
 IMAGE ?= ghcr.io/baton-dev/baton:0.1.0
 
 .PHONY: image
 image: ## Build the container image $(IMAGE) (the sidecar and the controller) with docker.
-	docker build -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 .PHONY: run
 run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
-	$(BIN)/baton serve --socket-path $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
+	@echo 'baton: in another terminal: export BATON_SOCKET=$(abspath $(SOCKET)) (then baton run, baton locks and examples/clients find it)'
+	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
 test: vet envtest-assets $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.

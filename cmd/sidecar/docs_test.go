@@ -25,7 +25,7 @@ func TestReadmeClients(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "baton.sock")
-	serveInProcess(t, "--socket-path", sock, "--data-dir", filepath.Join(dir, "etcd"),
+	serveInProcess(t, "--socket", sock, "--data-dir", filepath.Join(dir, "etcd"),
 		"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "")
 	c := unixClient(sock)
 
@@ -75,6 +75,16 @@ func TestReadmeClients(t *testing.T) {
 				t.Errorf("on a held lock %v printed %q; want 409 with the running execution id", cl.cmd, got)
 			}
 			do(t, c, http.MethodDelete, "/v1/locks/"+cl.key+"?owner=exec-running", "")
+
+			// No sidecar there: the client says which socket it tried.
+			none := filepath.Join(dir, "none.sock")
+			cmd := exec.Command(cl.cmd[0], cl.cmd[1:]...)
+			cmd.Dir = "../../examples/clients"
+			cmd.Env = append(os.Environ(), "BATON_SOCKET="+none)
+			got2, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(got2), none) || !strings.Contains(string(got2), "BATON_SOCKET") {
+				t.Errorf("with no sidecar %v: %v, printed %q; want a failure naming %s and BATON_SOCKET", cl.cmd, err, got2, none)
+			}
 		})
 	}
 }

@@ -23,19 +23,19 @@ type locksOptions struct {
 	output string
 }
 
-func newLocksCmd(getenv func(string) string, stdout io.Writer) *cobra.Command {
-	o := &locksOptions{socket: getenv("BATON_SOCKET"), output: "table"}
-	if o.socket == "" {
-		o.socket = "/var/run/baton/baton.sock"
-	}
+func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	o := &locksOptions{socket: defaultSocket, output: "table"}
 	cmd := &cobra.Command{
 		Use:   "locks",
 		Short: "See and release locks: list, status, release",
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.socket, "socket-path", o.socket, "the sidecar's socket ($BATON_SOCKET)")
+	socketFlag(pf, &o.socket, "the sidecar's socket")
 	pf.StringVarP(&o.output, "output", "o", o.output, "table or json")
-	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := bindEnv(cmd.Flags(), getenv, stderr); err != nil {
+			return err
+		}
 		if o.output != "table" && o.output != "json" {
 			return usageError{fmt.Errorf("--output %q: use table or json", o.output)}
 		}

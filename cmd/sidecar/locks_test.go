@@ -22,7 +22,7 @@ func TestLocksCommands(t *testing.T) {
 	}
 	baton := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), append(args, "--socket-path", sc.socket), env(nil), &out, &errb)
+		code := run(context.Background(), append(args, "--socket", sc.socket), env(nil), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 

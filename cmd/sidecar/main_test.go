@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/baton-dev/baton/internal/etcdtest"
@@ -31,6 +34,12 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 	dir := t.TempDir()
 	cert := filepath.Join(dir, "cert.pem")
 	os.WriteFile(cert, []byte("x"), 0o600)
+	busyL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyL.Close()
+	busy := busyL.Addr().String()
 	injectYAML := filepath.Join(dir, "inject.yaml")
 	os.WriteFile(injectYAML, []byte("etcdEndpoints: [\"http://etcd:2379\"]\n"), 0o600)
 	tests := []struct {
@@ -56,7 +65,9 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"pprof without a metrics address", []string{"--pprof"}, nil, "--pprof"},
 		{"negative max procs", []string{"--max-procs=-1"}, nil, "--max-procs"},
 		{"embedded client URL", []string{"--embedded-client-url=ftp://x"}, nil, "--embedded-client-url"},
-		{"log level", []string{"--log-level=loud", "--socket-path=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
+		{"embedded etcd port in use", []string{"--embedded-client-url=http://" + busy, "--data-dir=" + filepath.Join(dir, "etcd"), "--socket=" + filepath.Join(dir, "s.sock"), "--health-addr="}, nil, "--embedded-client-url"},
+		{"socket directory missing", []string{"--socket=" + filepath.Join(dir, "nope", "s.sock"), "--etcd-endpoints=http://127.0.0.1:1", "--health-addr="}, nil, "--socket"},
+		{"log level", []string{"--log-level=loud", "--socket=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
 		{"unknown flag", []string{"--lease=5s"}, nil, "unknown flag"},
 		{"stray argument", []string{"extra"}, nil, "unknown command"},
 		{"mirror without etcd", []string{"mirror"}, nil, "--etcd-endpoints"},
@@ -92,7 +103,7 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--max-waiters=7"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := bindEnv(fs, env(map[string]string{"BATON_MAX_WAITERS": "9", "BATON_LEASE_TTL": "4s", "BATON_ETCD_ENDPOINTS": "http://a:1,http://b:2"})); err != nil {
+	if err := bindEnv(fs, env(map[string]string{"BATON_MAX_WAITERS": "9", "BATON_LEASE_TTL": "4s", "BATON_ETCD_ENDPOINTS": "http://a:1,http://b:2"}), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if o.coord.MaxWaiters != 7 {
@@ -120,10 +131,10 @@ func TestShortLeaseAloneIsEnough(t *testing.T) {
 		o := defaultServeOptions(env(nil))
 		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 		o.addFlags(fs)
-		if err := fs.Parse(append(tt.args, "--socket-path="+filepath.Join(t.TempDir(), "s.sock"))); err != nil {
+		if err := fs.Parse(append(tt.args, "--socket="+filepath.Join(t.TempDir(), "s.sock"))); err != nil {
 			t.Fatal(err)
 		}
-		if err := bindEnv(fs, env(tt.env)); err != nil {
+		if err := bindEnv(fs, env(tt.env), io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		o.followLeaseTTL(fs)
@@ -178,7 +189,7 @@ func TestServeEmbedded(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "baton.sock")
-	args := []string{"serve", "--socket-path", sock, "--data-dir", filepath.Join(dir, "etcd"),
+	args := []string{"serve", "--socket", sock, "--data-dir", filepath.Join(dir, "etcd"),
 		"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--request-timeout", "900ms"}
 	for round := 0; round < 2; round++ {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -237,5 +248,144 @@ func serveInProcess(t *testing.T, args ...string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no ready line; stderr: %s", errb.String())
 		}
+	}
+}
+
+// TestEveryFlagReadsTheEnvironment: every flag of every command reads
+// BATON_<FLAG>; the command line wins; the socket has one name, and its
+// former one still works with a notice.
+func TestEveryFlagReadsTheEnvironment(t *testing.T) {
+	root := newRootCmd(context.Background(), env(nil), io.Discard, io.Discard, nil)
+	var walk func(c *cobra.Command)
+	checked := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if !c.Runnable() || c.Name() == "help" || c.Name() == "completion" {
+			return
+		}
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Name == "help" || f.Deprecated != "" || f.Value.Type() == "bool" {
+				return
+			}
+			// A fresh command tree per flag: flags keep what they are set to.
+			tree := newRootCmd(context.Background(), env(nil), io.Discard, io.Discard, nil)
+			cmd, _, err := tree.Find(strings.Fields(c.CommandPath())[1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.ParseFlags(nil)
+			fs := cmd.Flags()
+			want := sampleValue(f)
+			if err := bindEnv(fs, env(map[string]string{envName(f.Name): want}), io.Discard); err != nil {
+				t.Errorf("%s --%s: %v", c.CommandPath(), f.Name, err)
+				return
+			}
+			if got := fs.Lookup(f.Name).Value.String(); !strings.Contains(got, strings.Trim(want, "[]")) {
+				t.Errorf("%s: %s=%s set --%s to %q", c.CommandPath(), envName(f.Name), want, f.Name, got)
+			}
+			checked++
+		})
+	}
+	walk(root)
+	if checked < 40 {
+		t.Fatalf("checked only %d flags", checked)
+	}
+
+	// One name for the socket, everywhere; the former one still works.
+	for _, args := range [][]string{{"serve"}, {"run"}, {"locks", "list"}} {
+		for _, tt := range []struct {
+			env    map[string]string
+			flags  []string
+			want   string
+			notice bool
+		}{
+			{map[string]string{"BATON_SOCKET": "/a.sock"}, nil, "/a.sock", false},
+			{map[string]string{"BATON_SOCKET_PATH": "/old.sock"}, nil, "/old.sock", true},
+			{map[string]string{"BATON_SOCKET": "/a.sock", "BATON_SOCKET_PATH": "/old.sock"}, nil, "/a.sock", false},
+			{map[string]string{"BATON_SOCKET": "/a.sock"}, []string{"--socket-path=/flag.sock"}, "/flag.sock", false},
+			{nil, nil, defaultSocket, false},
+		} {
+			var notice bytes.Buffer
+			tree := newRootCmd(context.Background(), env(tt.env), io.Discard, &notice, nil)
+			cmd, _, _ := tree.Find(args)
+			if err := cmd.ParseFlags(tt.flags); err != nil {
+				t.Fatal(err)
+			}
+			if err := bindEnv(cmd.Flags(), env(tt.env), &notice); err != nil {
+				t.Fatal(err)
+			}
+			got := cmd.Flags().Lookup("socket").Value.String()
+			if got != tt.want || strings.Contains(notice.String(), "deprecated") != tt.notice {
+				t.Errorf("%v %v %v: socket %q, notice %q; want %q (notice %v)", args, tt.env, tt.flags, got, notice.String(), tt.want, tt.notice)
+			}
+		}
+	}
+}
+
+// sampleValue is a valid value for f, different from its default.
+func sampleValue(f *pflag.Flag) string {
+	switch f.Value.Type() {
+	case "duration":
+		return "7s"
+	case "int", "int64":
+		return "7"
+	case "stringSlice":
+		return "[http://a:1]"
+	}
+	if f.Name == "output" {
+		return "json"
+	}
+	if f.Name == "log-level" {
+		return "warn"
+	}
+	return "/sample/" + f.Name
+}
+
+// TestUsageErrorsExit2: a bad command line of any command exits 2, whatever
+// cobra's message says.
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"locks", "status"}, {"locks", "status", "a", "b"}, {"locks", "release"}, {"locks", "list", "extra"},
+		{"install"}, {"install", "a", "b"}, {"serve", "extra"}, {"mirror", "extra"}, {"version", "extra"},
+		{"run"}, {"no-such-command"}, {"locks", "list", "--no-such-flag"}, {"run", "--wait", "soon", "--key", "k", "--", "true"},
+		{"version", "-o", "yaml"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, env(nil), &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "baton: ") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errb.String())
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		var out bytes.Buffer
+		if code := run(context.Background(), args, env(nil), &out, io.Discard); code != 0 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		if !strings.HasPrefix(out.String(), "baton ") || !strings.Contains(out.String(), "commit ") ||
+			!strings.Contains(out.String(), "go1.") || !strings.Contains(out.String(), "etcd 3.") {
+			t.Errorf("%v printed %q; want version, commit, Go and etcd", args, out.String())
+		}
+	}
+	var out bytes.Buffer
+	run(context.Background(), []string{"version", "-o", "json"}, env(nil), &out, io.Discard)
+	var v struct{ Version, Commit, Go, Etcd string }
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Version == "" || v.Commit == "" || v.Go == "" || v.Etcd == "" {
+		t.Errorf("version -o json: %q %v", out.String(), err)
+	}
+}
+
+// TestMirrorWithoutKubeconfig: no Kubernetes configuration is one line
+// saying what to give, and exit 2; no stack trace, no client-go hint.
+func TestMirrorWithoutKubeconfig(t *testing.T) {
+	var errb bytes.Buffer
+	code := run(context.Background(), []string{"mirror", "--etcd-endpoints", "http://127.0.0.1:1", "--health-addr", "", "--metrics-addr", ""},
+		env(map[string]string{"HOME": t.TempDir()}), io.Discard, &errb)
+	if code != 2 || strings.Count(errb.String(), "\n") != 1 || !strings.Contains(errb.String(), "--kubeconfig") ||
+		strings.Contains(errb.String(), "KUBERNETES_MASTER") || strings.Contains(errb.String(), "stacktrace") {
+		t.Errorf("exit %d, stderr %q; want 2 and one line naming --kubeconfig", code, errb.String())
 	}
 }

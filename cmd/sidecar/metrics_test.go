@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/baton-dev/baton/internal/version"
 )
 
 func freePort(t *testing.T) string {
@@ -79,7 +82,7 @@ func TestMetrics(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock, addr := filepath.Join(dir, "baton.sock"), freePort(t)
-	serveInProcess(t, "--socket-path", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
 		"--scope", "metrics-test", "--health-addr", "", "--metrics-addr", addr, "--metrics-key-depth", "1",
 		"--lease-ttl", "2s", "--request-timeout", "900ms")
 	c := unixClient(sock)
@@ -127,6 +130,7 @@ func TestMetrics(t *testing.T) {
 		{"baton_etcd_request_duration_seconds", map[string]string{"op": "Txn"}, func(v float64) bool { return v >= 4 }, ">= 4 transactions"},
 		{"baton_etcd_request_duration_seconds", map[string]string{"op": "LeaseGrant"}, func(v float64) bool { return v >= 1 }, ">= 1 grant"},
 		{"baton_session_lost_total", nil, eq(0), "0"},
+		{"baton_build_info", map[string]string{"version": version.Get().Version, "commit": version.Get().Commit, "go_version": runtime.Version(), "etcd_version": version.Get().Etcd}, eq(1), "1"},
 	} {
 		v, ok := value(fams, c.name, c.labels)
 		if !ok || !c.want(v) {
@@ -146,7 +150,7 @@ func TestPprofOnMetricsAddr(t *testing.T) {
 	for _, pprof := range []bool{true, false} {
 		dir := t.TempDir()
 		addr := freePort(t)
-		args := []string{"--socket-path", filepath.Join(dir, "baton.sock"), "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		args := []string{"--socket", filepath.Join(dir, "baton.sock"), "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
 			"--scope", "pprof-test", "--health-addr", "", "--metrics-addr", addr, "--lease-ttl", "2s", "--request-timeout", "900ms"}
 		if pprof {
 			args = append(args, "--pprof")

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,12 +18,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // mirrorOptions is everything `baton mirror` is configured with.
@@ -87,14 +93,11 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook server (HTTPS), with --inject-config")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with the webhook server's tls.crt and tls.key")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := bindEnv(fs, getenv); err != nil {
-			return err
-		}
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		if err := o.validate(); err != nil {
 			return usageError{err}
 		}
-		return runMirror(cmd, o, stderr)
+		return runMirror(cmd, o, getenv, stderr)
 	}
 	return cmd
 }
@@ -130,24 +133,47 @@ func (o *mirrorOptions) validate() error {
 	return nil
 }
 
-// kubeConfig loads the Kubernetes client configuration.
-func (o *mirrorOptions) kubeConfig() (*rest.Config, error) {
-	if o.kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+// kubeConfig loads the Kubernetes client configuration from --kubeconfig,
+// $KUBECONFIG, the in-cluster service account or ~/.kube/config, the first
+// that is there. With none, the error says what to give, in one line.
+func (o *mirrorOptions) kubeConfig(getenv func(string) string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	switch {
+	case o.kubeconfig != "":
+		rules.ExplicitPath = o.kubeconfig
+	case getenv("KUBECONFIG") != "":
+		rules.Precedence = filepath.SplitList(getenv("KUBECONFIG"))
+	case getenv("KUBERNETES_SERVICE_HOST") != "":
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster Kubernetes configuration: %w", err)
+		}
+		return cfg, nil
+	default:
+		home := getenv("HOME")
+		path := filepath.Join(home, ".kube", "config")
+		if _, err := os.Stat(path); home == "" || err != nil {
+			return nil, usageError{errors.New("no Kubernetes configuration: give --kubeconfig FILE, set $KUBECONFIG, run in a pod (its service account), or create ~/.kube/config")}
+		}
+		rules.Precedence = []string{path}
 	}
-	return ctrl.GetConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
 }
 
-func runMirror(cmd *cobra.Command, o *mirrorOptions, stderr io.Writer) error {
+func runMirror(cmd *cobra.Command, o *mirrorOptions, getenv func(string) string, stderr io.Writer) error {
 	logs, err := newLoggers(stderr, o.logLevel)
 	if err != nil {
 		return err
 	}
 	log := logr.FromSlogHandler(logs.log.Handler())
 	ctrl.SetLogger(log)
-	kcfg, err := o.kubeConfig()
+	kcfg, err := o.kubeConfig(getenv)
 	if err != nil {
-		return fmt.Errorf("kubernetes client configuration: %w", err)
+		return err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -186,6 +212,11 @@ func runMirror(cmd *cobra.Command, o *mirrorOptions, stderr io.Writer) error {
 				return err
 			}
 		}
+	}
+	// The manager serves controller-runtime's registry; a second mirror in
+	// one process (tests) finds the metric there already.
+	if err := metrics.RegisterBuildInfo(crmetrics.Registry, version.Get()); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return err
 	}
 	if healthAddr != "" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

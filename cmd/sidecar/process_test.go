@@ -62,7 +62,7 @@ type proc struct {
 
 func startProc(t *testing.T, socket, scope string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--socket-path", socket, "--scope", scope,
+	args := append([]string{"serve", "--socket", socket, "--scope", scope,
 		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
 		"--request-timeout", "900ms", "--health-addr", ""}, extra...)
 	cmd := exec.Command(binary(t), args...)
@@ -234,7 +234,7 @@ func TestServesBeforeEtcdIsReachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there until etcd "comes up" below
 	sock := filepath.Join(dir, "s.sock")
-	cmd := exec.Command(binary(t), "serve", "--socket-path", sock, "--scope", "late-etcd",
+	cmd := exec.Command(binary(t), "serve", "--socket", sock, "--scope", "late-etcd",
 		"--etcd-endpoints", "http://"+addr, "--lease-ttl", "2s", "--request-timeout", "500ms", "--health-addr", "")
 	var errb syncBuffer
 	cmd.Stderr = &errb

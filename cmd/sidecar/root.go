@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // usageError marks errors in the command line or configuration (exit 2).
@@ -17,40 +19,139 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// isUsageError reports whether err is a bad command line: a usageError,
+// which every error of flags and arguments is made into, or cobra's
+// unknown subcommand, the one error it makes before any hook can wrap it.
 func isUsageError(err error) bool {
 	var u usageError
-	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command") ||
-		strings.HasPrefix(err.Error(), "unknown flag") || strings.Contains(err.Error(), "invalid argument")
+	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command")
+}
+
+// usageArgs makes the errors of an argument check usage errors (exit 2).
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
 }
 
 func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "baton",
-		Short:         "Baton: locks for the workloads of a Kubernetes pod, over a unix socket, on etcd",
+		Use:   "baton",
+		Short: "Baton: locks for the workloads of a Kubernetes pod, over a unix socket, on etcd",
+		Long: `Baton: locks for the workloads of a Kubernetes pod, over a unix socket, on etcd.
+
+Every flag of every command can also be set by an environment variable
+named BATON_ and the flag's name in capitals, dashes as underscores:
+--lease-ttl by BATON_LEASE_TTL, --socket by BATON_SOCKET. A flag given on
+the command line wins.`,
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every flag of every command reads BATON_<FLAG>. (A command with a
+		// PersistentPreRunE of its own calls bindEnv itself.)
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return bindEnv(cmd.Flags(), getenv, stderr)
+		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(ctx)
-	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout), newMirrorCmd(getenv, stderr), newInstallCmd(stdout))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout, stderr),
+		newMirrorCmd(getenv, stderr), newInstallCmd(stdout), newVersionCmd(stdout))
+	wrapArgs(root)
 	return root
+}
+
+// wrapArgs makes the argument errors of cmd and its subcommands usage errors.
+func wrapArgs(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		if c.Args != nil {
+			c.Args = usageArgs(c.Args)
+		}
+		wrapArgs(c)
+	}
+}
+
+// newVersionCmd prints what `baton --version` prints; -o json for scripts.
+func newVersionCmd(stdout io.Writer) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print Baton's version, commit, and the Go and etcd versions it was built with",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			switch output {
+			case "text":
+				fmt.Fprintln(stdout, version.Get())
+				return nil
+			case "json":
+				return writeJSONOut(stdout, version.Get())
+			}
+			return usageError{fmt.Errorf("--output %q: use text or json", output)}
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+// socketFlag registers --socket, the sidecar's socket, on fs, and the name
+// it had before, --socket-path, as a deprecated alias (so also
+// $BATON_SOCKET_PATH, which bindEnv reads only when $BATON_SOCKET is not
+// set, with a deprecation notice).
+func socketFlag(fs *pflag.FlagSet, p *string, usage string) {
+	fs.StringVar(p, "socket", *p, usage)
+	fs.StringVar(p, "socket-path", *p, usage)
+	_ = fs.MarkDeprecated("socket-path", "use --socket (and $BATON_SOCKET)") // cannot fail: the flag exists
+}
+
+// defaultSocket is where the sidecar's socket is in a pod.
+const defaultSocket = "/var/run/baton/baton.sock"
+
+// renamedTo is the name now of a flag renamed, "" for any other flag.
+func renamedTo(flag string) string {
+	if flag == "socket-path" {
+		return "socket"
+	}
+	return ""
 }
 
 // bindEnv sets every flag of fs not given on the command line from its
 // environment variable BATON_<NAME> (dashes become underscores). A bad value
-// is an error naming both.
-func bindEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+// is an error naming both. A renamed flag's former name still works, on the
+// command line and in the environment, but its variable is read only when
+// the new one's is not set, and with a notice on stderr.
+func bindEnv(fs *pflag.FlagSet, getenv func(string) string, stderr io.Writer) error {
+	given := func(name string) bool { // on the command line, under any name
+		changed := false
+		fs.VisitAll(func(f *pflag.Flag) {
+			changed = changed || (f.Changed && (f.Name == name || renamedTo(f.Name) == name))
+		})
+		return changed
+	}
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
+		if err != nil {
 			return
 		}
-		name := envName(f.Name)
-		if v := getenv(name); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = usageError{fmt.Errorf("%s=%q (for --%s): %w", name, v, f.Name, serr)}
-			}
+		name, now := envName(f.Name), renamedTo(f.Name)
+		v := getenv(name)
+		switch {
+		case v == "":
+			return
+		case now == "" && given(f.Name):
+			return
+		case now != "" && (given(now) || getenv(envName(now)) != ""):
+			return
+		case now != "":
+			fmt.Fprintf(stderr, "baton: %s is deprecated and will go: set %s\n", name, envName(now))
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = usageError{fmt.Errorf("%s=%q (for --%s): %w", name, v, f.Name, serr)}
 		}
 	})
 	return err

@@ -45,10 +45,7 @@ type runOptions struct {
 }
 
 func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
-	o := runOptions{socket: getenv("BATON_SOCKET"), killGrace: 5 * time.Second}
-	if o.socket == "" {
-		o.socket = "/var/run/baton/baton.sock"
-	}
+	o := runOptions{socket: defaultSocket, killGrace: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "run --key KEY [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock; do not run it if someone else holds the lock",
@@ -69,7 +66,7 @@ sidecar cannot be reached; 2 for a bad command line.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.socket, "socket-path", o.socket, "the sidecar's socket ($BATON_SOCKET)")
+	socketFlag(fs, &o.socket, "the sidecar's socket")
 	fs.StringVar(&o.key, "key", "", "the lock to hold, e.g. flow-123/readiness (required)")
 	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
 	fs.DurationVar(&o.wait, "wait", 0, "how long to queue for the lock; 0 gives up at once")

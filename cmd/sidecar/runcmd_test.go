@@ -15,7 +15,7 @@ import (
 // batonRun starts `baton run` against socket and returns it unstarted.
 func batonRun(t *testing.T, socket string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(binary(t), append([]string{"run", "--socket-path", socket}, args...)...)
+	cmd := exec.Command(binary(t), append([]string{"run", "--socket", socket}, args...)...)
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	return cmd, &out, &errb

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,16 +47,13 @@ func newServeCmd(getenv func(string) string, stdout, stderr io.Writer, setProcs 
 		Long: `Serve the lock API on a unix socket.
 
 Every flag can also be set by an environment variable: --lease-ttl by
-BATON_LEASE_TTL, and so on. The etcd password is read from BATON_ETCD_PASSWORD
+BATON_LEASE_TTL, --socket by BATON_SOCKET, and so on. The etcd password is read from BATON_ETCD_PASSWORD
 only. The pod's identity comes from POD_NAME, POD_NAMESPACE and NODE_NAME.`,
 		Args: cobra.NoArgs,
 	}
 	opts := defaultServeOptions(getenv)
 	opts.addFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := bindEnv(cmd.Flags(), getenv); err != nil {
-			return err
-		}
 		opts.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		opts.followLeaseTTL(cmd.Flags())
 		if err := opts.validate(); err != nil {
@@ -79,7 +77,7 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		node = host
 	}
 	o := &serveOptions{
-		socketPath: "/var/run/baton/baton.sock",
+		socketPath: defaultSocket,
 		healthAddr: ":8081",
 		logLevel:   "info",
 		maxProcs:   1,
@@ -99,7 +97,7 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
-	fs.StringVar(&o.socketPath, "socket-path", o.socketPath, "unix socket to serve the lock API on (mode 0660)")
+	socketFlag(fs, &o.socketPath, "unix socket to serve the lock API on (mode 0660)")
 	fs.StringVar(&o.statePath, "state-file", "", "where the held locks are kept so that a restarted sidecar keeps them (default: the socket path + .state)")
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz probes; empty disables")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP address for Prometheus /metrics, e.g. :9090; empty disables")
@@ -148,7 +146,12 @@ func (o *serveOptions) procs(explicit, envSet bool) int {
 // validate checks every option; each error names its flag.
 func (o *serveOptions) validate() error {
 	if o.socketPath == "" {
-		return errors.New("--socket-path: required")
+		return errors.New("--socket: required")
+	}
+	if dir := filepath.Dir(o.socketPath); o.socketPath != defaultSocket {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--socket %s: its directory %s does not exist; create it, or choose another path", o.socketPath, dir)
+		}
 	}
 	if o.statePath == "" {
 		o.statePath = o.socketPath + ".state"

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/server"
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // serve runs the sidecar until ctx ends, then releases every lock (by
@@ -79,6 +81,16 @@ func (sc *sidecar) close() {
 // listen takes the socket first (a second sidecar on the same path must
 // fail before it starts an etcd), then the TCP ports.
 func (sc *sidecar) listen() error {
+	if dir := filepath.Dir(defaultSocket); sc.o.socketPath == defaultSocket {
+		// The pod's shared volume is there; outside a pod, the default's
+		// directory is made, and said so.
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("--socket %s: create its directory: %w", sc.o.socketPath, err)
+			}
+			sc.log.Info("created the socket's directory", "dir", dir)
+		}
+	}
 	l, err := server.ListenUnix(sc.o.socketPath)
 	if err != nil {
 		return err
@@ -112,11 +124,17 @@ func (sc *sidecar) connect(ctx context.Context) error {
 		return err
 	}
 	sc.metrics = m
+	if err := metrics.RegisterBuildInfo(sc.reg, version.Get()); err != nil {
+		return err
+	}
 	sc.endpoints, sc.where = sc.o.etcd.endpoints, "etcd at "+strings.Join(sc.o.etcd.endpoints, ",")
 	if len(sc.endpoints) == 0 {
 		cfg := embedetcd.Default(sc.o.dataDir)
 		cfg.ClientURL, cfg.Logger = sc.o.clientURL, sc.logs.etcdServer
 		e, err := embedetcd.Start(ctx, cfg)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return usageError{fmt.Errorf("--embedded-client-url %s: the port is in use (another etcd, or another baton serve?): choose another, or join that etcd with --etcd-endpoints: %w", sc.o.clientURL, err)}
+		}
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ function runPhase(key, owner, work) {
       },
     );
     req.on("error", (err) => {
-      if (!req.destroyed) reject(err);
+      if (!req.destroyed) reject(new Error(`baton: cannot reach the sidecar at ${socketPath} (set BATON_SOCKET): ${err.message}`));
     });
     req.end(JSON.stringify({ owner, ttl: "10m" }));
   });

@@ -24,8 +24,11 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 def run_phase(key, owner):
     conn = UnixHTTPConnection(SOCKET)
-    conn.request("POST", f"/v1/locks/{key}:hold", json.dumps({"owner": owner, "ttl": "10m"}),
-                 {"Content-Type": "application/json"})
+    try:
+        conn.request("POST", f"/v1/locks/{key}:hold", json.dumps({"owner": owner, "ttl": "10m"}),
+                     {"Content-Type": "application/json"})
+    except OSError as err:
+        raise SystemExit(f"baton: cannot reach the sidecar at {SOCKET} (set BATON_SOCKET): {err}")
     resp = conn.getresponse()
     if resp.status == 409:  # webhook pattern: answer 409 with the running execution's id
         running = json.loads(resp.read())["holder"]["owner"]

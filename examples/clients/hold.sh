@@ -5,6 +5,10 @@
 set -euo pipefail
 sock=${BATON_SOCKET:-/var/run/baton/baton.sock}
 key=nightly/report owner=exec-sh
+if [ ! -S "$sock" ]; then
+  echo "baton: no sidecar socket at $sock (set BATON_SOCKET)" >&2
+  exit 1
+fi
 
 events=$(mktemp -u) && mkfifo "$events" && trap 'rm -f "$events"' EXIT
 curl -sN --unix-socket "$sock" -X POST "http://baton/v1/locks/$key:hold" \

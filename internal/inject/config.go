@@ -44,7 +44,7 @@ type Config struct {
 	// LeaseTTL is the sidecar's lease TTL: how long a crashed pod's locks
 	// stay held. Default 10s; the annotation baton.dev/lease-ttl overrides.
 	LeaseTTL metav1.Duration `json:"leaseTTL,omitempty"`
-	// Resources are the sidecar's. Default: requests of 10m CPU and 32Mi of
+	// Resources are the sidecar's. Default: requests of 10m CPU and 64Mi of
 	// memory, a limit of 128Mi of memory. Annotations override each.
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// HealthPort is the sidecar's port for its probes, in the pod's network
@@ -69,7 +69,7 @@ func Default() Config {
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		LeaseTTL:        metav1.Duration{Duration: DefaultLeaseTTL},
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
 		},
 		HealthPort: DefaultHealthPort,

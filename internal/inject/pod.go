@@ -212,7 +212,7 @@ func mountSocket(c *corev1.Container) error {
 func sidecar(cfg Config, o overrides) corev1.Container {
 	args := []string{
 		"serve",
-		"--socket-path=" + SocketPath,
+		"--socket=" + SocketPath,
 		"--health-addr=:" + strconv.Itoa(int(cfg.HealthPort)),
 		"--etcd-endpoints=" + strings.Join(cfg.EtcdEndpoints, ","),
 		"--lease-ttl=" + o.leaseTTL.String(),

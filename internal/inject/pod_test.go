@@ -63,7 +63,7 @@ func TestInjectAddsANativeSidecar(t *testing.T) {
 	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Errorf("restartPolicy %v: a native sidecar needs Always", sc.RestartPolicy)
 	}
-	wantArgs := []string{"serve", "--socket-path=/var/run/baton/baton.sock", "--health-addr=:9810",
+	wantArgs := []string{"serve", "--socket=/var/run/baton/baton.sock", "--health-addr=:9810",
 		"--etcd-endpoints=http://etcd-0.etcd:2379,http://etcd-1.etcd:2379", "--lease-ttl=10s"}
 	if !slices.Equal(sc.Args, wantArgs) || sc.Image != "ghcr.io/baton-dev/baton:test" {
 		t.Errorf("image %s args %q, want %q", sc.Image, sc.Args, wantArgs)
@@ -82,8 +82,8 @@ func TestInjectAddsANativeSidecar(t *testing.T) {
 	if sc.StartupProbe.HTTPGet.Path != "/readyz" || sc.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("startup probe %s, liveness %s", sc.StartupProbe.HTTPGet.Path, sc.LivenessProbe.HTTPGet.Path)
 	}
-	if q := sc.Resources.Requests[corev1.ResourceMemory]; q.String() != "32Mi" {
-		t.Errorf("memory request %s, want the default 32Mi", q.String())
+	if q := sc.Resources.Requests[corev1.ResourceMemory]; q.String() != "64Mi" {
+		t.Errorf("memory request %s, want the default 64Mi", q.String())
 	}
 	if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == VolumeName }); i < 0 || spec.Volumes[i].EmptyDir == nil {
 		t.Errorf("volumes %+v: want an emptyDir %s", spec.Volumes, VolumeName)

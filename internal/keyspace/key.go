@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Root is the prefix of every key Baton writes in etcd.
@@ -72,9 +73,9 @@ func ValidatePrefix(p string) error {
 	if len(p) > MaxSegments*(MaxSegmentLen+1) {
 		return fmt.Errorf("%w: prefix is %d bytes long, longer than any key", ErrInvalidKey, len(p))
 	}
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c != '/' && !segmentChar(c) {
-			return fmt.Errorf("%w: prefix %q has %q at byte %d; only [A-Za-z0-9._-] and '/' are allowed", ErrInvalidKey, truncate(p), c, i)
+	for i, r := range p {
+		if r != '/' && !segmentRune(r) {
+			return fmt.Errorf("%w: prefix %q has %s at byte %d; only [A-Za-z0-9._-] and '/' are allowed", ErrInvalidKey, truncate(p), describeRune(r), i)
 		}
 	}
 	return nil
@@ -101,16 +102,25 @@ func checkSegment(seg string) error {
 	case len(seg) > MaxSegmentLen:
 		return fmt.Errorf("is %d bytes long, at most %d are allowed", len(seg), MaxSegmentLen)
 	}
-	for i := 0; i < len(seg); i++ {
-		if !segmentChar(seg[i]) {
-			return fmt.Errorf("has %q at byte %d; only [A-Za-z0-9._-] are allowed", seg[i], i)
+	for i, r := range seg {
+		if !segmentRune(r) {
+			return fmt.Errorf("has %s at byte %d; only [A-Za-z0-9._-] are allowed", describeRune(r), i)
 		}
 	}
 	return nil
 }
 
-func segmentChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+func segmentRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+}
+
+// describeRune names a character as a person reads it: 'é' (U+00E9), or
+// the byte of a string that is not UTF-8.
+func describeRune(r rune) string {
+	if r == utf8.RuneError {
+		return "a byte that is not UTF-8"
+	}
+	return fmt.Sprintf("%q (%U)", r, r)
 }
 
 // truncate keeps error messages short when the input is huge.

@@ -185,3 +185,22 @@ func TestParseAnyContender(t *testing.T) {
 		}
 	}
 }
+
+// TestBadCharacterIsNamed: an error names the character a person typed,
+// not one byte of its UTF-8.
+func TestBadCharacterIsNamed(t *testing.T) {
+	for in, want := range map[string]string{
+		"café":        `'é' (U+00E9) at byte 3`,
+		"flow/日本":     `'日' (U+65E5) at byte 0`,
+		"a b":         `' ' (U+0020) at byte 1`,
+		"bad\xffbyte": "a byte that is not UTF-8 at byte 3",
+	} {
+		_, err := ParseKey(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseKey(%q) = %v; want it to name %s", in, err, want)
+		}
+	}
+	if err := ValidatePrefix("tenant-ü"); err == nil || !strings.Contains(err.Error(), `'ü' (U+00FC)`) {
+		t.Errorf("ValidatePrefix: %v", err)
+	}
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // Metrics implements coordinator.Observer and times etcd requests.
@@ -144,4 +146,19 @@ func (m *Metrics) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		m.etcd.WithLabelValues(op).Observe(time.Since(start).Seconds())
 		return err
 	}
+}
+
+// RegisterBuildInfo registers baton_build_info on reg: always 1, labelled
+// with the build's version, commit, Go and etcd versions, so that a
+// dashboard can tell which Baton each sidecar and controller runs.
+func RegisterBuildInfo(reg prometheus.Registerer, v version.Info) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_build_info",
+		Help: "Which Baton this process runs: always 1, labelled with its version, commit, Go and etcd versions.",
+		ConstLabels: prometheus.Labels{
+			"version": v.Version, "commit": v.Commit, "go_version": v.Go, "etcd_version": v.Etcd,
+		},
+	})
+	g.Set(1)
+	return reg.Register(g)
 }

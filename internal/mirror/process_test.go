@@ -69,7 +69,7 @@ func startSidecarProc(t *testing.T, scope, pod string) *sidecarProc {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "s.sock")
-	cmd := exec.Command(baton(t), "serve", "--socket-path", sock, "--scope", scope,
+	cmd := exec.Command(baton(t), "serve", "--socket", sock, "--scope", scope,
 		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
 		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "POD_NAME="+pod, "NODE_NAME=node-1")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -12,6 +13,7 @@ import (
 )
 
 // Error codes of the socket API: the "code" field of every error body.
+// README's error table lists each of them (a test compares the two).
 const (
 	CodeAlreadyRunning   = "already_running"
 	CodeWaitTimeout      = "wait_timeout"
@@ -22,6 +24,10 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeTooManyWaiters   = "too_many_waiters"
 	CodeInvalidKey       = "invalid_key"
+	CodeInvalidOwner     = "invalid_owner"
+	CodeInvalidTTL       = "invalid_ttl"
+	CodeInvalidWait      = "invalid_wait"
+	CodeInvalidMaxHold   = "invalid_max_hold"
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"
@@ -90,7 +96,8 @@ func classified(err error) (int, errorBody) {
 		body.Code, body.Message = ae.code, ae.msg
 		return ae.status, body
 	case errors.As(err, &tooBig):
-		body.Code, body.Message = CodeBodyTooLarge, "request body is larger than the sidecar's limit"
+		body.Code = CodeBodyTooLarge
+		body.Message = fmt.Sprintf("the request body is larger than the sidecar's limit of %d bytes; a lock request's body is a few fields", tooBig.Limit)
 		return http.StatusRequestEntityTooLarge, body
 	case errors.As(err, &held):
 		body.Granted, body.Key, body.Fence = &no, held.Key.String(), held.Fence
@@ -124,7 +131,7 @@ func classified(err error) (int, errorBody) {
 		body.Code = CodeNotHeld
 		return http.StatusNotFound, body
 	case errors.As(err, &inv):
-		body.Code = "invalid_" + inv.Field
+		body.Code = invalidCode(inv.Field)
 		return http.StatusBadRequest, body
 	case errors.Is(err, keyspace.ErrInvalidKey):
 		body.Code = CodeInvalidKey
@@ -142,6 +149,23 @@ func classified(err error) (int, errorBody) {
 	}
 	body.Code = CodeInternal
 	return http.StatusInternalServerError, body
+}
+
+// invalidCode is the code of a request field out of range.
+func invalidCode(field string) string {
+	switch field {
+	case "key":
+		return CodeInvalidKey
+	case "owner":
+		return CodeInvalidOwner
+	case "ttl":
+		return CodeInvalidTTL
+	case "wait":
+		return CodeInvalidWait
+	case "max_hold":
+		return CodeInvalidMaxHold
+	}
+	return CodeInvalidRequest
 }
 
 // writeJSON answers v as one JSON line. It marshals first and writes

@@ -21,7 +21,7 @@ import (
 
 func TestListenUnix(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "sub", "baton.sock")
+	sock := filepath.Join(dir, "baton.sock")
 
 	l, err := ListenUnix(sock)
 	if err != nil {
@@ -256,5 +256,19 @@ func TestShortBodyIsCut(t *testing.T) {
 	}
 	if r := a.do("GET", "/v1/locks/short", "").expect(t, 200, ""); r.body["held"] != false {
 		t.Errorf("a short body took the lock: %s", r.raw)
+	}
+}
+
+// A socket path whose directory is missing is refused, not made: a typo
+// must not leave the sidecar serving where no client looks.
+func TestListenUnixRefusesAMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "no-such-dir", "baton.sock")
+	_, err := ListenUnix(path)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "no-such-dir")) || !strings.Contains(err.Error(), "--socket") {
+		t.Fatalf("ListenUnix(%s) = %v; want an error naming the directory and --socket", path, err)
+	}
+	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+		t.Errorf("the directory was made: %v", err)
 	}
 }

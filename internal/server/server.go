@@ -215,13 +215,13 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 	}
 	switch {
 	case b.Owner == "":
-		writeError(w, badRequest("invalid_owner", "owner is required to extend a lock"))
+		writeError(w, badRequest(CodeInvalidOwner, "owner is required to extend a lock"))
 		return
 	case b.Wait != 0:
-		writeError(w, badRequest("invalid_wait", "extend takes no wait; send owner and ttl"))
+		writeError(w, badRequest(CodeInvalidWait, "extend takes no wait; send owner and ttl"))
 		return
 	case b.MaxHold != 0:
-		writeError(w, badRequest("invalid_max_hold", "extend takes no max_hold: a hold stream's cap is set when it opens"))
+		writeError(w, badRequest(CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)
@@ -253,7 +253,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		return
 	}
 	if owner == "" {
-		writeError(w, badRequest("invalid_owner", "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
+		writeError(w, badRequest(CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
 		return
 	}
 	rel, err := s.locks.Release(r.Context(), k, owner)

@@ -175,6 +175,15 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// The 413 says what the limit is.
+func TestBodyTooLargeNamesTheLimit(t *testing.T) {
+	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.MaxBodyBytes = 4096 })
+	r := a.do("POST", "/v1/locks/k", `{"owner":"`+strings.Repeat("o", 5000)+`"}`).expect(t, 413, CodeBodyTooLarge)
+	if !strings.Contains(r.str("message"), "4096 bytes") {
+		t.Errorf("message %q does not give the limit", r.str("message"))
+	}
+}
+
 func TestTooManyWaiters(t *testing.T) {
 	a := newAPI(t, "pod", func(c *coordinator.Config, _ *Config) { c.MaxWaiters = 1 })
 	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")

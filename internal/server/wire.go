@@ -77,7 +77,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	var b acquireBody
 	if len(raw[0]) > 0 && string(raw[0]) != "null" {
 		if err := json.Unmarshal(raw[0], &b.Owner); err != nil {
-			return acquireBody{}, badRequest("invalid_owner", fmt.Sprintf("owner must be a string, not %s", clip(raw[0])))
+			return acquireBody{}, badRequest(CodeInvalidOwner, fmt.Sprintf("owner must be a string, not %s", clip(raw[0])))
 		}
 	}
 	if b.TTL, err = parseDuration("ttl", raw[1]); err != nil {
@@ -86,7 +86,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if b.TTL == 0 && len(raw[1]) > 0 && string(raw[1]) != "null" {
 		// Zero is how the API says "not given"; a caller who wrote it meant
 		// something else than the default.
-		return acquireBody{}, badRequest("invalid_ttl", "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
+		return acquireBody{}, badRequest(CodeInvalidTTL, "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
 	if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
 		return acquireBody{}, err
@@ -95,7 +95,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		return acquireBody{}, err
 	}
 	if b.MaxHold == 0 && len(raw[3]) > 0 && string(raw[3]) != "null" {
-		return acquireBody{}, badRequest("invalid_max_hold", "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
+		return acquireBody{}, badRequest(CodeInvalidMaxHold, "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
 	}
 	return b, nil
 }
@@ -124,7 +124,7 @@ func parseDuration(field string, raw json.RawMessage) (time.Duration, error) {
 		return 0, nil
 	}
 	bad := func(format string, args ...any) error {
-		return badRequest("invalid_"+field, field+": "+fmt.Sprintf(format, args...))
+		return badRequest(invalidCode(field), field+": "+fmt.Sprintf(format, args...))
 	}
 	var d time.Duration
 	switch raw[0] {

@@ -142,7 +142,7 @@ type sidecar struct {
 
 func (w *world) startSidecar(name string, extra ...string) (*sidecar, error) {
 	socket := filepath.Join(w.dir, name+".sock")
-	args := append([]string{"serve", "--socket-path", socket, "--scope", "bench",
+	args := append([]string{"serve", "--socket", socket, "--scope", "bench",
 		"--etcd-endpoints", w.etcd.endpoint, "--health-addr", "", "--log-level", "error",
 		"--max-waiters", "100000"}, extra...)
 	p, err := startProc(exec.Command(w.o.baton, args...), "serving on")

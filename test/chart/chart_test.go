@@ -392,3 +392,23 @@ func eachRendering(t *testing.T, f func(t *testing.T, variant, manifest string))
 		})
 	}
 }
+
+// TestLeaseTTLBoundsMatchTheSidecar: the schema accepts exactly the lease
+// TTLs the injector and the sidecar accept (2s to 10m), so that a value
+// helm installs is never one every injected pod then refuses.
+func TestLeaseTTLBoundsMatchTheSidecar(t *testing.T) {
+	needCluster(t)
+	for _, v := range []string{"1s", "1999ms", "2s", "2000ms", "30s", "90s", "600s", "601s", "1m", "1m30s", "9m59s",
+		"10m", "10m0s", "10m1s", "11m", "1h", "599999ms", "600000ms", "600001ms", "0s", "soon", "-5s"} {
+		_, err := render(t, "", "--set", "sidecar.leaseTTL="+v)
+		schemaOK := err == nil
+		cfg := inject.Default()
+		cfg.Image, cfg.EtcdEndpoints = "baton:test", []string{"http://etcd:2379"}
+		d, perr := time.ParseDuration(v)
+		cfg.LeaseTTL = metav1.Duration{Duration: d}
+		sidecarOK := perr == nil && cfg.Validate() == nil
+		if schemaOK != sidecarOK {
+			t.Errorf("sidecar.leaseTTL=%s: the schema accepts it: %v (%v); the injector: %v", v, schemaOK, err, sidecarOK)
+		}
+	}
+}

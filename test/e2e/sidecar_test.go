@@ -72,7 +72,7 @@ func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarO
 		go drain(s.proxy)
 		eps = []string{"unix://" + psock}
 	}
-	s.args = append([]string{"serve", "--socket-path", s.socket, "--scope", "e2e",
+	s.args = append([]string{"serve", "--socket", s.socket, "--scope", "e2e",
 		"--etcd-endpoints", strings.Join(eps, ","), "--lease-ttl", leaseTTL.String(),
 		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "info"}, o.extra...)
 	s.client = client.New(s.socket)

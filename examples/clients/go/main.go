@@ -30,7 +30,7 @@ func main() {
 	resp, err := client.Post("http://baton/v1/locks/"+key+":hold", "application/json",
 		strings.NewReader(`{"owner":"`+owner+`","ttl":"30m"}`))
 	if err != nil {
-		log.Fatal(err)
+		log.Fatalf("baton: cannot reach the sidecar at %s (set BATON_SOCKET): %v", socket, err)
 	}
 	defer resp.Body.Close()
 	type holder struct {
