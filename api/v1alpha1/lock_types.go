@@ -79,7 +79,7 @@ type LockStatus struct {
 	// key. Force release compares it.
 	// +optional
 	Fence int64 `json:"fence,omitempty"`
-	// Waiters is how many contenders queue behind the holder.
+	// Waiters is how many callers wait for the lock, in every sidecar.
 	// +optional
 	Waiters int32 `json:"waiters,omitempty"`
 	// LastHolder is the previous holder, once Free.

@@ -29,7 +29,7 @@ func do(t *testing.T, c *http.Client, method, path, body string) (int, string) {
 
 // TestRestartKeepsLocks: a sidecar SIGKILLed and restarted while the app
 // runs on keeps the app's plain locks (same fence), drops its hold streams'
-// locks and its waiters' keys; restarted after its lease expired, it
+// locks, its waiters' keys and its callers from the waiter counts; restarted after its lease expired, it
 // answers 410 lease_lost for the locks it had. One key per lease spreads
 // them over several leases, which the restarted process all resumes.
 func TestRestartKeepsLocks(t *testing.T) {
@@ -63,6 +63,14 @@ func TestRestartKeepsLocks(t *testing.T) {
 		}
 	}()
 	waitStatus(t, cb, "b-lock", `"waiters":1`)
+	for _, w := range []string{"w1", "w2"} { // a's own callers, queued behind p1 inside a
+		go func() {
+			if resp, err := ca.Post("http://baton/v1/locks/plain", "application/json", strings.NewReader(`{"owner":"`+w+`","wait":"1m"}`)); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	waitStatus(t, cb, "plain", `"waiters":2`)
 	for i := range 4 { // more locks, on the leases added meanwhile
 		if code, body := do(t, ca, "POST", fmt.Sprintf("/v1/locks/more%d", i), `{"owner":"m","ttl":"10m"}`); code != 200 {
 			t.Fatalf("acquire more%d: %d %s", i, code, body)
@@ -90,6 +98,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 	}
 	waitStatus(t, cb, "held", `"held":false`)
 	waitStatus(t, cb, "b-lock", `"waiters":0`)
+	waitStatus(t, cb, "plain", `"waiters":0`) // its record no longer counts the callers that died
 	if code, body := do(t, ca2, "POST", "/v1/locks/plain", `{"owner":"p1"}`); code != 200 || !strings.Contains(body, fmt.Sprintf(`"fence":%d`, fence)) {
 		t.Errorf("idempotent acquire after the restart: %d %s", code, body)
 	}

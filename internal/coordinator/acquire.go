@@ -164,7 +164,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 			// The lock is being released here: etcd may already show it
 			// free. Wait for that one request, then try.
 			wctx, cancel := c.etcdCtx(ctx)
-			err := c.waitTurnLocked(wctx, e)
+			err := c.waitTurnLocked(wctx, e, false)
 			cancel()
 			if err == nil {
 				c.mu.Unlock()
@@ -192,7 +192,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	if e.busy && req.OnQueued != nil {
 		req.OnQueued(len(e.queue) + 1)
 	}
-	if err := c.waitTurnLocked(ctx, e); err != nil {
+	if err := c.waitTurnLocked(ctx, e, true); err != nil {
 		c.mu.Unlock()
 		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
 	}
@@ -227,7 +227,7 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 			// stream may not have told its caller anything yet).
 			req.OnQueued(len(e.queue) + 1)
 		}
-		if err := c.waitTurnLocked(ctx, e); err != nil {
+		if err := c.waitTurnLocked(ctx, e, true); err != nil {
 			c.mu.Unlock()
 			return Grant{}, c.waitFailed(ctx, req.Key, start, err)
 		}
@@ -357,7 +357,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, heldFrom(req.Key, firstOf(resp.responses[0].GetResponseRange().Kvs), false, 0)
 	}
-	return c.grant(e, req, sess, id, key, resp.revision, rec, false)
+	return c.grant(e, req, sess, id, key, resp.revision, rec)
 }
 
 // wait queues in etcd behind the contenders created before it; the caller
@@ -372,7 +372,13 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	id := c.leaseFor(sess)
+	c.mu.Lock()
+	rec.Queued = e.queued
+	// The key's name stays that of the session (its first lease), as in
+	// concurrency.Mutex, so one session has one contender key per lock
+	// whatever lease carries it.
+	id := sess.LeaseFor(len(c.locks))
+	c.mu.Unlock()
 
 	w := c.hub.register(pfx) // before any read, so no delete goes unseen
 	defer c.hub.unregister(pfx, w)
@@ -394,9 +400,12 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
 	myRev := resp.revision
+	c.mu.Lock()
+	c.contendLocked(e, key, myRev, myRev, id, rec)
+	c.mu.Unlock()
 	aheadKVs, readRev := createdBefore(resp.responses[1].GetResponseRange().Kvs, myRev), myRev
 	if len(aheadKVs) == 0 {
-		return c.grant(e, req, sess, id, key, myRev, rec, false)
+		return c.grant(e, req, sess, id, key, myRev, rec)
 	}
 
 wait:
@@ -469,7 +478,7 @@ wait:
 	// off the hand-off's path.
 	now = c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
-	return c.grant(e, req, sess, id, key, myRev, rec, true)
+	return c.grant(e, req, sess, id, key, myRev, rec)
 }
 
 // maxFollowedAhead is the longest line ahead of a waiter whose departures
@@ -495,46 +504,6 @@ func createdBefore(kvs []*mvccpb.KeyValue, rev int64) []*mvccpb.KeyValue {
 	return ahead
 }
 
-// leaseFor picks the lease of sess that a new contender key carries. The
-// key's name stays that of the session (its first lease), as in
-// concurrency.Mutex, so one session has one contender key per lock whatever
-// lease carries it.
-func (c *Coordinator) leaseFor(sess *lease.Session) clientv3.LeaseID {
-	c.mu.Lock()
-	load := len(c.locks)
-	c.mu.Unlock()
-	return sess.LeaseFor(load)
-}
-
-// recordDelay is how long a waiter holds its lock before its record is
-// written again with the grant time: a lock handed on within it costs no
-// write.
-const recordDelay = 100 * time.Millisecond
-
-// rewriteRecord writes a waiter's record again once it has held the lock
-// for recordDelay: the record written when it queued carries the queueing
-// time. The compare leaves alone a key released or taken anew meanwhile,
-// and one already written since it was created (an extend writes the
-// grant time too).
-func (c *Coordinator) rewriteRecord(h *held, rec keyspace.Holder) {
-	c.mu.Lock()
-	ended := h.ended
-	c.mu.Unlock()
-	if ended {
-		return
-	}
-	key, rev, id := h.etcdKey, h.fence, h.lease
-	ctx, cancel := c.etcdCtx(context.Background())
-	defer cancel()
-	_, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))).
-		Commit()
-	if err != nil {
-		c.log.Debug("cannot update a holder record", "key", key, "err", err)
-	}
-}
-
 // predecessor returns the contenders created before myRev, the last
 // created first (none when key is first in line), the revision the read
 // saw, and whether key (created at myRev) still exists. It is one read-only
@@ -558,8 +527,10 @@ func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev in
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the
-// holder keeps until the lock ends.
-func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder, rewrite bool) (Grant, error) {
+// holder keeps until the lock ends. rec is the grant's record: for a try,
+// the value its transaction wrote; for a waiter, whose key still holds the
+// record it queued with, what that record becomes.
+func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {
@@ -577,10 +548,11 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	e.refs++
 	c.holdLocked(e, h, req.TTL, req.Hold)
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
+	// A waiter's record, written when it queued, gets the grant time
+	// recordDelay from now unless the lock has moved on by then.
+	c.contendLocked(e, key, fence, fence, id, rec)
+	c.publishLaterLocked(e)
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
-	if rewrite {
-		time.AfterFunc(recordDelay, func() { c.rewriteRecord(h, rec) })
-	}
 	return grantOf(e, h), nil
 }
 
@@ -632,15 +604,6 @@ func heldFrom(k keyspace.Key, first *contender, waited bool, wait time.Duration)
 		he.Holder, he.Fence = first.holder, first.fence
 	}
 	return he
-}
-
-func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holder {
-	id := c.cfg.Identity
-	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
-}
-
-func (c *Coordinator) recordOf(h *held) keyspace.Holder {
-	return c.record(h.owner, h.acquiredAt, h.expiresAt)
 }
 
 func grantOf(e *entry, h *held) Grant {

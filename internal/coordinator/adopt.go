@@ -58,6 +58,9 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess, lease: clientv3.LeaseID(kv.Lease),
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
+		// The callers the record counts as queued here died with the
+		// earlier process.
+		c.contendLocked(e, h.etcdKey, h.fence, kv.ModRevision, h.lease, rec)
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	}

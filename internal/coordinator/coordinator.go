@@ -112,8 +112,12 @@ type entry struct {
 	busy     bool
 	queue    []chan struct{}
 	retiring bool // the turn's owner is deleting a key of ours: the lock is being let go
+	queued   int  // blocking callers in queue: the record tells other sidecars
 
 	held *held // the local holder, nil when none
+
+	rec        *contenderRecord // the contender key of the turn's owner; nil when none
+	publishDue bool             // a write of rec is scheduled
 }
 
 // held is a lock granted to a local owner.
@@ -332,11 +336,17 @@ func (c *Coordinator) tryTurnLocked(e *entry) bool {
 	return true
 }
 
-// waitTurn queues for the turn in FIFO order. It must be called with c.mu
-// held and returns with c.mu held.
-func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry) error {
+// waitTurnLocked queues for the turn in FIFO order. A waiter (a blocking
+// acquire, not a try waiting out a release) is counted in the lock's record
+// while it queues. It must be called with c.mu held and returns with c.mu
+// held.
+func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry, waiter bool) error {
 	if c.tryTurnLocked(e) {
 		return nil
+	}
+	if waiter {
+		c.queueChangedLocked(e, 1)
+		defer c.queueChangedLocked(e, -1)
 	}
 	ch := make(chan struct{})
 	e.queue = append(e.queue, ch)
@@ -367,6 +377,7 @@ func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry) error {
 // passTurnLocked gives the turn to the next queued caller, or frees it.
 func (c *Coordinator) passTurnLocked(e *entry) {
 	e.retiring = false
+	e.rec = nil // the key is gone, or goes with its session
 	if len(e.queue) == 0 {
 		e.busy = false
 		c.dropIfIdleLocked(e)

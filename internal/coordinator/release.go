@@ -93,7 +93,10 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	if !h.capAt.IsZero() && exp.After(h.capAt) {
 		exp = h.capAt
 	}
+	c.mu.Lock()
 	rec := c.record(owner, h.acquiredAt, exp)
+	rec.Queued = e.queued
+	c.mu.Unlock()
 	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
 		then: []clientv3.Op{clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.lease))},
@@ -117,6 +120,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
 	}
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
+	c.wroteLocked(e, h.etcdKey, h.fence, resp.revision, rec)
 	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)

@@ -18,27 +18,26 @@ type Status struct {
 	Held   bool
 	Holder keyspace.Holder
 	Fence  int64
-	// Waiters counts the contenders queued behind the holder.
+	// Waiters counts the callers waiting for the lock, in every sidecar.
 	Waiters int
 }
 
-// Status reads lock k from etcd (one linearizable read).
+// Status reads lock k from etcd (one linearizable read of its contenders).
 func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return Status{}, unavailable(fmt.Sprintf("status %q", k), err)
 	}
 	if len(resp.Kvs) == 0 {
 		return Status{Key: k}, nil
 	}
-	return Status{
-		Key: k, Held: true,
-		Holder:  keyspace.DecodeHolder(resp.Kvs[0].Value),
-		Fence:   resp.Kvs[0].CreateRevision,
-		Waiters: int(resp.Count) - 1,
-	}, nil
+	s := Status{Key: k, Held: true, Holder: keyspace.DecodeHolder(resp.Kvs[0].Value), Fence: resp.Kvs[0].CreateRevision, Waiters: -1}
+	for _, kv := range resp.Kvs {
+		s.Waiters += keyspace.DecodeHolder(kv.Value).Callers()
+	}
+	return s, nil
 }
 
 // List returns the locks whose key starts with prefix ("" for all), in key
@@ -63,13 +62,14 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 		i, seen := byPrefix[pfx]
 		if !seen {
 			byPrefix[pfx] = len(locks)
-			locks = append(locks, Status{Key: k, Held: true, Holder: keyspace.DecodeHolder(kv.Value), Fence: kv.CreateRevision})
+			h := keyspace.DecodeHolder(kv.Value)
+			locks = append(locks, Status{Key: k, Held: true, Holder: h, Fence: kv.CreateRevision, Waiters: h.Callers() - 1})
 			continue
 		}
-		s := &locks[i]
-		s.Waiters++
+		s, h := &locks[i], keyspace.DecodeHolder(kv.Value)
+		s.Waiters += h.Callers()
 		if kv.CreateRevision < s.Fence {
-			s.Holder, s.Fence = keyspace.DecodeHolder(kv.Value), kv.CreateRevision
+			s.Holder, s.Fence = h, kv.CreateRevision
 		}
 	}
 	return locks, resp.More, nil

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -173,5 +174,97 @@ func TestShutdown(t *testing.T) {
 	}
 	if a.c.Ready() == nil {
 		t.Error("ready after shutdown")
+	}
+}
+
+// TestWaitersCountCallers: waiters counts the callers waiting for a lock,
+// those queued inside a sidecar behind its one contender key included, as
+// every sidecar and the records in etcd tell it, and follows them as they
+// come, give up and are granted.
+func TestWaitersCountCallers(t *testing.T) {
+	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
+	ctx := context.Background()
+	k := key(t, "turns")
+	a.mustAcquire(t, k, "holder")
+
+	// wait starts a blocking acquire on s; leave ends its wait.
+	type waiter struct {
+		leave  context.CancelFunc
+		result chan error
+	}
+	wait := func(s *sidecar, owner string) waiter {
+		wctx, cancel := context.WithCancel(ctx)
+		w := waiter{leave: cancel, result: make(chan error, 1)}
+		go func() {
+			_, err := s.c.Acquire(wctx, AcquireRequest{Key: k, Owner: owner, Wait: time.Minute})
+			w.result <- err
+		}()
+		return w
+	}
+	waiters := func(want int, why string) {
+		t.Helper()
+		var got [3]int
+		waitFor(t, 5*time.Second, fmt.Sprintf("%d waiters (%s)", want, why), func() bool {
+			for i, s := range []*sidecar{a, b, c} {
+				st, err := s.c.Status(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[i] = st.Waiters
+			}
+			return got == [3]int{want, want, want}
+		})
+		locks, _, err := c.c.List(ctx, "turns")
+		if err != nil || len(locks) != 1 || locks[0].Waiters != want {
+			t.Errorf("%s: list says %+v (%v), want %d waiters", why, locks, err, want)
+		}
+	}
+
+	b1 := wait(b, "b1")
+	waitFor(t, 5*time.Second, "b's contender", func() bool { return len(a.contenders(t, k)) == 2 })
+	b2 := wait(b, "b2")
+	waiters(2, "two callers queued on one sidecar")
+	c1 := wait(c, "c1")
+	waiters(3, "and one on another")
+
+	b2.leave()
+	if err := <-b2.result; !errors.Is(err, context.Canceled) {
+		t.Fatalf("b2 left: %v", err)
+	}
+	waiters(2, "a local caller gave up")
+	b3 := wait(b, "b3")
+	waiters(3, "another queued behind b1")
+
+	if _, err := a.c.Release(ctx, k, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-b1.result; err != nil {
+		t.Fatalf("b1, first in line: %v", err)
+	}
+	waiters(2, "b1 holds, b3 queues behind it on b, c1 on c")
+	if _, err := b.c.Extend(ctx, k, "b1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waiters(2, "b1 extended its lock")
+	if _, err := b.c.Release(ctx, k, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-c1.result; err != nil {
+		t.Fatalf("c1, next in line: %v", err)
+	}
+	waiters(1, "c1 holds, b3 contends")
+	if _, err := c.c.Release(ctx, k, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-b3.result; err != nil {
+		t.Fatalf("b3, last: %v", err)
+	}
+	waiters(0, "b3 holds alone")
+	resp, err := b.cli.Get(ctx, b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read: %v", err)
+	}
+	if rec := keyspace.DecodeHolder(resp.Kvs[0].Value); rec.Owner != "b3" || rec.Queued != 0 {
+		t.Errorf("b3's record %+v, want b3's with nobody queued", rec)
 	}
 }

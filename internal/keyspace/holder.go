@@ -22,6 +22,10 @@ type Holder struct {
 	// ExpiresAt is the lock's deadline: the holding sidecar deletes the key
 	// then if it was not released before.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Queued is how many more callers of the same sidecar wait for the lock
+	// behind this contender: a sidecar has one contender key per lock,
+	// however many of its callers want it.
+	Queued int `json:"queued,omitempty"`
 
 	// Foreign is true for a contender whose value is not a Baton record,
 	// such as one written by `etcdctl lock`.
@@ -43,3 +47,8 @@ func DecodeHolder(v []byte) Holder {
 	}
 	return h
 }
+
+// Callers is how many callers the contender stands for: its own and those
+// its sidecar queues behind it. The callers waiting for a lock are the sum
+// over its contenders less one, the holder.
+func (h Holder) Callers() int { return 1 + max(h.Queued, 0) }

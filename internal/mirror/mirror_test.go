@@ -54,15 +54,21 @@ func TestLockLifecycle(t *testing.T) {
 		t.Errorf("Lock %s: labels %v, status %+v, holder %+v", obj.Name, obj.Labels, obj.Status, obj.Status.Holder)
 	}
 
-	granted := make(chan coordinator.Grant, 1)
-	go func() {
-		g, err := b.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "job-2", Wait: 30 * time.Second, TTL: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		granted <- g
-	}()
+	wait := func(owner string) <-chan coordinator.Grant {
+		granted := make(chan coordinator.Grant, 1)
+		go func() {
+			g, err := b.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: owner, Wait: 30 * time.Second, TTL: time.Minute})
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- g
+		}()
+		return granted
+	}
+	granted := wait("job-2")
 	lockShows(t, kc, ns, k, 10*time.Second, "one waiter", heldBy("job-1", "pod-a", ga.Fence, 1))
+	granted3 := wait("job-3") // queued inside pod-b, behind job-2's contender key
+	lockShows(t, kc, ns, k, 10*time.Second, "two waiters", heldBy("job-1", "pod-a", ga.Fence, 2))
 
 	out := kubectl(t, "get", "locks", "-A")
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
@@ -79,15 +85,20 @@ func TestLockLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	gb := <-granted
-	lockShows(t, kc, ns, k, 10*time.Second, "Held by job-2", heldBy("job-2", "pod-b", gb.Fence, 0))
+	lockShows(t, kc, ns, k, 10*time.Second, "Held by job-2", heldBy("job-2", "pod-b", gb.Fence, 1))
 	t.Logf("Lock shows the next holder %v after the release (polled every 20ms)", time.Since(released).Round(time.Millisecond))
 	if _, err := b.c.Release(ctx, k, "job-2"); err != nil {
+		t.Fatal(err)
+	}
+	g3 := <-granted3
+	lockShows(t, kc, ns, k, 10*time.Second, "Held by job-3", heldBy("job-3", "pod-b", g3.Fence, 0))
+	if _, err := b.c.Release(ctx, k, "job-3"); err != nil {
 		t.Fatal(err)
 	}
 	freed := time.Now()
 	lockShows(t, kc, ns, k, 10*time.Second, "Free", func(l *batonv1.Lock) error {
 		s := l.Status
-		if s.Phase != batonv1.PhaseFree || s.Holder != nil || s.LastHolder == nil || s.LastHolder.Owner != "job-2" || s.ReleasedAt == nil || s.Fence != 0 {
+		if s.Phase != batonv1.PhaseFree || s.Holder != nil || s.LastHolder == nil || s.LastHolder.Owner != "job-3" || s.ReleasedAt == nil || s.Fence != 0 {
 			return fmt.Errorf("status %+v", s)
 		}
 		return nil

@@ -64,7 +64,10 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	s.Key, s.Scope, s.Phase, s.Revision = key, ref.namespace, batonv1.PhaseHeld, rev
 	s.Holder = holderOf(cs[0])
 	s.Fence = cs[0].createRev
-	s.Waiters = int32(len(cs) - 1)
+	s.Waiters = -1
+	for _, c := range cs {
+		s.Waiters += int32(c.holder.Callers())
+	}
 	s.LastHolder, s.ReleasedAt = nil, nil
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
 		Type: batonv1.ConditionHeld, Status: metav1.ConditionTrue, Reason: "Granted",

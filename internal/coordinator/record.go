@@ -1,0 +1,149 @@
+package coordinator
+
+import (
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// The value of this sidecar's contender key for a lock is a keyspace.Holder
+// record: who holds or awaits the lock, until when, and how many more local
+// callers queue behind it (Queued), so that every sidecar and the mirror
+// count the callers waiting for a lock, not its contender keys. The record
+// is written with the key, and again when it no longer says what is true
+// here: a waiter granted the lock (its record carries the queueing time),
+// a change of the local queue, an extend. Changes of the queue are written
+// at most once per recordDelay, and a record that became true again
+// meanwhile (a caller came and went, a lock handed on) costs no write.
+
+// recordDelay is how long a change of a contender's record waits before it
+// is written: a waiter granted the lock and gone within it, or a burst of
+// callers queueing behind one contender, costs no write or one.
+const recordDelay = 100 * time.Millisecond
+
+// recordRetry is how long a record that etcd could not take waits before
+// it is written again.
+const recordRetry = time.Second
+
+// contenderRecord is this sidecar's contender key of a lock, as etcd has
+// it. Guarded by Coordinator.mu.
+type contenderRecord struct {
+	key    string
+	create int64            // the key's create revision: its identity
+	mod    int64            // the revision of the last write of ours that etcd took
+	lease  clientv3.LeaseID // the lease that carries the key
+	wrote  keyspace.Holder  // the value written at mod
+}
+
+// record returns the record of owner's lock, granted or queued at at.
+func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holder {
+	id := c.cfg.Identity
+	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
+}
+
+func (c *Coordinator) recordOf(h *held) keyspace.Holder {
+	return c.record(h.owner, h.acquiredAt, h.expiresAt)
+}
+
+// contendLocked notes that e's contender key was written: created at
+// revision create (and last written at mod) with rec under lease id.
+func (c *Coordinator) contendLocked(e *entry, key string, create, mod int64, id clientv3.LeaseID, rec keyspace.Holder) {
+	if r := e.rec; r != nil && r.key == key && r.create == create {
+		return
+	}
+	e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
+	c.publishLaterLocked(e)
+}
+
+// wantLocked returns what e's contender record should say now.
+func (c *Coordinator) wantLocked(e *entry) keyspace.Holder {
+	want := e.rec.wrote
+	if h := e.held; h != nil && h.etcdKey == e.rec.key && h.fence == e.rec.create {
+		want = c.recordOf(h)
+	}
+	want.Queued = e.queued
+	return want
+}
+
+// wroteLocked notes that etcd took rec as the value of e's contender key
+// (created at create) at revision rev, and writes it again later if the
+// lock's state here has moved on meanwhile.
+func (c *Coordinator) wroteLocked(e *entry, key string, create, rev int64, rec keyspace.Holder) {
+	r := e.rec
+	if r == nil || r.key != key || r.create != create {
+		return
+	}
+	if rev > r.mod { // writes may report back out of order
+		r.mod, r.wrote = rev, rec
+	}
+	c.publishLaterLocked(e)
+}
+
+// queueChangedLocked adds delta to the callers queued behind e's turn.
+func (c *Coordinator) queueChangedLocked(e *entry, delta int) {
+	e.queued += delta
+	c.publishLaterLocked(e)
+}
+
+// publishLaterLocked writes e's contender record in recordDelay if it does
+// not say what is true here.
+func (c *Coordinator) publishLaterLocked(e *entry) {
+	c.publishAfterLocked(e, recordDelay)
+}
+
+func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
+	if e.rec == nil || e.publishDue || c.closed || sameRecord(c.wantLocked(e), e.rec.wrote) {
+		return
+	}
+	e.publishDue = true
+	e.refs++ // the timer's: e stays the lock's entry until it fires
+	time.AfterFunc(d, func() { c.publish(e) })
+}
+
+// publish writes e's contender record if it still does not say what is
+// true here. The write compares the key's create revision (a key deleted
+// or taken anew is left alone) and its mod revision (an extend of ours that
+// committed meanwhile wrote a newer deadline, which this write must not
+// undo; that extend's own report writes again if the queue moved).
+func (c *Coordinator) publish(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.unrefLocked(e) // the timer's reference
+	e.publishDue = false
+	r := e.rec
+	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending) {
+		// The key is being deleted, or an extend in flight reports back.
+		return
+	}
+	want := c.wantLocked(e)
+	if sameRecord(want, r.wrote) {
+		return
+	}
+	key, create, mod, id := r.key, r.create, r.mod, r.lease
+	c.mu.Unlock()
+	resp, err := c.commits.do(lockTxn{key: key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create), clientv3.Compare(clientv3.ModRevision(key), "=", mod)},
+		then: []clientv3.Op{clientv3.OpPut(key, want.Encode(), clientv3.WithLease(id))},
+	})
+	c.mu.Lock()
+	switch {
+	case err != nil:
+		c.log.Debug("cannot update a contender record", "key", key, "err", err)
+		if e.rec == r {
+			c.publishAfterLocked(e, recordRetry)
+		}
+	case resp.succeeded:
+		c.wroteLocked(e, key, create, resp.revision, want)
+	}
+	// A compare that failed: the key is gone (its turn passes) or an
+	// extend of ours landed first and reports back itself.
+}
+
+// sameRecord reports whether a and b say the same (times compared as
+// instants).
+func sameRecord(a, b keyspace.Holder) bool {
+	return a.Owner == b.Owner && a.Pod == b.Pod && a.Namespace == b.Namespace && a.Node == b.Node &&
+		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign
+}
