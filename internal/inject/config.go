@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/baton-dev/baton/internal/lease"
@@ -28,6 +30,10 @@ type Config struct {
 	Image string `json:"image"`
 	// ImagePullPolicy is the sidecar's pull policy. Default IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// ImagePullSecrets name Secrets, in the pod's namespace, that an
+	// injected pod gets among its imagePullSecrets to pull Image (those it
+	// has already are kept). Empty: none are added.
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
 	// EtcdEndpoints are the client URLs of the etcd cluster the sidecars
 	// join. Required: an injected sidecar never starts an embedded etcd.
 	EtcdEndpoints []string `json:"etcdEndpoints"`
@@ -102,6 +108,11 @@ func (c Config) Validate() error {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		return fmt.Errorf("imagePullPolicy %q: use Always, IfNotPresent or Never", c.ImagePullPolicy)
+	}
+	for _, name := range c.ImagePullSecrets {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return fmt.Errorf("imagePullSecrets: %q is not a Secret name: %s", name, strings.Join(errs, "; "))
+		}
 	}
 	if len(c.EtcdEndpoints) == 0 {
 		return errors.New("etcdEndpoints: required; injected sidecars join this etcd cluster")

@@ -154,6 +154,11 @@ func injectSpec(spec *corev1.PodSpec, cfg Config, o overrides) error {
 			Secret: &corev1.SecretVolumeSource{SecretName: cfg.EtcdTLSSecret},
 		}})
 	}
+	for _, name := range cfg.ImagePullSecrets {
+		if !slices.ContainsFunc(spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == name }) {
+			spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+		}
+	}
 	spec.InitContainers = append([]corev1.Container{sidecar(cfg, o)}, spec.InitContainers...)
 	return nil
 }

@@ -228,6 +228,25 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	}
 }
 
+// TestImagePullSecrets: an injected pod gets the sidecar image's pull
+// secrets beside its own, once.
+func TestImagePullSecrets(t *testing.T) {
+	cfg := testConfig()
+	cfg.ImagePullSecrets = []string{"registry", "app-registry"}
+	pod := appPod(nil)
+	pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "app-registry"}}
+	if err := Inject(pod, cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := []corev1.LocalObjectReference{{Name: "app-registry"}, {Name: "registry"}}
+	if !slices.Equal(pod.Spec.ImagePullSecrets, want) {
+		t.Errorf("imagePullSecrets %v, want %v", pod.Spec.ImagePullSecrets, want)
+	}
+	if err := Inject(pod, cfg); err != nil || !slices.Equal(pod.Spec.ImagePullSecrets, want) {
+		t.Errorf("injected again: %v, %v", pod.Spec.ImagePullSecrets, err)
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -238,6 +257,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no endpoints", func(c *Config) { c.EtcdEndpoints = nil }, "etcdEndpoints"},
 		{"endpoint without scheme", func(c *Config) { c.EtcdEndpoints = []string{"etcd:2379"} }, "etcdEndpoints"},
 		{"pull policy", func(c *Config) { c.ImagePullPolicy = "Sometimes" }, "imagePullPolicy"},
+		{"pull secret", func(c *Config) { c.ImagePullSecrets = []string{"Registry Key"} }, "imagePullSecrets"},
 		{"client cert without secret", func(c *Config) { c.EtcdClientCert = true }, "etcdTLSSecret"},
 		{"lease TTL", func(c *Config) { c.LeaseTTL.Duration = time.Second }, "leaseTTL"},
 		{"health port", func(c *Config) { c.HealthPort = 0 }, "healthPort"},

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -230,11 +231,15 @@ func TestRenderings(t *testing.T) {
 		if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
 			t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
 		}
+		etcd := "baton-etcd"
+		if variant == "scheduling" { // nameOverride: locks
+			etcd = "baton-locks-etcd"
+		}
 		args := fmt.Sprint(deployments[0])
 		for want, on := range map[string]bool{
-			"--etcd-endpoints=http://baton-etcd.baton.svc:2379": !external,
-			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":          external,
-			"--inject-config=/etc/baton/inject/config.yaml":     injecting,
+			"--etcd-endpoints=http://" + etcd + ".baton.svc:2379": !external,
+			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":            external,
+			"--inject-config=/etc/baton/inject/config.yaml":       injecting,
 		} {
 			if strings.Contains(args, want) != on {
 				t.Errorf("controller %s: %v, want %v", want, !on, on)
@@ -287,6 +292,9 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
 	if cfg.Image != "ghcr.io/baton-dev/baton:0.1.0" {
 		t.Errorf("image %q, want the chart's appVersion", cfg.Image)
 	}
+	if pull := []string{"registry"}; variant == "scheduling" && !slices.Equal(cfg.ImagePullSecrets, pull) {
+		t.Errorf("the injected pods' pull secrets %v, want %v", cfg.ImagePullSecrets, pull)
+	}
 	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"})) {
 		t.Errorf("the variant's sidecar settings did not arrive: %+v", cfg)
 	}
@@ -296,14 +304,19 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
 func TestBadValuesAreRefused(t *testing.T) {
 	needCluster(t)
 	for set, want := range map[string]string{
-		"etcd.replicas=2":                 "etcd.replicas",
-		"sidecar.leaseTTL=soon":           "sidecar.leaseTTL",
-		"webhook.failurePolicy=Sometimes": "webhook.failurePolicy",
-		"etcd.endpoints={etcd:2379}":      "etcd.endpoints",
-		"controller.replicas=0":           "controller.replicas",
-		"sidecar.healthPort=70000":        "sidecar.healthPort",
-		"sidecar.args={default-ttl}":      "sidecar.args",
-		"etcd.tsl.secretName=x":           "tsl",
+		"etcd.replicas=2":                                   "etcd.replicas",
+		"sidecar.leaseTTL=soon":                             "sidecar.leaseTTL",
+		"webhook.failurePolicy=Sometimes":                   "webhook.failurePolicy",
+		"etcd.endpoints={etcd:2379}":                        "etcd.endpoints",
+		"controller.replicas=0":                             "controller.replicas",
+		"sidecar.healthPort=70000":                          "sidecar.healthPort",
+		"sidecar.args={default-ttl}":                        "sidecar.args",
+		"etcd.tsl.secretName=x":                             "tsl",
+		"nameOverride=Locks":                                "nameOverride",
+		"etcd.priorityClassName=High":                       "etcd.priorityClassName",
+		"sidecar.imagePullSecrets[0]=a b":                   "sidecar.imagePullSecrets",
+		"sidecar.podMonitor.enabled=true":                   "sidecar.podMonitor.enabled needs sidecar.metricsPort",
+		"controller.topologySpreadConstraints[0].maxSkew=1": "controller.topologySpreadConstraints",
 	} {
 		_, err := render(t, "", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -410,5 +423,95 @@ func TestLeaseTTLBoundsMatchTheSidecar(t *testing.T) {
 		if schemaOK != sidecarOK {
 			t.Errorf("sidecar.leaseTTL=%s: the schema accepts it: %v (%v); the injector: %v", v, schemaOK, err, sidecarOK)
 		}
+	}
+}
+
+// TestSchedulingKnobs: the pod-level values reach the controller's and
+// etcd's pod templates, and a spread constraint with no labelSelector gets
+// its component's.
+func TestSchedulingKnobs(t *testing.T) {
+	needCluster(t)
+	manifest, err := render(t, filepath.Join("values", "scheduling.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, manifest)
+	for _, o := range objs {
+		if md, _ := o["metadata"].(map[string]any); !strings.HasPrefix(fmt.Sprint(md["name"]), "baton-locks-") {
+			t.Errorf("%s %v: want a name from nameOverride", o["kind"], md["name"])
+		}
+	}
+	workloads := append(find(objs, "Deployment"), find(objs, "StatefulSet")...)
+	if len(workloads) != 2 {
+		t.Fatalf("%d workloads, want the controller's and etcd's", len(workloads))
+	}
+	for _, o := range workloads {
+		data, _ := sigsyaml.Marshal(o["spec"].(map[string]any)["template"])
+		var tmpl corev1.PodTemplateSpec
+		if err := sigsyaml.UnmarshalStrict(data, &tmpl); err != nil {
+			t.Fatal(err)
+		}
+		what, spec := fmt.Sprint(o["kind"]), tmpl.Spec
+		component := tmpl.Labels["app.kubernetes.io/component"]
+		if tmpl.Labels["team"] != "platform" || tmpl.Labels["app.kubernetes.io/name"] != "locks" || tmpl.Annotations["example.com/owner"] != "platform" {
+			t.Errorf("%s pod labels %v annotations %v", what, tmpl.Labels, tmpl.Annotations)
+		}
+		if spec.PriorityClassName != "system-cluster-critical" {
+			t.Errorf("%s priorityClassName %q", what, spec.PriorityClassName)
+		}
+		if !slices.Equal(spec.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "registry"}}) {
+			t.Errorf("%s imagePullSecrets %v", what, spec.ImagePullSecrets)
+		}
+		if c := spec.TopologySpreadConstraints; len(c) != 1 || c[0].TopologyKey != "topology.kubernetes.io/zone" || c[0].LabelSelector == nil ||
+			c[0].LabelSelector.MatchLabels["app.kubernetes.io/component"] != component || c[0].LabelSelector.MatchLabels["app.kubernetes.io/instance"] != "baton" {
+			t.Errorf("%s topologySpreadConstraints %+v, want the zone spread over the %s pods", what, c, component)
+		}
+	}
+	if manifest, err := render(t, "", "--set", "fullnameOverride=team-locks"); err != nil || !strings.Contains(manifest, "name: team-locks-controller\n") || strings.Contains(manifest, "baton-controller") {
+		t.Errorf("fullnameOverride: %v", err)
+	}
+}
+
+// TestMonitors: the ServiceMonitor and PodMonitor decode strictly as the
+// Prometheus operator's own types, and the PodMonitor scrapes the port the
+// injector names on the sidecars it injects.
+func TestMonitors(t *testing.T) {
+	needCluster(t)
+	manifest, err := render(t, filepath.Join("values", "cert-manager.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, manifest)
+	strict := func(o map[string]any, into any) {
+		t.Helper()
+		data, _ := sigsyaml.Marshal(o)
+		if err := sigsyaml.UnmarshalStrict(data, into); err != nil {
+			t.Fatalf("%s: %v", o["kind"], err)
+		}
+	}
+	sms, pms := find(objs, "ServiceMonitor"), find(objs, "PodMonitor")
+	if len(sms) != 1 || len(pms) != 1 {
+		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one of each", len(sms), len(pms))
+	}
+	var sm monitoringv1.ServiceMonitor
+	strict(sms[0], &sm)
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Labels["release"] != "prometheus" {
+		t.Errorf("ServiceMonitor %+v", sm.Spec)
+	}
+	var pm monitoringv1.PodMonitor
+	strict(pms[0], &pm)
+	cfg := inject.Default()
+	cfg.Image, cfg.EtcdEndpoints, cfg.MetricsPort = "baton:test", []string{"http://etcd:2379"}, 9811
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{inject.LabelInject: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	if err := inject.Inject(pod, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ports := pod.Spec.InitContainers[0].Ports
+	if e := pm.Spec.PodMetricsEndpoints; len(e) != 1 || e[0].Port == nil || !slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.Name == *e[0].Port }) {
+		t.Errorf("PodMonitor endpoints %+v; the injected sidecar's ports are %+v", e, ports)
+	}
+	if sel := pm.Spec.Selector.MatchLabels; sel[inject.LabelInject] != "true" || !pm.Spec.NamespaceSelector.Any || pm.Labels["release"] != "prometheus" {
+		t.Errorf("PodMonitor selects %v in %+v, labels %v", sel, pm.Spec.NamespaceSelector, pm.Labels)
 	}
 }

@@ -1,14 +1,25 @@
-{{/* The release's base name, at most 40 characters so that suffixes fit. */}}
+{{/* The chart's name: nameOverride or baton. */}}
+{{- define "baton.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's base name, at most 40 characters so that suffixes fit:
+     fullnameOverride, else the release's name with the chart's unless it has it. */}}
 {{- define "baton.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "baton.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "baton.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "baton.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -16,13 +27,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "baton.controllerSelector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "baton.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
 {{- define "baton.etcdSelector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "baton.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: etcd
 {{- end -}}
@@ -44,4 +55,32 @@ app.kubernetes.io/component: etcd
 {{- else -}}
 {{- printf "http://%s.%s.svc:2379" (include "baton.etcd" .) .Release.Namespace -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The pod-level settings every component's pods share: pull secrets,
+     priority class and spread constraints (each without a labelSelector
+     gets the component's), from the component's values (.values) and its
+     selector (.selector). */}}
+{{- define "baton.podScheduling" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  - {{ toYaml (merge (deepCopy .) (dict "labelSelector" (dict "matchLabels" ($.selector | fromYaml)))) | indent 4 | trim }}
+  {{- end }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
