@@ -100,9 +100,8 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("POST %s %s: %d, want %d", step.path, step.body, code, step.want)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodDelete, "http://baton/v1/locks/flow-3/plan?owner=d", nil)
-	if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("release: %v %v", resp, err)
+	if code, body := do(t, c, "DELETE", "/v1/locks/flow-3/plan?owner=d", ""); code != 200 {
+		t.Fatalf("release: %d %s", code, body)
 	}
 	scrape := func() map[string]*dto.MetricFamily { return scrapeMetrics(t, addr) }
 	var fams map[string]*dto.MetricFamily

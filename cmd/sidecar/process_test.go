@@ -42,7 +42,7 @@ func binary(t *testing.T) string {
 		}
 		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

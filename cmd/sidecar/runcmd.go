@@ -164,8 +164,13 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	waiting = false
 	mu.Unlock()
 	close(queued)
+	release := func() {
+		if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
+			fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
+		}
+	}
 	if ctx.Err() != nil { // interrupted just as the grant came
-		c.Release(context.Background(), o.key, granted.Owner)
+		release()
 		return exitError{130, "interrupted while waiting for the lock"}
 	}
 
@@ -174,11 +179,14 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	cmd.Env = append(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
 		"BATON_FENCE="+strconv.FormatInt(granted.Fence, 10), "BATON_SOCKET="+o.socket)
 	if err := cmd.Start(); err != nil {
-		c.Release(context.Background(), o.key, granted.Owner)
+		release()
 		return exitError{127, fmt.Sprintf("cannot start %s: %v", args[0], err)}
 	}
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait() // how it ended is read from cmd.ProcessState
+		close(exited)
+	}()
 
 	lost := make(chan string, 1)
 	go func() {
@@ -203,15 +211,13 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		select {
 		case <-exited:
 			code := exitCode(cmd.ProcessState)
-			if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
-				fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
-			}
+			release()
 			if code != 0 {
 				return exitError{code, ""}
 			}
 			return nil
 		case s := <-sigs:
-			cmd.Process.Signal(s)
+			_ = cmd.Process.Signal(s) // fails only once it exited, which exited tells
 		case lostWhy = <-lost:
 		}
 	}
@@ -219,11 +225,11 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	case <-exited: // the command ended as the lock did
 	default:
 		fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command\n", o.key, lostWhy)
-		cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only once it exited
 		select {
 		case <-exited:
 		case <-time.After(o.killGrace):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			<-exited
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,9 +81,8 @@ func TestRunCommandUnderLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
-		req, _ := newDelete("/v1/locks/flow-1/plan?owner=next")
-		if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("release: %v %v", resp, err)
+		if code, body := do(t, c, "DELETE", "/v1/locks/flow-1/plan?owner=next", ""); code != 200 {
+			t.Fatalf("release: %d %s", code, body)
 		}
 		if code := exitOf(t, cmd.Wait()); code != 0 || !strings.Contains(out.String(), "ran") {
 			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
@@ -187,8 +185,4 @@ func TestRunCommandUnderLock(t *testing.T) {
 			t.Errorf("exit %d, stderr %s", code, errb.String())
 		}
 	})
-}
-
-func newDelete(path string) (*http.Request, error) {
-	return http.NewRequest(http.MethodDelete, "http://baton"+path, nil)
 }

@@ -93,7 +93,6 @@ type Coordinator struct {
 	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
 	journal       journal                // changes of the held locks, for HeldChanges
 	deadlines     deadlines              // when the held locks expire
-	leftKeys      []string               // keys of the locks Shutdown ended, for DrainKeys
 	sweptAt       time.Time              // last pruning of ended
 	waiting       int                    // blocking acquires in progress
 	watched       int                    // held locks that keep the scope's watch open

@@ -29,7 +29,7 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 			_, err := b.acquire(t, k, fmt.Sprintf("dup-%d", i), 0)
 			var he *HeldError
 			if !errors.As(err, &he) || he.Holder.Owner != "running" {
-				errs <- fmt.Errorf("try %d: %v; want refused naming the holder", i, err)
+				errs <- fmt.Errorf("try %d: %w; want refused naming the holder", i, err)
 			}
 		})
 	}

@@ -102,7 +102,7 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
 	}
 	<-g.Done()
-	if le, ok := g.Err().(*LostError); !ok || le.Reason != Expired {
+	if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != Expired {
 		t.Errorf("Err() after the deadline = %v, want lost (expired)", g.Err())
 	}
 	_, err = a.c.Release(ctx, k, "slow")
@@ -169,7 +169,7 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 	}
 	select {
 	case <-g.Done():
-		if le, ok := g.Err().(*LostError); !ok || le.Reason != ForceReleased {
+		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
 			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
 		}
 	case <-time.After(5 * time.Second):
@@ -258,7 +258,7 @@ func TestDeadlinesOfManyLocks(t *testing.T) {
 			t.Fatalf("dl%d (ttl %v) still held after 10s", i, time.Second+time.Duration(i)*100*time.Millisecond)
 		}
 		ended = append(ended, time.Since(start))
-		if le, ok := grants[i].Err().(*LostError); !ok || le.Reason != Expired {
+		if le := (*LostError)(nil); !errors.As(grants[i].Err(), &le) || le.Reason != Expired {
 			t.Errorf("dl%d ended with %v; want expired", i, grants[i].Err())
 		}
 		if since := time.Since(grants[i].AcquiredAt); since < time.Second+time.Duration(i)*100*time.Millisecond {
@@ -306,7 +306,7 @@ func TestDoneAskedLate(t *testing.T) {
 	default:
 		t.Fatal("Done of a lost lock is open")
 	}
-	if le, ok := lost.Err().(*LostError); !ok || le.Reason != ForceReleased {
+	if le := (*LostError)(nil); !errors.As(lost.Err(), &le) || le.Reason != ForceReleased {
 		t.Errorf("Err of a force-released lock: %v", lost.Err())
 	}
 	if err := (Grant{}).Err(); err != nil {

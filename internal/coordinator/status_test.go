@@ -235,30 +235,25 @@ func TestWaitersCountCallers(t *testing.T) {
 	b3 := wait(b, "b3")
 	waiters(3, "another queued behind b1")
 
-	if _, err := a.c.Release(ctx, k, "holder"); err != nil {
-		t.Fatal(err)
+	// handOn releases owner's lock on s and sees next granted.
+	handOn := func(s *sidecar, owner string, next waiter) {
+		t.Helper()
+		if _, err := s.c.Release(ctx, k, owner); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-next.result; err != nil {
+			t.Fatalf("the next in line after %s: %v", owner, err)
+		}
 	}
-	if err := <-b1.result; err != nil {
-		t.Fatalf("b1, first in line: %v", err)
-	}
+	handOn(a, "holder", b1)
 	waiters(2, "b1 holds, b3 queues behind it on b, c1 on c")
 	if _, err := b.c.Extend(ctx, k, "b1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	waiters(2, "b1 extended its lock")
-	if _, err := b.c.Release(ctx, k, "b1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-c1.result; err != nil {
-		t.Fatalf("c1, next in line: %v", err)
-	}
+	handOn(b, "b1", c1) // b3 queues anew, behind c1
 	waiters(1, "c1 holds, b3 contends")
-	if _, err := c.c.Release(ctx, k, "c1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-b3.result; err != nil {
-		t.Fatalf("b3, last: %v", err)
-	}
+	handOn(c, "c1", b3)
 	waiters(0, "b3 holds alone")
 	resp, err := b.cli.Get(ctx, b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) != 1 {

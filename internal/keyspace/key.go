@@ -47,7 +47,7 @@ func ParseKey(s string) (Key, error) {
 	}
 	for i, seg := range segs {
 		if err := checkSegment(seg); err != nil {
-			return Key{}, fmt.Errorf("%w: segment %d of %q %v", ErrInvalidKey, i+1, truncate(s), err)
+			return Key{}, fmt.Errorf("%w: segment %d of %q %w", ErrInvalidKey, i+1, truncate(s), err)
 		}
 	}
 	return Key{s: s}, nil
@@ -88,7 +88,7 @@ func ValidateScope(scope string) error {
 		return fmt.Errorf("%w: scope %q is longer than %d bytes", ErrInvalidKey, truncate(scope), MaxScopeLen)
 	}
 	if err := checkSegment(scope); err != nil {
-		return fmt.Errorf("%w: scope %q %v", ErrInvalidKey, truncate(scope), err)
+		return fmt.Errorf("%w: scope %q %w", ErrInvalidKey, truncate(scope), err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,12 +19,19 @@ import (
 // that the list is the whole truth.
 func TestReadmeListsEveryErrorCode(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var codes []string
-	for _, f := range pkgs["server"].Files {
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
@@ -66,7 +74,7 @@ func TestReadmeListsEveryErrorCode(t *testing.T) {
 	table, _, _ = strings.Cut(table, "\n\n")
 	// The code column of each row: | 409 | `already_running` | ...
 	var listed []string
-	for _, row := range regexp.MustCompile("(?m)^\\| \\d{3} \\| (.+?) \\|").FindAllStringSubmatch(table, -1) {
+	for _, row := range regexp.MustCompile(`(?m)^\| \d{3} \| (.+?) \|`).FindAllStringSubmatch(table, -1) {
 		for _, c := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row[1], -1) {
 			listed = append(listed, c[1])
 		}

@@ -112,11 +112,13 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	var g coordinator.Grant
 	for g.Fence == 0 {
 		select {
+		// A send fails when the caller hung up, which also ends the wait
+		// (the request's context) and so comes back through res.
 		case n := <-queued:
-			st.send(eventJSON{Event: EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
+			_ = st.send(eventJSON{Event: EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
 		case <-tick.C:
 			if st.started {
-				st.send(eventJSON{Event: EventHeartbeat, Key: k.String()})
+				_ = st.send(eventJSON{Event: EventHeartbeat, Key: k.String()})
 			}
 		case a := <-res:
 			if a.err != nil {
@@ -142,7 +144,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 			if errors.As(g.Err(), &lost) {
 				ev.Event, ev.Reason, ev.Code, ev.Message = EventLost, string(lost.Reason), CodeLockLost, lost.Error()
 			}
-			st.send(ev)
+			_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
 			return
 		case <-ren.due():
 			s.renew(ctx, ren)
@@ -226,7 +228,7 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 	if body.Code == CodeWaitTimeout || body.Code == CodeAlreadyRunning {
 		ev.Event = EventRefused
 	}
-	st.send(ev)
+	_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
 }
 
 // releaseHeld releases a lock after its caller went away: a hold stream's,

@@ -86,7 +86,10 @@ func TestDisconnectWithdrawsWaiter(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://baton/v1/locks/dc", strings.NewReader(`{"owner":"leaver","wait":"1m"}`))
 	errc := make(chan error)
 	go func() {
-		_, err := b.client.Do(req)
+		resp, err := b.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
 		errc <- err
 	}()
 	cli, _ := testEtcd.Client(t)

@@ -344,8 +344,9 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) (acquireBody, erro
 	// The server has no read timeout (hold streams stay open for hours), so
 	// the body gets a deadline of its own: a Content-Length larger than
 	// the body, or a chunked body without its end, must not hang.
+	// Every connection the server accepts (unix or TCP) supports deadlines.
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	b, err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		// The rest of the body is not worth waiting for: answer and close,
@@ -353,7 +354,7 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) (acquireBody, erro
 		w.Header().Set("Connection", "close")
 		return b, err
 	}
-	rc.SetReadDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
 	return b, nil
 }
 
@@ -407,6 +408,8 @@ func Serve(ctx context.Context, srv *http.Server, l net.Listener, grace time.Dur
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
 	}
-	<-errc
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
 	return nil
 }

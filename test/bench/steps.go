@@ -136,7 +136,7 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 	}
 	mutexTry := func(ctx context.Context, i int) error {
 		if err := concurrency.NewMutex(sessions[i], "/bench/mutex/held").TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
-			return fmt.Errorf("mutex try on a held key: %v", err)
+			return fmt.Errorf("mutex try on a held key: %w", err)
 		}
 		return nil
 	}

@@ -165,6 +165,26 @@ func objects(t *testing.T, manifest string) []map[string]any {
 	}
 }
 
+// renderObjects renders a variant and splits it into its objects.
+func renderObjects(t *testing.T, variant string) []map[string]any {
+	t.Helper()
+	manifest, err := render(t, variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objects(t, manifest)
+}
+
+// strict decodes a rendered object (or part of one) into a typed value,
+// refusing any field the type does not have.
+func strict(t *testing.T, o any, into any) {
+	t.Helper()
+	data, _ := sigsyaml.Marshal(o)
+	if err := sigsyaml.UnmarshalStrict(data, into); err != nil {
+		t.Fatalf("%T: %v", into, err)
+	}
+}
+
 func find(objs []map[string]any, kind string) []map[string]any {
 	var out []map[string]any
 	for _, o := range objs {
@@ -250,11 +270,8 @@ func TestRenderings(t *testing.T) {
 
 func checkWebhook(t *testing.T, o map[string]any) {
 	t.Helper()
-	data, _ := sigsyaml.Marshal(o)
 	var cfg admissionregv1.MutatingWebhookConfiguration
-	if err := sigsyaml.UnmarshalStrict(data, &cfg); err != nil {
-		t.Fatal(err)
-	}
+	strict(t, o, &cfg)
 	w := cfg.Webhooks[0]
 	if w.ClientConfig.Service == nil || *w.ClientConfig.Service.Path != inject.Path {
 		t.Errorf("webhook path %+v, want %s", w.ClientConfig.Service, inject.Path)
@@ -431,11 +448,7 @@ func TestLeaseTTLBoundsMatchTheSidecar(t *testing.T) {
 // its component's.
 func TestSchedulingKnobs(t *testing.T) {
 	needCluster(t)
-	manifest, err := render(t, filepath.Join("values", "scheduling.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := objects(t, manifest)
+	objs := renderObjects(t, filepath.Join("values", "scheduling.yaml"))
 	for _, o := range objs {
 		if md, _ := o["metadata"].(map[string]any); !strings.HasPrefix(fmt.Sprint(md["name"]), "baton-locks-") {
 			t.Errorf("%s %v: want a name from nameOverride", o["kind"], md["name"])
@@ -446,11 +459,8 @@ func TestSchedulingKnobs(t *testing.T) {
 		t.Fatalf("%d workloads, want the controller's and etcd's", len(workloads))
 	}
 	for _, o := range workloads {
-		data, _ := sigsyaml.Marshal(o["spec"].(map[string]any)["template"])
 		var tmpl corev1.PodTemplateSpec
-		if err := sigsyaml.UnmarshalStrict(data, &tmpl); err != nil {
-			t.Fatal(err)
-		}
+		strict(t, o["spec"].(map[string]any)["template"], &tmpl)
 		what, spec := fmt.Sprint(o["kind"]), tmpl.Spec
 		component := tmpl.Labels["app.kubernetes.io/component"]
 		if tmpl.Labels["team"] != "platform" || tmpl.Labels["app.kubernetes.io/name"] != "locks" || tmpl.Annotations["example.com/owner"] != "platform" {
@@ -477,29 +487,18 @@ func TestSchedulingKnobs(t *testing.T) {
 // injector names on the sidecars it injects.
 func TestMonitors(t *testing.T) {
 	needCluster(t)
-	manifest, err := render(t, filepath.Join("values", "cert-manager.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := objects(t, manifest)
-	strict := func(o map[string]any, into any) {
-		t.Helper()
-		data, _ := sigsyaml.Marshal(o)
-		if err := sigsyaml.UnmarshalStrict(data, into); err != nil {
-			t.Fatalf("%s: %v", o["kind"], err)
-		}
-	}
+	objs := renderObjects(t, filepath.Join("values", "cert-manager.yaml"))
 	sms, pms := find(objs, "ServiceMonitor"), find(objs, "PodMonitor")
 	if len(sms) != 1 || len(pms) != 1 {
 		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one of each", len(sms), len(pms))
 	}
 	var sm monitoringv1.ServiceMonitor
-	strict(sms[0], &sm)
+	strict(t, sms[0], &sm)
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Labels["release"] != "prometheus" {
 		t.Errorf("ServiceMonitor %+v", sm.Spec)
 	}
 	var pm monitoringv1.PodMonitor
-	strict(pms[0], &pm)
+	strict(t, pms[0], &pm)
 	cfg := inject.Default()
 	cfg.Image, cfg.EtcdEndpoints, cfg.MetricsPort = "baton:test", []string{"http://etcd:2379"}, 9811
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{inject.LabelInject: "true"}},

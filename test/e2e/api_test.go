@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -158,7 +159,7 @@ func TestS12ReentrancyAndNames(t *testing.T) {
 	sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(2))
 	must(t, err)
 	m := concurrency.NewMutex(sess, "/baton/v1/e2e/locks/x")
-	if err := m.TryLock(ctx); err != concurrency.ErrLocked {
+	if err := m.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
 		t.Errorf("etcd Mutex on x while Baton holds it: %v, want ErrLocked", err)
 	}
 	for _, k := range []string{"x", "x/y"} {
@@ -334,7 +335,7 @@ func TestS13BadInput(t *testing.T) {
 		t.Errorf("1000 waiters of one sidecar and a holder: %d keys, want 2", n)
 	}
 	_, err = sc.client.Hold(ctx, "s13-hot", client.LockRequest{Owner: "w1001", Wait: "5m"})
-	if apiErr, ok := err.(*client.APIError); !ok || apiErr.Status != http.StatusTooManyRequests {
+	if apiErr := (*client.APIError)(nil); !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests {
 		t.Errorf("the 1001st waiter: %v, want 429", err)
 	}
 	cancel()

@@ -46,8 +46,8 @@ func (o *outcome) note(format string, args ...any) {
 func analyze(name string, ops []histOp, st *store) *outcome {
 	o := &outcome{name: name, store: st.totals(), reasons: map[string]int{}, losses: map[string]int{}}
 	type grant struct {
-		owner      string
-		start, end time.Duration
+		owner string
+		start time.Duration
 	}
 	grants := map[string]map[int64]*grant{} // lock → fence → grant
 	type hold struct {

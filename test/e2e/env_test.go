@@ -29,9 +29,8 @@ type env struct {
 
 // envOptions shape an env.
 type envOptions struct {
-	noFence  bool          // the store ignores tokens (negative control)
-	cluster  bool          // a 3-member etcd cluster instead of one member
-	maxSleep time.Duration // the store client's read-sleep-write pause, up to
+	noFence bool // the store ignores tokens (negative control)
+	cluster bool // a 3-member etcd cluster instead of one member
 }
 
 func newEnv(t *testing.T, o envOptions) *env {

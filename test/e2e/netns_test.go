@@ -25,7 +25,7 @@ type netnsPair struct {
 func ipCmd(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }

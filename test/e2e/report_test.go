@@ -21,7 +21,6 @@ type suiteReport struct {
 	mu       sync.Mutex
 	outcomes []*outcome
 	skipped  []string
-	started  time.Time
 }
 
 func (r *suiteReport) add(o *outcome) {

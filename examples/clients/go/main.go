@@ -43,13 +43,16 @@ func main() {
 		Message string  `json:"message"`
 		Holder  *holder `json:"holder"`
 	}
-	if resp.StatusCode == http.StatusConflict { // webhook pattern: 409 with the running execution's id
-		json.NewDecoder(resp.Body).Decode(&ev)
+	if resp.StatusCode != http.StatusOK { // an error body: {"code","message",...}
+		if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
+			log.Fatalf("baton: %d, and the body is not JSON: %v", resp.StatusCode, err)
+		}
+	}
+	if resp.StatusCode == http.StatusConflict && ev.Holder != nil { // webhook pattern: 409 with the running execution's id
 		fmt.Printf("409 {\"error\":\"already running\",\"running_execution_id\":%q}\n", ev.Holder.Owner)
 		return
 	}
 	if resp.StatusCode != http.StatusOK {
-		json.NewDecoder(resp.Body).Decode(&ev)
 		log.Fatalf("baton: %d %s: %s", resp.StatusCode, ev.Code, ev.Message)
 	}
 	lines := bufio.NewScanner(resp.Body) // one JSON event a line
