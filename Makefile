@@ -2,6 +2,7 @@
 
 GO        ?= go
 BIN       ?= $(CURDIR)/bin
+K8S_BIN   ?= $(BIN)/k8s
 GOFLAGS   ?=
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 30s
@@ -25,11 +26,28 @@ LDFLAGS := -X github.com/baton-dev/baton/internal/version.version=$(VERSION) \
 build: ## Build bin/baton.
 	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/baton ./cmd/sidecar
 
-IMAGE ?= ghcr.io/baton-dev/baton:0.1.0
+# The image the chart's default values name (its appVersion).
+IMAGE      ?= ghcr.io/baton-dev/baton:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/baton/Chart.yaml)
+ETCD_IMAGE ?= gcr.io/etcd-development/etcd:v3.7.3
+IMAGES     := $(BIN)/images
 
 .PHONY: image
-image: ## Build the container image $(IMAGE) (the sidecar and the controller) with docker.
+image: $(BIN)/image $(K8S_BIN)/etcd ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE), etcd as $(ETCD_IMAGE).
+	@mkdir -p $(BIN)/image-root $(IMAGES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton ./cmd/sidecar
+	$(BIN)/image -o $(IMAGES)/baton.tar -tag $(IMAGE) -entrypoint /baton -user 65532:65532 \
+	  -file /baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777 -dir /var/run/baton
+	$(BIN)/image -o $(IMAGES)/etcd.tar -tag $(ETCD_IMAGE) -env PATH=/usr/local/bin \
+	  -file /usr/local/bin/etcd=$(K8S_BIN)/etcd:0755 -dir /tmp:1777 -dir /var/lib/etcd
+	@echo "wrote $(IMAGES)/baton.tar ($(IMAGE)) and $(IMAGES)/etcd.tar ($(ETCD_IMAGE)): docker load -i, or ctr -n k8s.io images import"
+
+.PHONY: docker-image
+docker-image: ## Build $(IMAGE) with docker from the Dockerfile, for those who have a docker engine.
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+
+# The image writer, pinned by hack/image/go.mod and built into bin.
+$(BIN)/image: hack/image/go.mod hack/image/go.sum hack/image/main.go
+	cd hack/image && $(GO) build -o $(BIN)/image .
 
 .PHONY: run
 run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
@@ -37,8 +55,8 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
-	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
+test: vet envtest-assets $(BIN)/helm image ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
+	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
 	@mkdir -p $(BIN)
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat $(BIN)/e2e-report.md
@@ -126,7 +144,6 @@ helm-template: $(BIN)/helm ## Render the chart with its default values and each 
 # built from the Go module proxy into bin/k8s (about 14 minutes cold, seconds
 # when the build cache is warm). hack/envtest-assets holds their wrapper modules.
 K8S_VERSION ?= v1.37.1
-K8S_BIN     ?= $(BIN)/k8s
 K8S_LDFLAGS := -s -w \
   -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
   -X k8s.io/component-base/version.gitMajor=1 \
