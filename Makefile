@@ -55,7 +55,7 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets $(BIN)/helm image ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
 	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
 	@mkdir -p $(BIN)
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
@@ -153,11 +153,60 @@ K8S_LDFLAGS := -s -w \
 .PHONY: envtest-assets
 envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(K8S_BIN)/etcd ## Build kube-apiserver, kubectl and etcd for the Kubernetes tests into bin/k8s.
 
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl &: hack/envtest-assets/kube-apiserver/go.mod hack/envtest-assets/kube-apiserver/go.sum
+# One build for every Kubernetes binary: they share most of their packages.
+K8S_CMDS := kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy
+
+$(addprefix $(K8S_BIN)/,$(K8S_CMDS)) &: hack/envtest-assets/kube-apiserver/go.mod hack/envtest-assets/kube-apiserver/go.sum
 	@mkdir -p $(K8S_BIN)
 	cd hack/envtest-assets/kube-apiserver && CGO_ENABLED=0 $(GO) build -trimpath \
 	  -ldflags '$(K8S_LDFLAGS)' -o $(K8S_BIN)/ \
-	  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	  $(addprefix k8s.io/kubernetes/cmd/,$(K8S_CMDS))
+
+# The test node: the rest of Kubernetes and CoreDNS, built like the test
+# kube-apiserver; containerd, runc and the CNI plugins from Debian.
+.PHONY: node-assets
+node-assets: $(addprefix $(K8S_BIN)/,$(K8S_CMDS)) $(K8S_BIN)/etcd $(K8S_BIN)/coredns ## Build the test node's Kubernetes binaries and CoreDNS into bin/k8s.
+
+$(K8S_BIN)/coredns: hack/coredns/go.mod hack/coredns/go.sum
+	@mkdir -p $(K8S_BIN)
+	cd hack/coredns && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(K8S_BIN)/coredns github.com/coredns/coredns
+
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack socat busybox-static
+
+.PHONY: node-deps
+node-deps: ## Install the test node's container runtime from Debian's packages (containerd, runc, CNI plugins, iptables, busybox-static), when missing.
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+NODE_DIR := $(BIN)/node
+
+.PHONY: cluster
+cluster: node-assets node-images $(BIN)/helm ## Start a one-node Kubernetes on this machine in the background (as root; a local kind), with the chart's images loaded, and print its KUBECONFIG line.
+	@$(GO) build -o $(BIN)/cluster ./test/cluster
+	@if [ -f $(NODE_DIR).pid ] && kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null; then echo "a node runs already: make cluster-down stops it"; exit 1; fi
+	@rm -f $(NODE_DIR).ready; setsid $(BIN)/cluster -dir $(NODE_DIR) -bin $(K8S_BIN) -images $(IMAGES) -ready-file $(NODE_DIR).ready > $(NODE_DIR).log 2>&1 & echo $$! > $(NODE_DIR).pid
+	@for i in $$(seq 300); do [ -s $(NODE_DIR).ready ] && break; kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null || { cat $(NODE_DIR).log; exit 1; }; sleep 1; done
+	@echo "export KUBECONFIG=$$(cat $(NODE_DIR).ready)"
+
+.PHONY: cluster-down
+cluster-down: ## Stop the node make cluster started and undo its changes to the host.
+	@if [ -f $(NODE_DIR).pid ] && kill -TERM $$(cat $(NODE_DIR).pid) 2>/dev/null; then \
+	  for i in $$(seq 60); do kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null || break; sleep 1; done; echo "node stopped"; \
+	else echo "no node runs"; fi
+	@rm -f $(NODE_DIR).pid $(NODE_DIR).ready
+
+# The node's own images: the pods' sandbox, CoreDNS, and the test apps'
+# image (busybox and baton).
+.PHONY: node-images
+node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images (pause, CoreDNS, a test app) into bin/images.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image-root/pause ./internal/kubenode/pause
+	$(BIN)/image -o $(IMAGES)/pause.tar -tag docker.io/baton/pause:local -entrypoint /pause -user 65535:65535 \
+	  -file /pause=$(BIN)/image-root/pause:0755
+	$(BIN)/image -o $(IMAGES)/coredns.tar -tag docker.io/baton/coredns:local -entrypoint /coredns \
+	  -file /coredns=$(K8S_BIN)/coredns:0755
+	$(BIN)/image -o $(IMAGES)/app.tar -tag docker.io/baton/app:test -env PATH=/bin \
+	  -file /bin/busybox=/bin/busybox:0755 $(foreach c,sh sleep echo cat date hostname nslookup,-link /bin/$(c)=busybox) \
+	  -file /bin/baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777
 
 $(K8S_BIN)/etcd: hack/envtest-assets/etcd/go.mod hack/envtest-assets/etcd/go.sum hack/envtest-assets/etcd/main.go
 	@mkdir -p $(K8S_BIN)

@@ -1,0 +1,493 @@
+// Package kubenode runs a real one-node Kubernetes on this machine, for
+// tests and for `make cluster`: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kubelet and kube-proxy built by
+// the Makefile into bin/k8s, and containerd, runc and the CNI plugins from
+// Debian's packages, each started as a process of its own with its log in
+// the node's directory. Images come from docker-archive tarballs imported
+// into containerd: there is no registry.
+//
+// It needs root, cgroups and iptables: it changes the host's network
+// (a bridge, iptables chains) and undoes what it can on Stop.
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config says where the node's parts are and what it runs.
+type Config struct {
+	// Dir holds the node's state, certificates and logs. Required.
+	Dir string
+	// Bin is the directory of etcd and the Kubernetes binaries. Required.
+	Bin string
+	// Images are docker-archive tarballs imported into containerd before
+	// the node starts; one must be PauseImage's.
+	Images []string
+	// PauseImage is the pods' sandbox image, named as in its tarball.
+	PauseImage string
+	// DNSImage, when set, is CoreDNS's image: the node then serves the
+	// cluster's names at DNSServiceIP, as every cluster does.
+	DNSImage string
+	// Volumes is how many PersistentVolumes of VolumeSize the node offers
+	// through its default StorageClass. Default 8 of 2Gi.
+	Volumes    int
+	VolumeSize string
+	// Ready bounds the wait for the node to be Ready. Default 2 minutes.
+	Ready time.Duration
+}
+
+// Node is a running node.
+type Node struct {
+	cfg Config
+	// Kubeconfig is an administrator's kubeconfig (system:masters).
+	Kubeconfig string
+	// Client is a client with the administrator's identity.
+	Client kubernetes.Interface
+	// HostIP is the address the API server and the node advertise.
+	HostIP string
+
+	containerdSock string
+	procs          []*proc
+	sysctls        map[string]string // what the kubelet and the network change, as they were
+}
+
+// proc is a process of the node.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{}
+}
+
+// Start starts the node and returns once it is Ready. On error it stops
+// whatever it started.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	if cfg.Dir == "" || cfg.Bin == "" || cfg.PauseImage == "" {
+		return nil, errors.New("kubenode: Dir, Bin and PauseImage are required")
+	}
+	if cfg.Ready == 0 {
+		cfg.Ready = 2 * time.Minute
+	}
+	if cfg.Volumes == 0 {
+		cfg.Volumes, cfg.VolumeSize = 8, "2Gi"
+	}
+	if err := preflight(cfg); err != nil {
+		return nil, err
+	}
+	ip, err := hostIP()
+	if err != nil {
+		return nil, err
+	}
+	n = &Node{cfg: cfg, HostIP: ip, sysctls: readSysctls()}
+	defer func() {
+		if err != nil {
+			n.Stop()
+			err = fmt.Errorf("%w (logs in %s)", err, n.LogDir())
+		}
+	}()
+	for _, d := range []string{n.LogDir(), n.path("etcd"), n.path("kubelet")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return n, err
+	}
+	if err := n.startControlPlane(ctx); err != nil {
+		return n, err
+	}
+	if err := n.startKubelet(); err != nil {
+		return n, err
+	}
+	if err := n.waitReady(ctx); err != nil {
+		return n, err
+	}
+	if err := n.provideStorage(ctx, cfg.Volumes, cfg.VolumeSize); err != nil {
+		return n, fmt.Errorf("kubenode: storage: %w", err)
+	}
+	if cfg.DNSImage != "" {
+		if err := n.deployDNS(ctx, cfg.DNSImage); err != nil {
+			return n, fmt.Errorf("kubenode: cluster DNS: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// LogDir is the directory of the node's logs, a file per process.
+func (n *Node) LogDir() string { return n.path("logs") }
+
+func (n *Node) path(elem ...string) string {
+	return filepath.Join(append([]string{n.cfg.Dir}, elem...)...)
+}
+
+// preflight says what is missing before anything starts.
+func preflight(cfg Config) error {
+	if os.Geteuid() != 0 {
+		return errors.New("kubenode: a node needs root (cgroups, mounts, iptables)")
+	}
+	var missing []string
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"} {
+		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
+			missing = append(missing, filepath.Join(cfg.Bin, b)+" (make node-assets)")
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = append(missing, b+" (make node-deps)")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
+		missing = append(missing, filepath.Join(cniBinDir, "bridge")+" (make node-deps)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kubenode: missing %s", strings.Join(missing, ", "))
+	}
+	// The kubelet's, kube-proxy's, the scheduler's and the controller
+	// manager's fixed ports: one node per machine.
+	for _, port := range []int{10250, 10248, 10249, 10256, 10257, 10259} {
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			return fmt.Errorf("kubenode: port %d is taken: another node runs on this machine (make cluster-down stops the one make cluster started): %w", port, err)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// start starts a process of the node, its output in the log directory.
+func (n *Node) start(name, bin string, args ...string) (*proc, error) {
+	log, err := os.OpenFile(filepath.Join(n.LogDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // reported by exited
+		close(p.exited)
+	}()
+	n.procs = append(n.procs, p)
+	return p, nil
+}
+
+// until polls cond every 100ms until it is true, ctx ends, d passes or one
+// of the node's processes exits.
+func (n *Node) until(ctx context.Context, d time.Duration, what string, cond func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		for _, p := range n.procs {
+			select {
+			case <-p.exited:
+				return fmt.Errorf("kubenode: %s exited while waiting for %s: %s", p.name, what, p.cmd.ProcessState)
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubenode: no %s after %v: %w", what, d, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startContainerd starts containerd and imports the images.
+func (n *Node) startContainerd(ctx context.Context) error {
+	dir := n.path("containerd")
+	n.containerdSock = filepath.Join(dir, "containerd.sock")
+	if err := writeFile(filepath.Join(dir, "config.toml"), containerdConfig(dir, n.cfg.PauseImage)); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "cni", "10-baton.conflist"), cniConfig(filepath.Join(dir, "ipam"))); err != nil {
+		return err
+	}
+	if _, err := n.start("containerd", "containerd", "--config", filepath.Join(dir, "config.toml")); err != nil {
+		return err
+	}
+	if err := n.until(ctx, 30*time.Second, "containerd socket", func() error {
+		return exec.Command("ctr", "--address", n.containerdSock, "version").Run()
+	}); err != nil {
+		return err
+	}
+	for _, img := range n.cfg.Images {
+		if err := n.ImportImage(img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ImportImage imports a docker-archive tarball into the node's containerd,
+// where pods find it by the name in the tarball.
+func (n *Node) ImportImage(tarball string) error {
+	out, err := exec.Command("ctr", "--address", n.containerdSock, "-n", "k8s.io", "images", "import", "--no-unpack", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kubenode: import %s: %w: %s", tarball, err, out)
+	}
+	return nil
+}
+
+// startControlPlane starts etcd, the API server, the controller manager and
+// the scheduler, and writes their certificates and kubeconfigs.
+func (n *Node) startControlPlane(ctx context.Context) error {
+	p, err := newPKI(n.path("pki"))
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	if _, err := n.start("etcd", filepath.Join(n.cfg.Bin, "etcd"), "--data-dir", n.path("etcd"),
+		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdClient), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeer),
+		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", etcdPeer), "--unsafe-no-fsync"); err != nil {
+		return err
+	}
+
+	serviceIP := "10.96.0.1" // the first address of ServiceCIDR: kubernetes.default
+	apiCert, apiKey, err := p.issue("apiserver", "kube-apiserver", nil,
+		[]string{"127.0.0.1", n.HostIP, serviceIP, "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, true)
+	if err != nil {
+		return err
+	}
+	kcCert, kcKey, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, false)
+	if err != nil {
+		return err
+	}
+	// The front proxy's client certificate: extension API servers and the
+	// scheduler's and controller manager's delegated authentication read
+	// its CA from the API server.
+	fpCert, fpKey, err := p.issue("front-proxy-client", "front-proxy-client", nil, nil, false)
+	if err != nil {
+		return err
+	}
+	saPriv, saPub, err := p.keyPair("sa")
+	if err != nil {
+		return err
+	}
+	server := fmt.Sprintf("https://%s:%d", n.HostIP, apiPort)
+	if _, err := n.start("kube-apiserver", filepath.Join(n.cfg.Bin, "kube-apiserver"),
+		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
+		"--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(apiPort), "--advertise-address", n.HostIP,
+		"--tls-cert-file", apiCert, "--tls-private-key-file", apiKey, "--client-ca-file", p.caFile(),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", saPub, "--service-account-signing-key-file", saPriv,
+		"--service-cluster-ip-range", ServiceCIDR,
+		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction", "--allow-privileged=true",
+		"--kubelet-client-certificate", kcCert, "--kubelet-client-key", kcKey, "--kubelet-certificate-authority", p.caFile(),
+		"--kubelet-preferred-address-types", "InternalIP,Hostname",
+		"--proxy-client-cert-file", fpCert, "--proxy-client-key-file", fpKey,
+		"--requestheader-client-ca-file", p.caFile(), "--requestheader-allowed-names", "front-proxy-client",
+		"--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
+		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+		"--cert-dir", n.path("pki", "apiserver-certs")); err != nil {
+		return err
+	}
+
+	kubeconfig := func(name, cn string, orgs ...string) (string, error) {
+		cert, key, err := p.issue(name, cn, orgs, nil, false)
+		if err != nil {
+			return "", err
+		}
+		path := n.path(name + ".kubeconfig")
+		return path, writeKubeconfig(path, server, p.caFile(), cert, key)
+	}
+	if n.Kubeconfig, err = kubeconfig("admin", "admin", "system:masters"); err != nil {
+		return err
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return err
+	}
+	n.Client = cs
+	if err := n.until(ctx, time.Minute, "API server ready", func() error {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+
+	cmKubeconfig, err := kubeconfig("controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	if _, err := n.start("kube-controller-manager", filepath.Join(n.cfg.Bin, "kube-controller-manager"),
+		"--kubeconfig", cmKubeconfig, "--authentication-kubeconfig", cmKubeconfig, "--authorization-kubeconfig", cmKubeconfig,
+		"--leader-elect=false", "--use-service-account-credentials",
+		"--service-account-private-key-file", saPriv, "--root-ca-file", p.caFile(),
+		"--cluster-signing-cert-file", p.caFile(), "--cluster-signing-key-file", filepath.Join(p.dir, "ca.key"),
+		"--service-cluster-ip-range", ServiceCIDR, "--allocate-node-cidrs=false", "--controllers=*",
+		"--bind-address", "127.0.0.1"); err != nil {
+		return err
+	}
+	schedKubeconfig, err := kubeconfig("scheduler", "system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	if _, err := n.start("kube-scheduler", filepath.Join(n.cfg.Bin, "kube-scheduler"),
+		"--kubeconfig", schedKubeconfig, "--authentication-kubeconfig", schedKubeconfig, "--authorization-kubeconfig", schedKubeconfig,
+		"--leader-elect=false", "--bind-address", "127.0.0.1"); err != nil {
+		return err
+	}
+	proxyKubeconfig, err := kubeconfig("kube-proxy", "system:kube-proxy")
+	if err != nil {
+		return err
+	}
+	if _, err := n.start("kube-proxy", filepath.Join(n.cfg.Bin, "kube-proxy"),
+		"--kubeconfig", proxyKubeconfig, "--proxy-mode", "iptables", "--cluster-cidr", PodCIDR,
+		"--hostname-override", NodeName, "--bind-address", n.HostIP); err != nil {
+		return err
+	}
+	_, _, err = p.issue("kubelet-serving", "system:node:"+NodeName, []string{"system:nodes"}, []string{n.HostIP, NodeName}, true)
+	if err != nil {
+		return err
+	}
+	_, err = kubeconfig("kubelet", "system:node:"+NodeName, "system:nodes")
+	return err
+}
+
+// startKubelet starts the kubelet.
+func (n *Node) startKubelet() error {
+	pki := n.path("pki")
+	resolv := n.path("resolv.conf")
+	if err := writeFile(resolv, "nameserver "+DNSServiceIP+"\n"); err != nil { // the host's resolver, if any, is not the cluster's
+		return err
+	}
+	cfg := n.path("kubelet.yaml")
+	if err := writeFile(cfg, kubeletConfig(n.containerdSock, filepath.Join(pki, "ca.crt"),
+		filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), resolv, n.path("pod-logs"))); err != nil {
+		return err
+	}
+	_, err := n.start("kubelet", filepath.Join(n.cfg.Bin, "kubelet"), "--config", cfg, "--kubeconfig", n.path("kubelet.kubeconfig"),
+		"--root-dir", n.path("kubelet"), "--hostname-override", NodeName, "--node-ip", n.HostIP)
+	return err
+}
+
+// waitReady waits for the node to be Ready and schedulable, and for the
+// default namespace's ServiceAccount, which pods need.
+func (n *Node) waitReady(ctx context.Context) error {
+	return n.until(ctx, n.cfg.Ready, "Ready node", func() error {
+		node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("node %s: %s", c.Reason, c.Message)
+			}
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Effect == corev1.TaintEffectNoSchedule {
+				return fmt.Errorf("node tainted %s", t.Key)
+			}
+		}
+		_, err = n.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+// Stop stops the node's processes, the last started first, and undoes what
+// they changed on the host as far as it can: pods' processes, mounts under
+// Dir, the bridge and kube-proxy's iptables chains.
+func (n *Node) Stop() {
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		p := n.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails only once it exited
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		p.log.Close()
+	}
+	n.procs = nil
+	killPods()
+	unmountUnder(n.cfg.Dir)
+	if bin := filepath.Join(n.cfg.Bin, "kube-proxy"); fileExists(bin) {
+		_ = exec.Command(bin, "--cleanup").Run() // best effort: its chains may be gone
+	}
+	removeKubeletChains()
+	removePodMasquerade()
+	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
+	restoreSysctls(n.sysctls)
+}
+
+// PrintLogs writes the tail of every process's log to w, for a failed test.
+func (n *Node) PrintLogs(w io.Writer, lines int) {
+	entries, _ := os.ReadDir(n.LogDir())
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(n.LogDir(), e.Name()))
+		all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		fmt.Fprintf(w, "==== %s (last %d lines)\n%s\n", e.Name(), lines, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+}
+
+// hostIP returns the address of the interface of the default route.
+func hostIP() (string, error) {
+	c, err := net.Dial("udp4", "203.0.113.1:9") // no packet is sent: this only picks the route
+	if err != nil {
+		return "", fmt.Errorf("kubenode: no default route for the node's address: %w", err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// freePorts returns n TCP ports free on all addresses now.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
