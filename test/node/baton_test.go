@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,7 +154,135 @@ func TestBatonOnANode(t *testing.T) {
 			return nil
 		})
 		t.Logf("kubectl get locks -A named the holder %v after asking", time.Since(start).Round(time.Millisecond))
+		runs := checkPhases(t, log)
+		for _, r := range runs[:len(runs)-1] {
+			if !r.ended {
+				t.Errorf("%s's run with fence %d never ended, though nothing was killed", r.pod, r.fence)
+			}
+		}
 	})
+
+	// holding waits for a run in progress and returns it.
+	holding := func(t *testing.T) run {
+		t.Helper()
+		var r run
+		eventually(t, 30*time.Second, "a run in progress", func() error {
+			runs := checkPhases(t, log)
+			if len(runs) == 0 || runs[len(runs)-1].ended {
+				return fmt.Errorf("between runs")
+			}
+			r = runs[len(runs)-1]
+			return nil
+		})
+		return r
+	}
+	// nextRun waits for the first run after prev (a larger fence) and
+	// says how long after since it started. A lock that waited for its
+	// ttl (a minute) rather than its holder's lease would take too long.
+	nextRun := func(t *testing.T, prev run, since time.Time) run {
+		t.Helper()
+		var r run
+		eventually(t, 30*time.Second, "the next run", func() error {
+			for _, x := range checkPhases(t, log) {
+				if x.fence > prev.fence {
+					r = x
+					return nil
+				}
+			}
+			return fmt.Errorf("none after fence %d", prev.fence)
+		})
+		t.Logf("the next run (%s, fence %d) started %v after", r.pod, r.fence, time.Since(since).Round(time.Millisecond))
+		return r
+	}
+
+	t.Run("a force-deleted holder's lock passes on", func(t *testing.T) {
+		h := holding(t)
+		start, zero := time.Now(), int64(0)
+		if err := node.Client.CoreV1().Pods(appNS).Delete(ctx, h.pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		if n := nextRun(t, h, start); n.pod == h.pod {
+			t.Errorf("the deleted pod %s ran again", h.pod)
+		}
+	})
+
+	t.Run("a killed sidecar's lock passes on", func(t *testing.T) {
+		h := holding(t)
+		pid := sidecarPID(t, h.pod)
+		start := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		nextRun(t, h, start)
+		eventually(t, 30*time.Second, "the holder's command stopped", func() error {
+			for _, r := range checkPhases(t, log) {
+				if r.fence == h.fence && !r.termed && !r.ended {
+					return fmt.Errorf("%s's run with fence %d neither ended nor got SIGTERM", r.pod, r.fence)
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("force release by annotation", func(t *testing.T) {
+		h := holding(t)
+		name := strings.TrimSpace(kubectl(t, "get", "locks", "-n", appNS, "-o", "jsonpath={.items[0].metadata.name}"))
+		start := time.Now()
+		kubectl(t, "annotate", "lock", name, "-n", appNS, "baton.dev/force-release=node test")
+		nextRun(t, h, start)
+		eventually(t, 30*time.Second, "SIGTERM to the holder's command", func() error {
+			for _, r := range checkPhases(t, log) {
+				if r.fence == h.fence && r.termed {
+					return nil
+				}
+			}
+			return fmt.Errorf("no term line for fence %d", h.fence)
+		})
+	})
+
+	t.Run("scaled to 0, nothing is held", func(t *testing.T) {
+		start := time.Now()
+		defer func() { t.Logf("scaled to 0 in %v", time.Since(start).Round(time.Millisecond)) }()
+		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=0")
+		eventually(t, time.Minute, "no app pods", func() error {
+			pods, err := node.Client.CoreV1().Pods(appNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items) > 0 {
+				return fmt.Errorf("%d pods left", len(pods.Items))
+			}
+			return nil
+		})
+		eventually(t, 30*time.Second, "the lock shown Free", func() error {
+			if phases := kubectl(t, "get", "locks", "-n", appNS, "-o", "jsonpath={.items[*].status.phase}"); strings.TrimSpace(phases) != "Free" {
+				return fmt.Errorf("phases %q", phases)
+			}
+			return nil
+		})
+	})
+}
+
+// sidecarPID finds the process of pod's Baton sidecar on the node.
+func sidecarPID(t *testing.T, pod string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if strings.HasPrefix(string(cmdline), "/baton\x00serve\x00") && strings.Contains("\x00"+string(env)+"\x00", "\x00POD_NAME="+pod+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no sidecar process of pod %s", pod)
+	return 0
 }
 
 // app is the Deployment of 2 replicas, labelled for injection, each
@@ -161,11 +291,17 @@ func TestBatonOnANode(t *testing.T) {
 func app(shared string) *appsv1.Deployment {
 	two, user, group := int32(2), int64(appUser), int64(appGroup)
 	labels := map[string]string{"app": "report"}
-	script := fmt.Sprintf(`while true; do
+	// The shell is the container's first process: it forwards SIGTERM to
+	// baton run, which stops the phase and releases the lock.
+	script := fmt.Sprintf(`trap 'kill -TERM $run 2>/dev/null; wait $run; exit 0' TERM
+while true; do
   baton run --key %s --owner "$POD_NAME" --wait 1m --ttl 1m -- sh -c '
+    trap "echo \"term $POD_NAME $BATON_FENCE\" >> /shared/phases; exit 143" TERM
     echo "start $POD_NAME $BATON_FENCE" >> /shared/phases
-    sleep %d
-    echo "end $POD_NAME $BATON_FENCE" >> /shared/phases'
+    sleep %d & wait $!
+    echo "end $POD_NAME $BATON_FENCE" >> /shared/phases' &
+  run=$!
+  wait $run
 done`, phaseKey, int(phaseTime.Seconds()))
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "report", Namespace: appNS},
@@ -195,14 +331,19 @@ done`, phaseKey, int(phaseTime.Seconds()))
 
 // run is one run of the phase as the shared file tells it.
 type run struct {
-	pod   string
-	fence int64
-	ended bool
+	pod    string
+	fence  int64
+	ended  bool // it wrote its end line
+	termed bool // its command got SIGTERM (baton run was told the lock was lost)
 }
 
 // checkPhases reads the runs of the phase and checks that they never
-// overlap (each start is followed by its own end before the next start)
-// and that fences only grow.
+// overlap and that fences only grow. A run that never ends was killed (its
+// pod deleted, its lock lost) and is followed by the next start; but a run
+// that ends after another started overlapped it: two holders. A term line
+// (the command stopped by baton run on a lost lock) is recorded whenever
+// it comes: it races with the next holder's start by nature, which is what
+// fencing is for.
 func checkPhases(t *testing.T, path string) []run {
 	t.Helper()
 	f, err := os.Open(path)
@@ -220,21 +361,76 @@ func checkPhases(t *testing.T, path string) []run {
 		}
 		switch what {
 		case "start":
-			if n := len(runs); n > 0 && !runs[n-1].ended {
-				t.Fatalf("line %d: %s started the phase while %s ran it (fence %d): two holders", i, pod, runs[n-1].pod, runs[n-1].fence)
-			}
 			if n := len(runs); n > 0 && fence <= runs[n-1].fence {
 				t.Fatalf("line %d: fence %d after %d: fences must grow", i, fence, runs[n-1].fence)
 			}
 			runs = append(runs, run{pod: pod, fence: fence})
 		case "end":
 			if n := len(runs); n == 0 || runs[n-1].ended || runs[n-1].pod != pod || runs[n-1].fence != fence {
-				t.Fatalf("line %d: %s %d ended a run it did not start", i, pod, fence)
+				t.Fatalf("line %d: %s ended its run (fence %d) after another run had started: two holders", i, pod, fence)
 			}
 			runs[len(runs)-1].ended = true
+		case "term":
+			for j := range runs {
+				if runs[j].pod == pod && runs[j].fence == fence {
+					runs[j].termed = true
+				}
+			}
 		default:
 			t.Fatalf("line %d: %q", i, s.Text())
 		}
 	}
 	return runs
+}
+
+// TestReadmeExample applies examples/k8s/report.yaml, as the README says,
+// with the node's image for busybox and a phase long enough that only
+// the worker's handling of SIGTERM can end it early: kubectl get locks
+// names the holder, and deleting the holder's pod (a graceful delete)
+// hands the lock on well before the pod's 30s grace period is up.
+func TestReadmeExample(t *testing.T) {
+	needNode(t)
+	ctx := context.Background()
+	if out := kubectl(t, "get", "deployment", "-n", system, "-o", "name"); !strings.Contains(out, "baton-controller") {
+		helm(t, "install", release, filepath.Join(root, "charts", "baton"), "--namespace", system, "--create-namespace", "--wait", "--timeout", "5m")
+	}
+	b, err := os.ReadFile(filepath.Join(root, "examples", "k8s", "report.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test", "sleep 20", "sleep 120").Replace(string(b))
+	file := filepath.Join(t.TempDir(), "report.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "apply", "-f", file)
+	defer kubectl(t, "delete", "namespace", "baton-demo", "--wait=false")
+	kubectl(t, "-n", "baton-demo", "rollout", "status", "deploy/report", "--timeout=2m")
+
+	holder := func() (pod string, fence string) {
+		out := kubectl(t, "get", "locks", "-n", "baton-demo", "-o", "jsonpath={.items[0].status.phase} {.items[0].status.holder.pod} {.items[0].status.fence}")
+		f := strings.Fields(out)
+		if len(f) != 3 || f[0] != "Held" {
+			return "", ""
+		}
+		return f[1], f[2]
+	}
+	var pod, fence string
+	eventually(t, time.Minute, "the report held by a replica", func() error {
+		if pod, fence = holder(); pod == "" {
+			return fmt.Errorf("not held")
+		}
+		return nil
+	})
+	start := time.Now()
+	if err := node.Client.CoreV1().Pods("baton-demo").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "another replica holding the report", func() error {
+		if p, f := holder(); p == "" || p == pod || f == fence {
+			return fmt.Errorf("held by %q with fence %s", p, f)
+		}
+		return nil
+	})
+	t.Logf("deleting the holder's pod handed the lock on in %v", time.Since(start).Round(time.Millisecond))
 }
