@@ -339,9 +339,19 @@ func TestBatonOnANode(t *testing.T) {
 		}
 	})
 
-	t.Run("helm uninstall: the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
+	t.Run("helm uninstall: held locks reported lost, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
 		helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "5m")
+		// Once etcd's pods are gone, a lock held then is reported lost to
+		// its owner, as the README says: baton run says so.
+		eventually(t, 2*time.Minute, "a lost lock reported by baton run", func() error {
+			for _, pod := range podNames(t) {
+				if out := kubectl(t, "logs", "-n", appNS, pod, "-c", "worker"); strings.Contains(out, "the sidecar lost its etcd session") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no worker says its lock was lost")
+		})
 		if out := kubectl(t, "get", "crd", "locks.baton.dev", "-o", "name"); !strings.Contains(out, "locks.baton.dev") {
 			t.Errorf("the CRD went with the release: %q", out)
 		}
@@ -415,7 +425,7 @@ while true; do
     sleep %d & wait $!
     echo "end $POD_NAME $BATON_FENCE" >> /shared/phases' &
   run=$!
-  wait $run
+  wait $run || sleep 1
 done`, phaseKey, int(phaseTime.Seconds()))
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "report", Namespace: appNS},
