@@ -12,6 +12,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -68,23 +69,14 @@ type file struct {
 
 func read(t *testing.T, path string) archive {
 	t.Helper()
-	blobs := map[string][]byte{}
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		blobs[hdr.Name] = b
+	blobs := map[string][]byte{}
+	for _, e := range untar(t, f) {
+		blobs[e.hdr.Name] = e.data
 	}
 	var manifest []struct {
 		Config   string
@@ -115,20 +107,32 @@ func read(t *testing.T, path string) archive {
 		if sum := sha256.Sum256(layer); "sha256:"+hex.EncodeToString(sum[:]) != a.config.RootFS.DiffIDs[i] {
 			t.Errorf("layer %s: diff_id %s is not its digest", name, a.config.RootFS.DiffIDs[i])
 		}
-		lr := tar.NewReader(bytes.NewReader(layer))
-		for {
-			hdr, err := lr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(lr)
-			a.files["/"+strings.TrimSuffix(hdr.Name, "/")] = file{hdr, b}
+		for _, e := range untar(t, bytes.NewReader(layer)) {
+			a.files["/"+strings.TrimSuffix(e.hdr.Name, "/")] = e
 		}
 	}
 	return a
+}
+
+// untar reads every entry of a tar stream.
+func untar(t *testing.T, r io.Reader) []file {
+	t.Helper()
+	var out []file
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, file{hdr, b})
+	}
 }
 
 // runStatic writes the image's file at path to disk, checks that it is a
