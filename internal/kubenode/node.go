@@ -95,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	n = &Node{cfg: cfg, HostIP: ip, sysctls: readSysctls()}
+	n.cleanHost()
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -436,15 +437,24 @@ func (n *Node) Stop() {
 		p.log.Close()
 	}
 	n.procs = nil
-	killPods()
+	n.cleanHost()
 	unmountUnder(n.cfg.Dir)
+	restoreSysctls(n.sysctls)
+}
+
+// cleanHost removes what a node leaves on the host once its processes are
+// gone: pods' processes, kube-proxy's and the kubelet's iptables chains,
+// the pods' masquerade chains and the bridge. Start calls it too, for what
+// a node killed without its Stop left behind (one node runs per machine,
+// so none of it belongs to another).
+func (n *Node) cleanHost() {
+	killPods()
 	if bin := filepath.Join(n.cfg.Bin, "kube-proxy"); fileExists(bin) {
 		_ = exec.Command(bin, "--cleanup").Run() // best effort: its chains may be gone
 	}
 	removeKubeletChains()
 	removePodMasquerade()
 	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
-	restoreSysctls(n.sysctls)
 }
 
 // PrintLogs writes the tail of every process's log to w, for a failed test.
