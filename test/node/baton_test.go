@@ -292,6 +292,8 @@ func TestBatonOnANode(t *testing.T) {
 		return ""
 	}
 
+	t.Run("the README's example", readmeExample)
+
 	t.Run("helm upgrade keeps running pods and their locks", func(t *testing.T) {
 		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=2")
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
@@ -339,19 +341,41 @@ func TestBatonOnANode(t *testing.T) {
 		}
 	})
 
-	t.Run("helm uninstall: held locks reported lost, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
+	t.Run("helm uninstall: a held lock reported lost, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
-		helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "5m")
-		// Once etcd's pods are gone, a lock held then is reported lost to
-		// its owner, as the README says: baton run says so.
-		eventually(t, 2*time.Minute, "a lost lock reported by baton run", func() error {
-			for _, pod := range podNames(t) {
-				if out := kubectl(t, "logs", "-n", appNS, pod, "-c", "worker"); strings.Contains(out, "the sidecar lost its etcd session") {
-					return nil
-				}
+		// A lock held for as long as etcd lasts: its command cannot end
+		// before etcd does.
+		pod := podNames(t)[0]
+		type result struct {
+			out  string
+			code int
+		}
+		held := make(chan result, 1)
+		go func() {
+			cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", appNS, pod, "-c", "worker", "--",
+				"baton", "run", "--key", "held-through-uninstall", "--", "sleep", "600")
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+			out, _ := cmd.CombinedOutput()
+			held <- result{string(out), cmd.ProcessState.ExitCode()}
+		}()
+		eventually(t, 30*time.Second, "the long lock held", func() error {
+			if out := kubectl(t, "get", "locks", "-n", appNS); !strings.Contains(out, "held-through-uninstall") {
+				return fmt.Errorf("not shown:\n%s", out)
 			}
-			return fmt.Errorf("no worker says its lock was lost")
+			return nil
 		})
+		helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "5m")
+		// Once etcd's pods are gone, the lock is reported lost to its
+		// owner, as the README says: baton run says so, stops its command
+		// and exits 70.
+		select {
+		case r := <-held:
+			if r.code != 70 || !strings.Contains(r.out, "lost") {
+				t.Errorf("baton run holding a lock through the uninstall: exit %d, %s; want 70 and lost", r.code, r.out)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("baton run still holds its lock 2 minutes after etcd was uninstalled")
+		}
 		if out := kubectl(t, "get", "crd", "locks.baton.dev", "-o", "name"); !strings.Contains(out, "locks.baton.dev") {
 			t.Errorf("the CRD went with the release: %q", out)
 		}
@@ -520,17 +544,13 @@ func checkPhases(t *testing.T, path string) []run {
 	return runs
 }
 
-// TestReadmeExample applies examples/k8s/report.yaml, as the README says,
+// readmeExample applies examples/k8s/report.yaml, as the README says,
 // with the node's image for busybox and a phase long enough that only
 // the worker's handling of SIGTERM can end it early: kubectl get locks
 // names the holder, and deleting the holder's pod (a graceful delete)
 // hands the lock on well before the pod's 30s grace period is up.
-func TestReadmeExample(t *testing.T) {
-	needNode(t)
+func readmeExample(t *testing.T) {
 	ctx := context.Background()
-	if out := kubectl(t, "get", "deployment", "-n", system, "-o", "name"); !strings.Contains(out, "baton-controller") {
-		helm(t, "install", release, filepath.Join(root, "charts", "baton"), "--namespace", system, "--create-namespace", "--wait", "--timeout", "5m")
-	}
 	b, err := os.ReadFile(filepath.Join(root, "examples", "k8s", "report.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -545,7 +565,7 @@ func TestReadmeExample(t *testing.T) {
 	kubectl(t, "-n", "baton-demo", "rollout", "status", "deploy/report", "--timeout=2m")
 
 	holder := func() (pod string, fence string) {
-		out := kubectl(t, "get", "locks", "-n", "baton-demo", "-o", "jsonpath={.items[0].status.phase} {.items[0].status.holder.pod} {.items[0].status.fence}")
+		out := kubectl(t, "get", "locks", "-n", "baton-demo", "-o", "jsonpath={range .items[*]}{.status.phase} {.status.holder.pod} {.status.fence}{end}")
 		f := strings.Fields(out)
 		if len(f) != 3 || f[0] != "Held" {
 			return "", ""
