@@ -100,29 +100,46 @@ func TestRunCommandUnderLock(t *testing.T) {
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
+		ended := func(err error, free bool) {
+			t.Helper()
+			if code := exitOf(t, err); code != 0 {
+				t.Fatalf("exit %d, want 0; stderr %s", code, errb.String())
+			}
+			if !free {
+				t.Error("lock not free after the command")
+			}
+			for _, owner := range []string{"after", "intruder"} { // whichever got it
+				do(t, c, "DELETE", "/v1/locks/long?owner="+owner, "")
+			}
+		}
 		held := 0
 		for {
 			select {
 			case err := <-exited:
-				if code := exitOf(t, err); code != 0 {
-					t.Fatalf("exit %d, want 0; stderr %s", code, errb.String())
-				}
 				if held < 20 {
 					t.Fatalf("the lock was seen held only %d times", held)
 				}
-				if code := post(t, c, "/v1/locks/long", `{"owner":"after"}`); code != 200 {
-					t.Errorf("lock not free after the command: %d", code)
-				}
+				ended(err, post(t, c, "/v1/locks/long", `{"owner":"after"}`) == 200)
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			if code := post(t, c, "/v1/locks/long", `{"owner":"intruder"}`); code != 409 {
-				if strings.Contains(errb.String(), "baton:") {
-					t.Fatalf("try while the command runs: %d; stderr %s", code, errb.String())
+			switch code := post(t, c, "/v1/locks/long", `{"owner":"intruder"}`); {
+			case code == 409:
+				held++
+			case code == 200 && held > 0:
+				// Granted: only once the command ended and released it,
+				// between that release and baton run's exit.
+				select {
+				case err := <-exited:
+					ended(err, true)
+					return
+				case <-time.After(5 * time.Second):
+					t.Fatalf("granted to another caller while the command runs; stderr %s", errb.String())
 				}
-				continue // not granted yet
+			case strings.Contains(errb.String(), "baton:"):
+				t.Fatalf("try while the command runs: %d; stderr %s", code, errb.String())
 			}
-			held++
+			// not granted to the command yet
 		}
 	})
 
