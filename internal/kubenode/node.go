@@ -342,26 +342,26 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	cmKubeconfig, err := kubeconfig("controller-manager", "system:kube-controller-manager")
-	if err != nil {
+	// The controller manager and the scheduler: each its own identity, for
+	// its work and for checking who calls its own port.
+	component := func(name, user string, args ...string) error {
+		kc, err := kubeconfig(name, user)
+		if err != nil {
+			return err
+		}
+		_, err = n.start(name, filepath.Join(n.cfg.Bin, name), append([]string{"--kubeconfig", kc,
+			"--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+			"--leader-elect=false", "--bind-address", "127.0.0.1"}, args...)...)
 		return err
 	}
-	if _, err := n.start("kube-controller-manager", filepath.Join(n.cfg.Bin, "kube-controller-manager"),
-		"--kubeconfig", cmKubeconfig, "--authentication-kubeconfig", cmKubeconfig, "--authorization-kubeconfig", cmKubeconfig,
-		"--leader-elect=false", "--use-service-account-credentials",
+	if err := component("kube-controller-manager", "system:kube-controller-manager",
+		"--use-service-account-credentials",
 		"--service-account-private-key-file", saPriv, "--root-ca-file", p.caFile(),
 		"--cluster-signing-cert-file", p.caFile(), "--cluster-signing-key-file", filepath.Join(p.dir, "ca.key"),
-		"--service-cluster-ip-range", ServiceCIDR, "--allocate-node-cidrs=false", "--controllers=*",
-		"--bind-address", "127.0.0.1"); err != nil {
+		"--service-cluster-ip-range", ServiceCIDR, "--allocate-node-cidrs=false", "--controllers=*"); err != nil {
 		return err
 	}
-	schedKubeconfig, err := kubeconfig("scheduler", "system:kube-scheduler")
-	if err != nil {
-		return err
-	}
-	if _, err := n.start("kube-scheduler", filepath.Join(n.cfg.Bin, "kube-scheduler"),
-		"--kubeconfig", schedKubeconfig, "--authentication-kubeconfig", schedKubeconfig, "--authorization-kubeconfig", schedKubeconfig,
-		"--leader-elect=false", "--bind-address", "127.0.0.1"); err != nil {
+	if err := component("kube-scheduler", "system:kube-scheduler"); err != nil {
 		return err
 	}
 	proxyKubeconfig, err := kubeconfig("kube-proxy", "system:kube-proxy")
