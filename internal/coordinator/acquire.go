@@ -550,7 +550,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, i
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.
-	c.contendLocked(e, key, fence, fence, id, rec)
+	h.mod = fence
 	c.publishLaterLocked(e)
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil

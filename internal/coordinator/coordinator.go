@@ -126,6 +126,7 @@ type held struct {
 	etcdKey    string
 	sess       *lease.Session
 	lease      clientv3.LeaseID // the lease of sess that carries etcdKey
+	mod        int64            // the revision of the last write of etcdKey that etcd took, while entry.rec keeps none
 	acquiredAt time.Time
 	expiresAt  time.Time
 	ttl        time.Duration // the window each grant, extend or renewal sets

@@ -28,7 +28,9 @@ const recordDelay = 100 * time.Millisecond
 const recordRetry = time.Second
 
 // contenderRecord is this sidecar's contender key of a lock, as etcd has
-// it. Guarded by Coordinator.mu.
+// it. Guarded by Coordinator.mu. A held lock keeps none while etcd's
+// record is its holder's with nobody queued, as most are: the held lock's
+// mod revision is then all there is to remember (held.mod).
 type contenderRecord struct {
 	key    string
 	create int64            // the key's create revision: its identity
@@ -47,14 +49,24 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 	return c.record(h.owner, h.acquiredAt, h.expiresAt)
 }
 
-// contendLocked notes that e's contender key was written: created at
-// revision create (and last written at mod) with rec under lease id.
+// contendLocked notes that e's contender key was written, created at
+// revision create (and last written at mod) with rec under lease id,
+// unless it is noted already; then writes the record again later if it
+// does not say what is true here (a waiter just granted, say).
 func (c *Coordinator) contendLocked(e *entry, key string, create, mod int64, id clientv3.LeaseID, rec keyspace.Holder) {
-	if r := e.rec; r != nil && r.key == key && r.create == create {
-		return
+	if r := e.rec; r == nil || r.key != key || r.create != create {
+		e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
 	}
-	e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
 	c.publishLaterLocked(e)
+}
+
+// recLocked returns e's contender record, made from its holder when it
+// keeps none (etcd then has the holder's record with nobody queued).
+func (c *Coordinator) recLocked(e *entry) *contenderRecord {
+	if h := e.held; e.rec == nil && h != nil {
+		e.rec = &contenderRecord{key: h.etcdKey, create: h.fence, mod: h.mod, lease: h.lease, wrote: c.recordOf(h)}
+	}
+	return e.rec
 }
 
 // wantLocked returns what e's contender record should say now.
@@ -71,11 +83,16 @@ func (c *Coordinator) wantLocked(e *entry) keyspace.Holder {
 // (created at create) at revision rev, and writes it again later if the
 // lock's state here has moved on meanwhile.
 func (c *Coordinator) wroteLocked(e *entry, key string, create, rev int64, rec keyspace.Holder) {
-	r := e.rec
-	if r == nil || r.key != key || r.create != create {
+	switch r := e.rec; {
+	case r == nil:
+		h := e.held
+		if h == nil || h.etcdKey != key || h.fence != create || rev <= h.mod {
+			return // writes may report back out of order
+		}
+		e.rec = &contenderRecord{key: key, create: create, mod: rev, lease: h.lease, wrote: rec}
+	case r.key != key || r.create != create:
 		return
-	}
-	if rev > r.mod { // writes may report back out of order
+	case rev > r.mod:
 		r.mod, r.wrote = rev, rec
 	}
 	c.publishLaterLocked(e)
@@ -94,7 +111,17 @@ func (c *Coordinator) publishLaterLocked(e *entry) {
 }
 
 func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
-	if e.rec == nil || e.publishDue || c.closed || sameRecord(c.wantLocked(e), e.rec.wrote) {
+	if e.rec == nil && e.queued == 0 {
+		return // nothing to write, and nothing to keep
+	}
+	r := c.recLocked(e)
+	if r == nil || e.publishDue || c.closed {
+		return
+	}
+	if sameRecord(c.wantLocked(e), r.wrote) {
+		if h := e.held; h != nil && e.queued == 0 && h.etcdKey == r.key && h.fence == r.create {
+			h.mod, e.rec = r.mod, nil // in step: the holder alone says it all
+		}
 		return
 	}
 	e.publishDue = true
