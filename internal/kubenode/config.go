@@ -21,8 +21,12 @@ const (
 	DNSServiceIP = "10.96.0.10"
 	// bridge is the CNI bridge the pods are attached to.
 	bridge = "batonbr0"
+	// network is the name of the pods' CNI network.
+	network = "baton-node"
 	// cniBinDir is where Debian's containernetworking-plugins installs.
 	cniBinDir = "/usr/lib/cni"
+	// cniCacheDir is where the CNI library caches each attachment's result.
+	cniCacheDir = "/var/lib/cni"
 )
 
 // writeKubeconfig writes a kubeconfig for the API server at server that
@@ -40,7 +44,9 @@ func writeKubeconfig(path, server, ca, cert, key string) error {
 // the pause image given, CNI from Debian's plugins, cgroupfs. The CRI
 // plugin must not lower oom_score_adj: root on these machines lacks
 // CAP_SYS_RESOURCE, and without restrict_oom_score_adj every sandbox fails
-// to start.
+// to start. The pods' network namespaces are pinned under the state
+// directory, not /var/run/netns, so that Stop's unmount of dir frees them
+// (and their veth pairs) even when no CNI DEL ever ran.
 func containerdConfig(dir, pauseImage string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
@@ -52,6 +58,7 @@ state = %[2]q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %[4]q
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -70,7 +77,7 @@ state = %[2]q
 func cniConfig(ipamDir string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
-  "name": "baton-node",
+  "name": %q,
   "plugins": [
     {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": true, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}},
@@ -78,7 +85,7 @@ func cniConfig(ipamDir string) string {
     {"type": "loopback"}
   ]
 }
-`, bridge, PodCIDR, ipamDir)
+`, network, bridge, PodCIDR, ipamDir)
 }
 
 // kubeletConfig is the kubelet's configuration: cgroups v1 through
@@ -104,7 +111,7 @@ clusterDNS: [%q]
 clusterDomain: cluster.local
 port: 10250
 readOnlyPort: 0
-podLogsDirectory: %q
+podLogsDir: %q
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}

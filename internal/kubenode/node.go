@@ -8,6 +8,18 @@
 //
 // It needs root, cgroups and iptables: it changes the host's network
 // (a bridge, iptables chains) and undoes what it can on Stop.
+//
+// What differs from a managed cluster: one node, which is also the control
+// plane, so nothing is spread or drained; no cloud provider, so no
+// LoadBalancer addresses; PersistentVolumes are directories of the node's
+// own (StorageClass local), created up front rather than provisioned; the
+// cluster DNS has no upstream, so only cluster names resolve; images come
+// only from the tarballs imported at start (every pod must use
+// imagePullPolicy IfNotPresent or Never); etcd runs without fsync; the
+// kubelet runs on cgroups v1 through cgroupfs with failCgroupV1 false, and
+// containerd may not lower oom_score_adj (root here lacks
+// CAP_SYS_RESOURCE). Certificates are issued once at start, from a CA of
+// the node's own, and never rotated.
 package kubenode
 
 import (
@@ -63,6 +75,9 @@ type Node struct {
 	HostIP string
 
 	containerdSock string
+	pki            *pki
+	server         string // the API server's URL
+	saKey          string // the service accounts' signing key
 	procs          []*proc
 	sysctls        map[string]string // what the kubelet and the network change, as they were
 }
@@ -106,6 +121,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return n, err
 		}
+	}
+	if err := guardServices(); err != nil {
+		return n, err
 	}
 	if err := n.startContainerd(ctx); err != nil {
 		return n, err
@@ -256,25 +274,45 @@ func (n *Node) ImportImage(tarball string) error {
 	return nil
 }
 
-// startControlPlane starts etcd, the API server, the controller manager and
-// the scheduler, and writes their certificates and kubeconfigs.
+// startControlPlane starts etcd, the API server, the controller manager,
+// the scheduler and kube-proxy, and writes their certificates and
+// kubeconfigs.
 func (n *Node) startControlPlane(ctx context.Context) error {
 	p, err := newPKI(n.path("pki"))
 	if err != nil {
 		return err
 	}
+	n.pki = p
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
-	if _, err := n.start("etcd", filepath.Join(n.cfg.Bin, "etcd"), "--data-dir", n.path("etcd"),
-		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdClient), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeer),
-		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", etcdPeer), "--unsafe-no-fsync"); err != nil {
+	etcdURL, err := n.startEtcd(ports[0], ports[1])
+	if err != nil {
 		return err
 	}
+	if err := n.startAPIServer(ctx, etcdURL, ports[2]); err != nil {
+		return err
+	}
+	return n.startComponents()
+}
 
+// startEtcd starts the API server's etcd on loopback and returns its
+// client URL.
+func (n *Node) startEtcd(clientPort, peerPort int) (string, error) {
+	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	_, err := n.start("etcd", filepath.Join(n.cfg.Bin, "etcd"), "--data-dir", n.path("etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "default="+peer, "--unsafe-no-fsync")
+	return client, err
+}
+
+// startAPIServer starts the API server on the host's address and port,
+// writes the administrator's kubeconfig and waits until it is ready.
+func (n *Node) startAPIServer(ctx context.Context, etcdURL string, port int) error {
+	p := n.pki
 	serviceIP := "10.96.0.1" // the first address of ServiceCIDR: kubernetes.default
 	apiCert, apiKey, err := p.issue("apiserver", "kube-apiserver", nil,
 		[]string{"127.0.0.1", n.HostIP, serviceIP, "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, true)
@@ -296,10 +334,11 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	server := fmt.Sprintf("https://%s:%d", n.HostIP, apiPort)
+	n.saKey = saPriv
+	n.server = fmt.Sprintf("https://%s:%d", n.HostIP, port)
 	if _, err := n.start("kube-apiserver", filepath.Join(n.cfg.Bin, "kube-apiserver"),
-		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
-		"--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(apiPort), "--advertise-address", n.HostIP,
+		"--etcd-servers", etcdURL,
+		"--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(port), "--advertise-address", n.HostIP,
 		"--tls-cert-file", apiCert, "--tls-private-key-file", apiKey, "--client-ca-file", p.caFile(),
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saPriv,
@@ -315,15 +354,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	kubeconfig := func(name, cn string, orgs ...string) (string, error) {
-		cert, key, err := p.issue(name, cn, orgs, nil, false)
-		if err != nil {
-			return "", err
-		}
-		path := n.path(name + ".kubeconfig")
-		return path, writeKubeconfig(path, server, p.caFile(), cert, key)
-	}
-	if n.Kubeconfig, err = kubeconfig("admin", "admin", "system:masters"); err != nil {
+	if n.Kubeconfig, err = n.kubeconfig("admin", "admin", "system:masters"); err != nil {
 		return err
 	}
 	rest, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig)
@@ -335,17 +366,30 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	n.Client = cs
-	if err := n.until(ctx, time.Minute, "API server ready", func() error {
+	return n.until(ctx, time.Minute, "API server ready", func() error {
 		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
-	}); err != nil {
-		return err
-	}
+	})
+}
 
+// kubeconfig issues a client certificate for user cn in groups orgs and
+// writes a kubeconfig with it, name.kubeconfig in the node's directory.
+func (n *Node) kubeconfig(name, cn string, orgs ...string) (string, error) {
+	cert, key, err := n.pki.issue(name, cn, orgs, nil, false)
+	if err != nil {
+		return "", err
+	}
+	path := n.path(name + ".kubeconfig")
+	return path, writeKubeconfig(path, n.server, n.pki.caFile(), cert, key)
+}
+
+// startComponents starts the controller manager, the scheduler and
+// kube-proxy, and writes the kubelet's certificates and kubeconfig.
+func (n *Node) startComponents() error {
 	// The controller manager and the scheduler: each its own identity, for
 	// its work and for checking who calls its own port.
 	component := func(name, user string, args ...string) error {
-		kc, err := kubeconfig(name, user)
+		kc, err := n.kubeconfig(name, user)
 		if err != nil {
 			return err
 		}
@@ -354,9 +398,10 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 			"--leader-elect=false", "--bind-address", "127.0.0.1"}, args...)...)
 		return err
 	}
+	p := n.pki
 	if err := component("kube-controller-manager", "system:kube-controller-manager",
 		"--use-service-account-credentials",
-		"--service-account-private-key-file", saPriv, "--root-ca-file", p.caFile(),
+		"--service-account-private-key-file", n.saKey, "--root-ca-file", p.caFile(),
 		"--cluster-signing-cert-file", p.caFile(), "--cluster-signing-key-file", filepath.Join(p.dir, "ca.key"),
 		"--service-cluster-ip-range", ServiceCIDR, "--allocate-node-cidrs=false", "--controllers=*"); err != nil {
 		return err
@@ -364,7 +409,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if err := component("kube-scheduler", "system:kube-scheduler"); err != nil {
 		return err
 	}
-	proxyKubeconfig, err := kubeconfig("kube-proxy", "system:kube-proxy")
+	proxyKubeconfig, err := n.kubeconfig("kube-proxy", "system:kube-proxy")
 	if err != nil {
 		return err
 	}
@@ -373,11 +418,10 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		"--hostname-override", NodeName, "--bind-address", n.HostIP); err != nil {
 		return err
 	}
-	_, _, err = p.issue("kubelet-serving", "system:node:"+NodeName, []string{"system:nodes"}, []string{n.HostIP, NodeName}, true)
-	if err != nil {
+	if _, _, err := p.issue("kubelet-serving", "system:node:"+NodeName, []string{"system:nodes"}, []string{n.HostIP, NodeName}, true); err != nil {
 		return err
 	}
-	_, err = kubeconfig("kubelet", "system:node:"+NodeName, "system:nodes")
+	_, err = n.kubeconfig("kubelet", "system:node:"+NodeName, "system:nodes")
 	return err
 }
 
@@ -443,25 +487,33 @@ func (n *Node) Stop() {
 }
 
 // cleanHost removes what a node leaves on the host once its processes are
-// gone: pods' processes, kube-proxy's and the kubelet's iptables chains,
-// the pods' masquerade chains and the bridge. Start calls it too, for what
+// gone: pods' processes and network namespaces, kube-proxy's, the
+// kubelet's and its own iptables chains, the pods' masquerade chains and
+// the bridge. Start calls it too, for what
 // a node killed without its Stop left behind (one node runs per machine,
 // so none of it belongs to another).
 func (n *Node) cleanHost() {
 	killPods()
+	removePodNetns()
 	if bin := filepath.Join(n.cfg.Bin, "kube-proxy"); fileExists(bin) {
 		_ = exec.Command(bin, "--cleanup").Run() // best effort: its chains may be gone
 	}
 	removeKubeletChains()
 	removePodMasquerade()
+	unguardServices()
+	removeContainerLogLinks(n.cfg.Dir)
 	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
 }
 
 // PrintLogs writes the tail of every process's log to w, for a failed test.
-func (n *Node) PrintLogs(w io.Writer, lines int) {
-	entries, _ := os.ReadDir(n.LogDir())
+func (n *Node) PrintLogs(w io.Writer, lines int) { PrintLogs(w, n.LogDir(), lines) }
+
+// PrintLogs writes the last lines of every log in a node's log directory
+// to w.
+func PrintLogs(w io.Writer, dir string, lines int) {
+	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(n.LogDir(), e.Name()))
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
 		all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 		fmt.Fprintf(w, "==== %s (last %d lines)\n%s\n", e.Name(), lines, strings.Join(all[max(0, len(all)-lines):], "\n"))
 	}
