@@ -179,20 +179,28 @@ node-deps: ## Install the test node's container runtime from Debian's packages (
 	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then echo "node-deps: not root, so not installing $$missing; the node tests will be skipped"; \
 	elif [ -n "$$missing" ]; then echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-NODE_DIR := $(BIN)/node
+# Where make cluster keeps the node's state and logs (NODE_DIR.log is its
+# own output, NODE_DIR.pid its process).
+NODE_DIR ?= $(BIN)/node
+# node_alive succeeds while make cluster's process runs (a zombie waiting
+# for its reaper has ended).
+node_alive = [ -f $(NODE_DIR).pid ] && case "$$(sed 's/.*) //' /proc/$$(cat $(NODE_DIR).pid)/stat 2>/dev/null)" in ""|Z*) false;; *) true;; esac
 
 .PHONY: cluster
 cluster: node-assets node-images $(BIN)/helm ## Start a one-node Kubernetes on this machine in the background (as root; a local kind), with the chart's images loaded, and print its KUBECONFIG line.
 	@$(GO) build -o $(BIN)/cluster ./test/cluster
-	@if [ -f $(NODE_DIR).pid ] && kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null; then echo "a node runs already: make cluster-down stops it"; exit 1; fi
+	@if $(node_alive); then echo "a node runs already: make cluster-down stops it"; exit 1; fi
 	@rm -f $(NODE_DIR).ready; setsid $(BIN)/cluster -dir $(NODE_DIR) -bin $(K8S_BIN) -images $(IMAGES) -ready-file $(NODE_DIR).ready > $(NODE_DIR).log 2>&1 & echo $$! > $(NODE_DIR).pid
-	@for i in $$(seq 300); do [ -s $(NODE_DIR).ready ] && break; kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null || { cat $(NODE_DIR).log; exit 1; }; sleep 1; done
+	@for i in $$(seq 300); do [ -s $(NODE_DIR).ready ] && break; $(node_alive) || { cat $(NODE_DIR).log; exit 1; }; sleep 1; done; \
+	[ -s $(NODE_DIR).ready ] || { cat $(NODE_DIR).log; echo "the node is not Ready after 5 minutes: make cluster-down stops it"; exit 1; }
 	@echo "export KUBECONFIG=$$(cat $(NODE_DIR).ready)"
 
 .PHONY: cluster-down
 cluster-down: ## Stop the node make cluster started and undo its changes to the host.
-	@if [ -f $(NODE_DIR).pid ] && kill -TERM $$(cat $(NODE_DIR).pid) 2>/dev/null; then \
-	  for i in $$(seq 60); do kill -0 $$(cat $(NODE_DIR).pid) 2>/dev/null || break; sleep 1; done; echo "node stopped"; \
+	@if $(node_alive) && kill -TERM $$(cat $(NODE_DIR).pid); then \
+	  for i in $$(seq 120); do $(node_alive) || break; sleep 1; done; \
+	  if $(node_alive); then echo "the node is still stopping after 2 minutes (pid $$(cat $(NODE_DIR).pid); its log: $(NODE_DIR).log)"; exit 1; fi; \
+	  echo "node stopped"; \
 	else echo "no node runs"; fi
 	@rm -f $(NODE_DIR).pid $(NODE_DIR).ready
 

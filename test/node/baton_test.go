@@ -162,13 +162,15 @@ func TestBatonOnANode(t *testing.T) {
 		}
 	})
 
-	// holding waits for a run in progress and returns it.
+	// holding waits for a run in progress and returns it: one that neither
+	// ended nor was stopped (a run stopped with its pod, by a scale-down,
+	// stays the last until the next starts).
 	holding := func(t *testing.T) run {
 		t.Helper()
 		var r run
 		eventually(t, 30*time.Second, "a run in progress", func() error {
 			runs := checkPhases(t, log)
-			if len(runs) == 0 || runs[len(runs)-1].ended {
+			if len(runs) == 0 || runs[len(runs)-1].ended || runs[len(runs)-1].termed {
 				return fmt.Errorf("between runs")
 			}
 			r = runs[len(runs)-1]
@@ -364,7 +366,12 @@ func TestBatonOnANode(t *testing.T) {
 			}
 			return nil
 		})
-		helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "5m")
+		// As the README says: --cascade foreground waits for the pods too,
+		// so that an install right after does not meet etcd's old pods.
+		helm(t, "uninstall", release, "--namespace", system, "--cascade", "foreground", "--wait", "--timeout", "5m")
+		if pods := kubectl(t, "get", "pods", "-n", system, "-o", "name"); pods != "" {
+			t.Errorf("pods left after helm uninstall --cascade foreground --wait: %s", pods)
+		}
 		// Once etcd's pods are gone, the lock is reported lost to its
 		// owner, as the README says: baton run says so, stops its command
 		// and exits 70.
@@ -389,6 +396,36 @@ func TestBatonOnANode(t *testing.T) {
 				t.Errorf("a pod created after uninstall got %d init containers", len(p.Spec.InitContainers))
 			}
 		})
+	})
+
+	t.Run("helm install again on the volumes left: etcd keeps its data, fences keep growing", func(t *testing.T) {
+		runs := checkPhases(t, log)
+		last := runs[len(runs)-1]
+		start := time.Now()
+		helm(t, "install", release, chart, "--namespace", system, "--wait", "--timeout", "5m")
+		t.Logf("helm install --wait on the kept volumes: %v", time.Since(start).Round(time.Millisecond))
+		// The app's sidecars, still running, reach the new etcd and the
+		// replicas take turns again, with fences above every earlier one:
+		// etcd kept its revision.
+		eventually(t, 2*time.Minute, "a run after the reinstall", func() error {
+			for _, r := range checkPhases(t, log) {
+				if r.fence > last.fence {
+					return nil
+				}
+			}
+			return fmt.Errorf("none after fence %d", last.fence)
+		})
+		// The lock held through the uninstall was reported lost to its
+		// holder: once etcd is back, its lease expires and it is free,
+		// never handed back.
+		eventually(t, time.Minute, "the lock lost in the uninstall freed", func() error {
+			out := kubectl(t, "get", "locks", "-n", appNS, "-l", "baton.dev/key=held-through-uninstall", "-o", "jsonpath={.items[*].status.phase}")
+			if strings.TrimSpace(out) != "Free" {
+				return fmt.Errorf("phase %q", out)
+			}
+			return nil
+		})
+		t.Logf("the first run after it and the lost lock freed %v after the install began", time.Since(start).Round(time.Millisecond))
 	})
 }
 

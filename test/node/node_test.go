@@ -1,12 +1,17 @@
-// Package node runs Baton on a real one-node Kubernetes (package kubenode):
-// the chart installed by helm with its default values, injected pods that
-// take turns at a phase, crashes, force release, upgrades.
+// Package node runs Baton on a real one-node Kubernetes (package kubenode)
+// that make cluster starts, as the README shows: the chart installed by
+// helm with its default values, injected pods that take turns at a phase,
+// crashes, force release, upgrades; then make cluster-down leaves the host
+// as it was.
 package node
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,58 +19,139 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/baton-dev/baton/internal/kubenode"
 )
 
 const root = "../.."
 
+// cluster is the node under test, started as a person starts one: by
+// make cluster, which the README shows.
+type cluster struct {
+	// Kubeconfig is the administrator's kubeconfig make cluster printed.
+	Kubeconfig string
+	// Client is a client with that identity.
+	Client kubernetes.Interface
+	dir    string // NODE_DIR
+}
+
+// logs writes the tail of every log of the node for a failed test: make
+// cluster's own and each process's.
+func (c *cluster) logs(w io.Writer) {
+	fmt.Fprintf(w, "==== make cluster's process (%s.log)\n", c.dir)
+	b, _ := os.ReadFile(c.dir + ".log")
+	w.Write(b)
+	kubenode.PrintLogs(w, filepath.Join(c.dir, "logs"), 40)
+	for _, what := range []string{"pods", "events"} {
+		cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "get", what, "-A", "-o", "wide", "--sort-by", ".metadata.creationTimestamp")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		fmt.Fprintf(w, "==== kubectl get %s -A (%v)\n%s", what, err, out)
+	}
+}
+
 var (
-	node       *kubenode.Node
+	node       *cluster
 	skipReason string
 )
 
+// runMake runs a target of the project's Makefile with NODE_DIR set, as a
+// fresh make (not a sub-make of the make test that runs this test).
+func runMake(nodeDir string, args ...string) (string, error) {
+	cmd := exec.Command("make", append([]string{"-C", root, "--no-print-directory", "NODE_DIR=" + nodeDir}, args...)...)
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); name != "MAKEFLAGS" && name != "MFLAGS" && name != "MAKELEVEL" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 func TestMain(m *testing.M) {
-	code := func() int {
-		dir, err := os.MkdirTemp("", "baton-node")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
+	dir, err := os.MkdirTemp("", "baton-node")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	nodeDir := filepath.Join(dir, "node")
+	code := runNode(m, nodeDir)
+	if code == 0 {
+		os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "the node's logs are kept in %s\n", filepath.Join(nodeDir, "logs"))
+	}
+	os.Exit(code)
+}
+
+// runNode starts the node with make cluster, runs the tests and stops the node
+// with make cluster-down, which must leave the host as it was.
+func runNode(m *testing.M, nodeDir string) int {
+	sysctls := kubenode.Sysctls()
+	start := time.Now()
+	var err error
+	node, err = startCluster(nodeDir)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "node tests:", err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		images := os.Getenv("BATON_IMAGES")
-		if images == "" {
-			images = filepath.Join(root, "bin", "images")
-		}
-		images, _ = filepath.Abs(images)
-		bin, _ := filepath.Abs(filepath.Join(root, "bin", "k8s"))
-		var tarballs []string
-		for _, name := range []string{"pause", "coredns", "baton", "etcd", "app"} {
-			tarballs = append(tarballs, filepath.Join(images, name+".tar"))
-		}
-		start := time.Now()
-		node, err = kubenode.Start(context.Background(), kubenode.Config{Dir: dir, Bin: bin, Images: tarballs,
-			PauseImage: "docker.io/baton/pause:local", DNSImage: "docker.io/baton/coredns:local"})
-		if err != nil {
-			if node != nil {
-				node.PrintLogs(os.Stderr, 40)
-			}
-			if os.Getenv("CI") == "true" {
-				fmt.Fprintln(os.Stderr, "node tests:", err)
-				return 1
-			}
-			skipReason = err.Error()
-			return m.Run()
-		}
-		fmt.Fprintf(os.Stderr, "node Ready with DNS in %v (logs in %s)\n", time.Since(start).Round(time.Millisecond), node.LogDir())
-		defer node.Stop()
-		code := m.Run()
-		if code != 0 {
-			node.PrintLogs(os.Stderr, 40)
-		}
-		return code
-	}()
-	os.Exit(code)
+		skipReason = err.Error()
+		return m.Run()
+	}
+	fmt.Fprintf(os.Stderr, "make cluster: node Ready with DNS in %v (logs in %s)\n", time.Since(start).Round(time.Millisecond), filepath.Join(nodeDir, "logs"))
+	code := m.Run()
+	if code != 0 {
+		node.logs(os.Stderr)
+	}
+	if out, err := runMake(nodeDir, "cluster-down"); err != nil || !strings.Contains(out, "node stopped") {
+		fmt.Fprintf(os.Stderr, "make cluster-down: %v\n%s", err, out)
+		return 1
+	}
+	// Processes killed a moment ago may still be on their way out.
+	left := kubenode.Leftovers(nodeDir)
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = kubenode.Leftovers(nodeDir) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "make cluster-down left on the host:\n  %s\n", strings.Join(left, "\n  "))
+		code = 1
+	}
+	if after := kubenode.Sysctls(); !maps.Equal(after, sysctls) {
+		fmt.Fprintf(os.Stderr, "make cluster-down left sysctls %v; they were %v\n", after, sysctls)
+		code = 1
+	}
+	return code
+}
+
+// startCluster runs make cluster with the node's state in nodeDir and
+// checks what it prints: its last line points kubectl at the node.
+func startCluster(nodeDir string) (*cluster, error) {
+	out, err := runMake(nodeDir, "cluster")
+	c := &cluster{dir: nodeDir}
+	if err != nil {
+		runMake(nodeDir, "cluster-down") // a node that never got Ready
+		return nil, fmt.Errorf("make cluster: %w\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	want := "export KUBECONFIG=" + filepath.Join(nodeDir, "admin.kubeconfig")
+	if last != want {
+		runMake(nodeDir, "cluster-down")
+		return nil, fmt.Errorf("make cluster's last line: %q, want %q", last, want)
+	}
+	c.Kubeconfig = strings.TrimPrefix(last, "export KUBECONFIG=")
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err == nil {
+		c.Client, err = kubernetes.NewForConfig(cfg)
+	}
+	if err != nil {
+		runMake(nodeDir, "cluster-down")
+		return nil, err
+	}
+	return c, nil
 }
 
 func needNode(t *testing.T) {
