@@ -1,5 +1,7 @@
 # The baton image: the sidecar (baton serve) and the controller (baton mirror).
-# Build with `make image`.
+# Build with `make docker-image` (a docker engine and registry access);
+# `make image` writes the same image without either. test/image checks that
+# the two agree.
 FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
