@@ -148,21 +148,31 @@ func (a archive) runStatic(t *testing.T, path string, args ...string) string {
 	if err := os.WriteFile(bin, f.data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	for _, p := range e.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Errorf("%s is dynamically linked; the image has no libc", path)
-		}
+	if !isStatic(t, bin) {
+		t.Errorf("%s is dynamically linked; the image has no libc", path)
 	}
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", path, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// isStatic reports whether the executable at path needs no interpreter
+// (no dynamic loader, no libc).
+func isStatic(t *testing.T, path string) bool {
+	t.Helper()
+	e, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, p := range e.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
 }
 
 // chartImages returns the images the chart's default values name: Baton's
