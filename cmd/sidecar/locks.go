@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/client"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // locksOptions are the flags every `baton locks` command shares.
@@ -86,7 +87,7 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 				fmt.Fprintf(stdout, "%s is free\n", st.Key)
 				return nil
 			}
-			printLocks(stdout, []client.LockStatus{st}, time.Now())
+			printLocks(stdout, []lockapi.Status{st}, time.Now())
 			return nil
 		},
 	}
@@ -149,13 +150,13 @@ sidecar logs who asked.`,
 }
 
 // printLocks writes the human table.
-func printLocks(w io.Writer, locks []client.LockStatus, now time.Time) {
+func printLocks(w io.Writer, locks []lockapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tHOLDER\tPOD\tFENCE\tSINCE\tEXPIRES\tWAITERS")
 	for _, l := range locks {
 		h := l.Holder
 		if h == nil {
-			h = &client.Holder{}
+			h = &lockapi.Holder{}
 		}
 		owner, since, expires := h.Owner, "-", "-"
 		if h.Foreign {
@@ -175,7 +176,7 @@ func printLocks(w io.Writer, locks []client.LockStatus, now time.Time) {
 	}
 }
 
-func holderName(h *client.Holder) string {
+func holderName(h *lockapi.Holder) string {
 	if h == nil {
 		return "nobody"
 	}
@@ -213,9 +214,9 @@ func writeJSONOut(w io.Writer, v any) error {
 
 // apiFailed turns a sidecar's answer into an exit: 1, with its message.
 func apiFailed(err error) error {
-	var ae *client.APIError
+	var ae *lockapi.Error
 	if errors.As(err, &ae) {
-		if ae.Code == "unavailable" {
+		if ae.Code == lockapi.CodeUnavailable {
 			return exitError{exitUnavailable, ae.Message}
 		}
 		return exitError{1, fmt.Sprintf("%s (%s)", ae.Message, ae.Code)}

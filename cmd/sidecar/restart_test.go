@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 func do(t *testing.T, c *http.Client, method, path, body string) (int, string) {
@@ -47,7 +48,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 	}
 	var fence int64
 	fmt.Sscanf(body[strings.Index(body, `"fence":`)+8:], "%d", &fence)
-	hold, err := client.New(sockA).Hold(context.Background(), "held", client.LockRequest{Owner: "h1"})
+	hold, err := client.New(sockA).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}

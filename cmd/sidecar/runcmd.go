@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/client"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // Exit codes of `baton run` besides the command's own.
@@ -99,7 +100,7 @@ sidecar cannot be reached; 2 for a bad command line.`,
 // runLocked holds the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
 	c := client.New(o.socket)
-	req := client.LockRequest{Owner: o.owner}
+	req := lockapi.Request{Owner: o.owner}
 	if o.wait > 0 {
 		req.Wait = o.wait.String()
 	}
@@ -134,8 +135,8 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		}
 	}()
 
-	var granted client.Event
-	for granted.Event != "granted" {
+	var granted lockapi.Event
+	for granted.Event != lockapi.EventGranted {
 		ev, err := stream.Next()
 		if err != nil && ctx.Err() != nil {
 			return exitError{130, "interrupted while waiting for the lock"}
@@ -144,13 +145,13 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 			return exitError{exitUnavailable, fmt.Sprintf("the sidecar closed the hold stream before a grant: %v", err)}
 		}
 		switch ev.Event {
-		case "queued":
+		case lockapi.EventQueued:
 			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
-		case "granted":
+		case lockapi.EventGranted:
 			granted = ev
-		case "refused":
+		case lockapi.EventRefused:
 			return exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
-		case "error":
+		case lockapi.EventError:
 			return exitError{exitUnavailable, ev.Message}
 		}
 	}
@@ -196,10 +197,10 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 			case err != nil:
 				lost <- "the sidecar closed the hold stream: " + err.Error()
 				return
-			case ev.Event == "lost":
+			case ev.Event == lockapi.EventLost:
 				lost <- ev.Message
 				return
-			case ev.Event == "released":
+			case ev.Event == lockapi.EventReleased:
 				lost <- "the lock was released by DELETE while the command ran"
 				return
 			}
@@ -237,12 +238,12 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 }
 
 func holdFailed(err error, wait time.Duration) error {
-	var ae *client.APIError
+	var ae *lockapi.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
-		case "already_running", "wait_timeout":
+		case lockapi.CodeAlreadyRunning, lockapi.CodeWaitTimeout:
 			return exitError{exitHeld, refused(ae.Code, ae.Holder, ae.Message, wait)}
-		case "unavailable":
+		case lockapi.CodeUnavailable:
 			return exitError{exitUnavailable, ae.Message}
 		}
 		if ae.Status == 400 {
@@ -254,9 +255,9 @@ func holdFailed(err error, wait time.Duration) error {
 
 // refused says why the command did not start: someone else holds the lock
 // (code already_running) or the wait for it ran out (wait_timeout).
-func refused(code string, h *client.Holder, msg string, wait time.Duration) string {
+func refused(code string, h *lockapi.Holder, msg string, wait time.Duration) string {
 	what := "already running"
-	if code == "wait_timeout" {
+	if code == lockapi.CodeWaitTimeout {
 		what = fmt.Sprintf("the wait ran out after %v (wait_timeout)", wait)
 	}
 	if h == nil || h.Owner == "" {

@@ -1,6 +1,6 @@
 // Package client talks to a Baton sidecar over its unix socket: what the
 // `baton run` and `baton locks` commands use. Apps need no library; this is
-// the same HTTP any client sends.
+// the same HTTP any client sends, with the bodies of package lockapi.
 package client
 
 import (
@@ -14,8 +14,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"time"
+
+	"github.com/baton-dev/baton/internal/lockapi"
 )
+
+// CodeUnexpected is the code of a *lockapi.Error made of an answer that is
+// not the API's (no JSON error body): something else answers on the
+// socket.
+const CodeUnexpected = "unexpected"
 
 // Client calls one sidecar.
 type Client struct {
@@ -32,54 +38,6 @@ func New(socket string) *Client {
 	}}}
 }
 
-// Holder is a holder record as the API shows it.
-type Holder struct {
-	Owner      string    `json:"owner"`
-	Pod        string    `json:"pod"`
-	Namespace  string    `json:"namespace"`
-	Node       string    `json:"node"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	Foreign    bool      `json:"foreign"`
-}
-
-// APIError is an error answer of the sidecar.
-type APIError struct {
-	Status  int     `json:"-"`
-	Code    string  `json:"code"`
-	Message string  `json:"message"`
-	Holder  *Holder `json:"holder"`
-	Fence   int64   `json:"fence"`
-	Reason  string  `json:"reason"`
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
-
-// LockRequest is the body of acquire, hold and extend.
-type LockRequest struct {
-	Owner string `json:"owner,omitempty"`
-	TTL   string `json:"ttl,omitempty"`
-	Wait  string `json:"wait,omitempty"`
-	// MaxHold caps a hold stream's lock (hold only).
-	MaxHold string `json:"max_hold,omitempty"`
-}
-
-// Event is one line of a hold stream.
-type Event struct {
-	Event      string    `json:"event"`
-	Key        string    `json:"key"`
-	Owner      string    `json:"owner"`
-	Position   int       `json:"position"`
-	Fence      int64     `json:"fence"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	MaxHoldAt  time.Time `json:"max_hold_at"`
-	Reason     string    `json:"reason"`
-	Code       string    `json:"code"`
-	Message    string    `json:"message"`
-	Holder     *Holder   `json:"holder"`
-}
-
 // Stream is an open hold stream.
 type Stream struct {
 	body   io.ReadCloser
@@ -88,8 +46,8 @@ type Stream struct {
 }
 
 // Hold opens a hold stream for key. A refusal before any event (the lock is
-// held and no wait was asked) is an *APIError.
-func (c *Client) Hold(ctx context.Context, key string, req LockRequest) (*Stream, error) {
+// held and no wait was asked) is a *lockapi.Error.
+func (c *Client) Hold(ctx context.Context, key string, req lockapi.Request) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	resp, err := c.do(ctx, http.MethodPost, "/v1/locks/"+key+":hold", req)
 	if err != nil {
@@ -104,13 +62,13 @@ func (c *Client) Hold(ctx context.Context, key string, req LockRequest) (*Stream
 }
 
 // Next returns the next event; io.EOF when the stream ended.
-func (s *Stream) Next() (Event, error) {
-	var ev Event
+func (s *Stream) Next() (lockapi.Event, error) {
+	var ev lockapi.Event
 	if err := s.dec.Decode(&ev); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			err = io.EOF
 		}
-		return Event{}, err
+		return lockapi.Event{}, err
 	}
 	return ev, nil
 }
@@ -122,18 +80,9 @@ func (s *Stream) Close() error {
 	return s.body.Close()
 }
 
-// Released is the answer to a release.
-type Released struct {
-	Key     string  `json:"key"`
-	Owner   string  `json:"owner"`
-	Fence   int64   `json:"fence"`
-	HeldFor string  `json:"held_for"`
-	Seconds float64 `json:"held_for_seconds"`
-}
-
 // Release releases owner's lock of key.
-func (c *Client) Release(ctx context.Context, key, owner string) (Released, error) {
-	var r Released
+func (c *Client) Release(ctx context.Context, key, owner string) (lockapi.Released, error) {
+	var r lockapi.Released
 	err := c.call(ctx, http.MethodDelete, "/v1/locks/"+key+"?owner="+url.QueryEscape(owner), &r)
 	return r, err
 }
@@ -161,37 +110,24 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 
 func decodeError(resp *http.Response) error {
 	defer resp.Body.Close()
-	e := &APIError{Status: resp.StatusCode}
+	e := &lockapi.Error{Status: resp.StatusCode}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err := json.Unmarshal(b, e); err != nil || e.Code == "" {
-		e.Code, e.Message = "unexpected", fmt.Sprintf("unexpected answer: %.200s", b)
+		e.Code, e.Message = CodeUnexpected, fmt.Sprintf("unexpected answer: %.200s", b)
 	}
 	return e
 }
 
-// LockStatus is one lock as status and list show it.
-type LockStatus struct {
-	Key       string    `json:"key"`
-	Held      bool      `json:"held"`
-	Holder    *Holder   `json:"holder,omitempty"`
-	Fence     int64     `json:"fence,omitempty"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	Waiters   int       `json:"waiters"`
-}
-
 // Status reads one lock.
-func (c *Client) Status(ctx context.Context, key string) (LockStatus, error) {
-	var st LockStatus
+func (c *Client) Status(ctx context.Context, key string) (lockapi.Status, error) {
+	var st lockapi.Status
 	err := c.call(ctx, http.MethodGet, "/v1/locks/"+key, &st)
 	return st, err
 }
 
 // List reads the locks whose key starts with prefix.
-func (c *Client) List(ctx context.Context, prefix string) (locks []LockStatus, truncated bool, err error) {
-	var out struct {
-		Locks     []LockStatus `json:"locks"`
-		Truncated bool         `json:"truncated"`
-	}
+func (c *Client) List(ctx context.Context, prefix string) (locks []lockapi.Status, truncated bool, err error) {
+	var out lockapi.List
 	path := "/v1/locks"
 	if prefix != "" {
 		path += "?prefix=" + url.QueryEscape(prefix)
@@ -200,16 +136,9 @@ func (c *Client) List(ctx context.Context, prefix string) (locks []LockStatus, t
 	return out.Locks, out.Truncated, err
 }
 
-// Forced is the answer to a force release.
-type Forced struct {
-	Key    string  `json:"key"`
-	Fence  int64   `json:"fence"`
-	Holder *Holder `json:"holder"`
-}
-
 // ForceRelease frees key whoever holds it; fence, when not 0, must be the
 // holder's. by names who asks, for the sidecar's log.
-func (c *Client) ForceRelease(ctx context.Context, key string, fence int64, by string) (Forced, error) {
+func (c *Client) ForceRelease(ctx context.Context, key string, fence int64, by string) (lockapi.Forced, error) {
 	q := url.Values{"force": {"true"}}
 	if fence != 0 {
 		q.Set("fence", fmt.Sprint(fence))
@@ -217,7 +146,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string, fence int64, by s
 	if by != "" {
 		q.Set("by", by)
 	}
-	var f Forced
+	var f lockapi.Forced
 	err := c.call(ctx, http.MethodDelete, "/v1/locks/"+key+"?"+q.Encode(), &f)
 	return f, err
 }

@@ -10,31 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-)
-
-// Error codes of the socket API: the "code" field of every error body.
-// README's error table lists each of them (a test compares the two).
-const (
-	CodeAlreadyRunning   = "already_running"
-	CodeWaitTimeout      = "wait_timeout"
-	CodeFenceMismatch    = "fence_mismatch"
-	CodeNotHeld          = "not_held"
-	CodeNotOwner         = "not_owner"
-	CodeLockLost         = "lock_lost"
-	CodeUnavailable      = "unavailable"
-	CodeTooManyWaiters   = "too_many_waiters"
-	CodeInvalidKey       = "invalid_key"
-	CodeInvalidOwner     = "invalid_owner"
-	CodeInvalidTTL       = "invalid_ttl"
-	CodeInvalidWait      = "invalid_wait"
-	CodeInvalidMaxHold   = "invalid_max_hold"
-	CodeInvalidJSON      = "invalid_json"
-	CodeInvalidRequest   = "invalid_request"
-	CodeBodyTooLarge     = "body_too_large"
-	CodeBodyTimeout      = "body_timeout"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeInternal         = "internal"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // apiError is an error with its status and code, made by the handlers for
@@ -51,26 +27,13 @@ func badRequest(code, msg string) error {
 	return &apiError{status: http.StatusBadRequest, code: code, msg: msg}
 }
 
-// errorBody is the JSON of every error answer; the optional fields say more
-// for the codes that have more to say.
-type errorBody struct {
-	Granted *bool       `json:"granted,omitempty"`
-	Code    string      `json:"code"`
-	Message string      `json:"message"`
-	Key     string      `json:"key,omitempty"`
-	Holder  *holderJSON `json:"holder,omitempty"`
-	Fence   int64       `json:"fence,omitempty"`
-	Reason  string      `json:"reason,omitempty"`
-	EndedAt string      `json:"ended_at,omitempty"`
-}
-
 // writeError is the one place where errors become HTTP status codes.
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
 	writeJSON(w, status, body)
 }
 
-func classify(err error) (int, errorBody) {
+func classify(err error) (int, lockapi.Error) {
 	status, body := classified(err)
 	if body.Message == "" {
 		body.Message = err.Error()
@@ -80,9 +43,9 @@ func classify(err error) (int, errorBody) {
 
 // classified maps err to its status and code; it sets the message only
 // where err.Error() is not the one to give.
-func classified(err error) (int, errorBody) {
+func classified(err error) (int, lockapi.Error) {
 	var (
-		body     errorBody
+		body     lockapi.Error
 		ae       *apiError
 		held     *coordinator.HeldError
 		notOwner *coordinator.NotOwnerError
@@ -96,7 +59,7 @@ func classified(err error) (int, errorBody) {
 		body.Code, body.Message = ae.code, ae.msg
 		return ae.status, body
 	case errors.As(err, &tooBig):
-		body.Code = CodeBodyTooLarge
+		body.Code = lockapi.CodeBodyTooLarge
 		body.Message = fmt.Sprintf("the request body is larger than the sidecar's limit of %d bytes; a lock request's body is a few fields", tooBig.Limit)
 		return http.StatusRequestEntityTooLarge, body
 	case errors.As(err, &held):
@@ -107,47 +70,47 @@ func classified(err error) (int, errorBody) {
 		}
 		switch {
 		case held.Mismatch != 0:
-			body.Granted, body.Code = nil, CodeFenceMismatch
+			body.Granted, body.Code = nil, lockapi.CodeFenceMismatch
 		case held.Waited:
-			body.Code = CodeWaitTimeout
+			body.Code = lockapi.CodeWaitTimeout
 		default:
-			body.Code = CodeAlreadyRunning
+			body.Code = lockapi.CodeAlreadyRunning
 		}
 		return http.StatusConflict, body
 	case errors.Is(err, coordinator.ErrFenceMismatch):
-		body.Code = CodeFenceMismatch
+		body.Code = lockapi.CodeFenceMismatch
 		return http.StatusConflict, body
 	case errors.As(err, &notOwner):
-		body.Code, body.Key, body.Holder = CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)
+		body.Code, body.Key, body.Holder = lockapi.CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)
 		return http.StatusForbidden, body
 	case errors.Is(err, coordinator.ErrNotOwner):
-		body.Code = CodeNotOwner
+		body.Code = lockapi.CodeNotOwner
 		return http.StatusForbidden, body
 	case errors.As(err, &lost):
-		body.Code, body.Key, body.Fence, body.Reason = CodeLockLost, lost.Key.String(), lost.Fence, string(lost.Reason)
-		body.EndedAt = timeJSON(lost.At)
+		body.Code, body.Key, body.Fence, body.Reason = lockapi.CodeLockLost, lost.Key.String(), lost.Fence, string(lost.Reason)
+		body.EndedAt = lost.At.UTC()
 		return http.StatusGone, body
 	case errors.Is(err, coordinator.ErrNotHeld):
-		body.Code = CodeNotHeld
+		body.Code = lockapi.CodeNotHeld
 		return http.StatusNotFound, body
 	case errors.As(err, &inv):
 		body.Code = invalidCode(inv.Field)
 		return http.StatusBadRequest, body
 	case errors.Is(err, keyspace.ErrInvalidKey):
-		body.Code = CodeInvalidKey
+		body.Code = lockapi.CodeInvalidKey
 		return http.StatusBadRequest, body
 	case errors.Is(err, coordinator.ErrTooManyWaiters):
-		body.Code = CodeTooManyWaiters
+		body.Code = lockapi.CodeTooManyWaiters
 		return http.StatusTooManyRequests, body
 	case errors.Is(err, coordinator.ErrUnavailable):
-		body.Code = CodeUnavailable
+		body.Code = lockapi.CodeUnavailable
 		return http.StatusServiceUnavailable, body
 	case errors.Is(err, context.Canceled):
 		// The caller hung up; nobody reads this answer.
-		body.Code = CodeUnavailable
+		body.Code = lockapi.CodeUnavailable
 		return 499, body
 	}
-	body.Code = CodeInternal
+	body.Code = lockapi.CodeInternal
 	return http.StatusInternalServerError, body
 }
 
@@ -155,17 +118,17 @@ func classified(err error) (int, errorBody) {
 func invalidCode(field string) string {
 	switch field {
 	case "key":
-		return CodeInvalidKey
+		return lockapi.CodeInvalidKey
 	case "owner":
-		return CodeInvalidOwner
+		return lockapi.CodeInvalidOwner
 	case "ttl":
-		return CodeInvalidTTL
+		return lockapi.CodeInvalidTTL
 	case "wait":
-		return CodeInvalidWait
+		return lockapi.CodeInvalidWait
 	case "max_hold":
-		return CodeInvalidMaxHold
+		return lockapi.CodeInvalidMaxHold
 	}
-	return CodeInvalidRequest
+	return lockapi.CodeInvalidRequest
 }
 
 // writeJSON answers v as one JSON line. It marshals first and writes

@@ -12,35 +12,8 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
-
-// Events of a hold stream, one JSON object a line.
-const (
-	EventQueued    = "queued"    // position: contenders ahead
-	EventGranted   = "granted"   // fence, acquired_at, expires_at
-	EventHeartbeat = "heartbeat" // the stream is alive; expires_at once granted
-	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown, max_hold
-	EventReleased  = "released"  // the owner released the lock by DELETE
-	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
-	EventError     = "error"     // code, message: nothing was granted
-)
-
-// eventJSON is one line of a hold stream.
-type eventJSON struct {
-	Event      string      `json:"event"`
-	Key        string      `json:"key"`
-	Owner      string      `json:"owner,omitempty"`
-	Position   int         `json:"position,omitempty"`
-	Fence      int64       `json:"fence,omitempty"`
-	AcquiredAt string      `json:"acquired_at,omitempty"`
-	ExpiresAt  string      `json:"expires_at,omitempty"`
-	MaxHoldAt  string      `json:"max_hold_at,omitempty"`
-	Reason     string      `json:"reason,omitempty"`
-	Code       string      `json:"code,omitempty"`
-	Message    string      `json:"message,omitempty"`
-	Holder     *holderJSON `json:"holder,omitempty"`
-	At         string      `json:"at"`
-}
 
 // stream writes events, sending the 200 and its headers with the first.
 type stream struct {
@@ -50,7 +23,7 @@ type stream struct {
 	started bool
 }
 
-func (st *stream) send(ev eventJSON) error {
+func (st *stream) send(ev lockapi.Event) error {
 	if !st.started {
 		h := st.w.Header()
 		h.Set("Content-Type", "application/x-ndjson")
@@ -58,7 +31,7 @@ func (st *stream) send(ev eventJSON) error {
 		st.w.WriteHeader(http.StatusOK)
 		st.started = true
 	}
-	ev.At = timeJSON(time.Now())
+	ev.At = time.Now().UTC()
 	if err := st.enc.Encode(ev); err != nil {
 		return err
 	}
@@ -115,10 +88,10 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		// A send fails when the caller hung up, which also ends the wait
 		// (the request's context) and so comes back through res.
 		case n := <-queued:
-			_ = st.send(eventJSON{Event: EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
+			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
 		case <-tick.C:
 			if st.started {
-				_ = st.send(eventJSON{Event: EventHeartbeat, Key: k.String()})
+				_ = st.send(lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String()})
 			}
 		case a := <-res:
 			if a.err != nil {
@@ -139,17 +112,17 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	for {
 		select {
 		case <-done:
-			ev := eventJSON{Event: EventReleased, Key: k.String(), Owner: g.Owner, Fence: g.Fence}
+			ev := lockapi.Event{Event: lockapi.EventReleased, Key: k.String(), Owner: g.Owner, Fence: g.Fence}
 			var lost *coordinator.LostError
 			if errors.As(g.Err(), &lost) {
-				ev.Event, ev.Reason, ev.Code, ev.Message = EventLost, string(lost.Reason), CodeLockLost, lost.Error()
+				ev.Event, ev.Reason, ev.Code, ev.Message = lockapi.EventLost, string(lost.Reason), lockapi.CodeLockLost, lost.Error()
 			}
 			_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
 			return
 		case <-ren.due():
 			s.renew(ctx, ren)
 		case <-tick.C:
-			if err := st.send(eventJSON{Event: EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: timeJSON(ren.g.ExpiresAt)}); err != nil {
+			if err := st.send(lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: ren.g.ExpiresAt.UTC()}); err != nil {
 				s.releaseHeld(k, g, "the hold stream could not be written")
 				return
 			}
@@ -224,9 +197,9 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 		return
 	}
 	_, body := classify(err)
-	ev := eventJSON{Event: EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence}
-	if body.Code == CodeWaitTimeout || body.Code == CodeAlreadyRunning {
-		ev.Event = EventRefused
+	ev := lockapi.Event{Event: lockapi.EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence}
+	if body.Code == lockapi.CodeWaitTimeout || body.Code == lockapi.CodeAlreadyRunning {
+		ev.Event = lockapi.EventRefused
 	}
 	_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
 }
@@ -261,7 +234,7 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 	}
 }
 
-func grantEvent(g coordinator.Grant) eventJSON {
-	return eventJSON{Event: EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
-		AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt), MaxHoldAt: timeJSON(g.MaxHoldAt)}
+func grantEvent(g coordinator.Grant) lockapi.Event {
+	return lockapi.Event{Event: lockapi.EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
+		AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), MaxHoldAt: g.MaxHoldAt.UTC()}
 }

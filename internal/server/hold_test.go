@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // holdStream is an open :hold connection.
@@ -44,7 +45,7 @@ func (h *holdStream) next() map[string]any {
 		if err := h.dec.Decode(&ev); err != nil {
 			h.t.Fatalf("reading the hold stream: %v", err)
 		}
-		if ev["event"] != EventHeartbeat {
+		if ev["event"] != lockapi.EventHeartbeat {
 			return ev
 		}
 	}
@@ -75,11 +76,11 @@ func TestHoldReleasesWhenTheCallerGoes(t *testing.T) {
 		t.Fatalf("hold answer %d %s", h.resp.StatusCode, h.resp.Header.Get("Content-Type"))
 	}
 	g := h.next()
-	if g["event"] != EventGranted || g["owner"] != "runner" || g["fence"].(float64) <= 0 || g["expires_at"] == nil {
+	if g["event"] != lockapi.EventGranted || g["owner"] != "runner" || g["fence"].(float64) <= 0 || g["expires_at"] == nil {
 		t.Fatalf("first event %v, want granted", g)
 	}
 	var hb map[string]any
-	if err := h.dec.Decode(&hb); err != nil || hb["event"] != EventHeartbeat {
+	if err := h.dec.Decode(&hb); err != nil || hb["event"] != lockapi.EventHeartbeat {
 		t.Fatalf("want a heartbeat, got %v %v", hb, err)
 	}
 	b.do("POST", "/v1/locks/job", `{"owner":"other"}`).expect(t, 409, "already_running")
@@ -100,15 +101,15 @@ func TestHoldQueuesAndHearsRelease(t *testing.T) {
 	a.do("POST", "/v1/locks/turn", `{"owner":"first"}`).expect(t, 200, "")
 	h := b.openHold("turn", `{"owner":"second","wait":"30s"}`)
 	q := h.next()
-	if q["event"] != EventQueued || q["position"] != 1.0 || q["owner"] != "second" {
+	if q["event"] != lockapi.EventQueued || q["position"] != 1.0 || q["owner"] != "second" {
 		t.Fatalf("first event %v, want queued at position 1", q)
 	}
 	a.do("DELETE", "/v1/locks/turn?owner=first", "").expect(t, 200, "")
-	if g := h.next(); g["event"] != EventGranted || g["owner"] != "second" {
+	if g := h.next(); g["event"] != lockapi.EventGranted || g["owner"] != "second" {
 		t.Fatalf("event %v, want granted", g)
 	}
 	b.do("DELETE", "/v1/locks/turn?owner=second", "").expect(t, 200, "")
-	if ev := h.next(); ev["event"] != EventReleased {
+	if ev := h.next(); ev["event"] != lockapi.EventReleased {
 		t.Fatalf("event %v, want released", ev)
 	}
 	if !h.ended() {
@@ -123,12 +124,12 @@ func TestHoldWaitRunsOut(t *testing.T) {
 	b.do("POST", "/v1/locks/busy:hold", `{"owner":"x"}`).expect(t, 409, "already_running")
 
 	h := b.openHold("busy", `{"owner":"x","wait":"300ms"}`)
-	if q := h.next(); q["event"] != EventQueued {
+	if q := h.next(); q["event"] != lockapi.EventQueued {
 		t.Fatalf("event %v, want queued", q)
 	}
 	r := h.next()
 	holder, _ := r["holder"].(map[string]any)
-	if r["event"] != EventRefused || r["code"] != CodeWaitTimeout || holder["owner"] != "holder" {
+	if r["event"] != lockapi.EventRefused || r["code"] != lockapi.CodeWaitTimeout || holder["owner"] != "holder" {
 		t.Fatalf("event %v, want refused (wait_timeout) naming the holder", r)
 	}
 	if !h.ended() {
@@ -149,7 +150,7 @@ func TestHoldOutlivesItsTTL(t *testing.T) {
 	b := newAPI(t, "pod-b")
 	h := a.openHold("long-job", `{"owner":"o","ttl":"1s"}`)
 	g := h.next()
-	if g["event"] != EventGranted || g["max_hold_at"] != nil {
+	if g["event"] != lockapi.EventGranted || g["max_hold_at"] != nil {
 		t.Fatalf("event %v, want granted with no max_hold_at", g)
 	}
 	events := make(chan map[string]any, 100)
@@ -168,7 +169,7 @@ func TestHoldOutlivesItsTTL(t *testing.T) {
 	for time.Now().Before(deadline) {
 		select {
 		case ev, ok := <-events:
-			if !ok || ev["event"] != EventHeartbeat {
+			if !ok || ev["event"] != lockapi.EventHeartbeat {
 				t.Fatalf("event %v (open %v) while the stream is open, want heartbeats only", ev, ok)
 			}
 			if exp, _ := ev["expires_at"].(string); exp < lastExpiry {
@@ -202,11 +203,11 @@ func TestHoldMaxHold(t *testing.T) {
 	g := h.next()
 	acquired, _ := time.Parse(time.RFC3339Nano, g["acquired_at"].(string))
 	capAt, err := time.Parse(time.RFC3339Nano, g["max_hold_at"].(string))
-	if g["event"] != EventGranted || err != nil || capAt.Sub(acquired) != 2500*time.Millisecond {
+	if g["event"] != lockapi.EventGranted || err != nil || capAt.Sub(acquired) != 2500*time.Millisecond {
 		t.Fatalf("event %v, want granted with max_hold_at 2.5s after acquired_at", g)
 	}
 	ev := h.next()
-	if ev["event"] != EventLost || ev["reason"] != "max_hold" || ev["code"] != CodeLockLost || !strings.Contains(ev["message"].(string), "max_hold") {
+	if ev["event"] != lockapi.EventLost || ev["reason"] != "max_hold" || ev["code"] != lockapi.CodeLockLost || !strings.Contains(ev["message"].(string), "max_hold") {
 		t.Fatalf("event %v, want lost (max_hold)", ev)
 	}
 	if took := time.Since(start); took < 2500*time.Millisecond {
@@ -220,7 +221,7 @@ func TestHoldMaxHold(t *testing.T) {
 		return b.do("POST", "/v1/locks/capped", `{"owner":"next"}`).status == 200
 	})
 	// The owner's later calls hear why it ended.
-	a.do("POST", "/v1/locks/capped:extend", `{"owner":"o"}`).expect(t, 410, CodeLockLost)
+	a.do("POST", "/v1/locks/capped:extend", `{"owner":"o"}`).expect(t, 410, lockapi.CodeLockLost)
 
 	// An extend cannot pass the cap: the deadline stops at max_hold_at.
 	h2 := a.openHold("capped2", `{"owner":"o2","ttl":"1s","max_hold":"3s"}`)
@@ -234,7 +235,7 @@ func TestHoldMaxHold(t *testing.T) {
 func TestHoldHearsLoss(t *testing.T) {
 	a := newAPI(t, "pod-a")
 	h2 := a.openHold("forced", `{"owner":"o"}`)
-	if g := h2.next(); g["event"] != EventGranted {
+	if g := h2.next(); g["event"] != lockapi.EventGranted {
 		t.Fatalf("event %v", g)
 	}
 	cli, _ := testEtcd.Client(t)
@@ -242,7 +243,7 @@ func TestHoldHearsLoss(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), a.coord.Layout().LockPrefix(k), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	if ev := h2.next(); ev["event"] != EventLost || ev["reason"] != "force_released" {
+	if ev := h2.next(); ev["event"] != lockapi.EventLost || ev["reason"] != "force_released" {
 		t.Fatalf("event %v, want lost (force_released)", ev)
 	}
 	if !h2.ended() {
@@ -254,7 +255,7 @@ func TestHoldWithdrawsAQueuedCallerThatGoes(t *testing.T) {
 	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
 	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")
 	h := b.openHold("q", `{"owner":"waiter","wait":"1m"}`)
-	if ev := h.next(); ev["event"] != EventQueued {
+	if ev := h.next(); ev["event"] != lockapi.EventQueued {
 		t.Fatalf("event %v, want queued", ev)
 	}
 	if st := a.do("GET", "/v1/locks/q", ""); st.body["waiters"] != 1.0 {

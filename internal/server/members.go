@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // members calls visit with the name and raw value of each member of the
@@ -43,7 +45,7 @@ func unquote(lit []byte) (string, error) {
 		if c == '\\' || c >= utf8.RuneSelf {
 			var s string
 			if err := json.Unmarshal(lit, &s); err != nil {
-				return "", badRequest(CodeInvalidJSON, fmt.Sprintf("field name %s: %v", clip(lit), err))
+				return "", badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("field name %s: %v", clip(lit), err))
 			}
 			return s, nil
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // Config configures the HTTP side of the socket API.
@@ -121,7 +122,7 @@ func (s *Server) HealthHandler() http.Handler { return http.HandlerFunc(s.health
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path != "/healthz" && r.URL.Path != "/readyz":
-		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
 			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks", r.Method, r.URL.Path)})
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		notAllowed(w, r, "GET")
@@ -174,14 +175,14 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
 	case verb == "extend" || verb == "hold":
 		notAllowed(w, r, "POST")
 	default:
-		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
 			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend and :hold", verb)})
 	}
 }
 
 func notAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
-	writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+	writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: lockapi.CodeMethodNotAllowed,
 		msg: fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)})
 }
 
@@ -215,13 +216,13 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 	}
 	switch {
 	case b.Owner == "":
-		writeError(w, badRequest(CodeInvalidOwner, "owner is required to extend a lock"))
+		writeError(w, badRequest(lockapi.CodeInvalidOwner, "owner is required to extend a lock"))
 		return
 	case b.Wait != 0:
-		writeError(w, badRequest(CodeInvalidWait, "extend takes no wait; send owner and ttl"))
+		writeError(w, badRequest(lockapi.CodeInvalidWait, "extend takes no wait; send owner and ttl"))
 		return
 	case b.MaxHold != 0:
-		writeError(w, badRequest(CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
+		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)
@@ -245,15 +246,15 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		return
 	case "", "false":
 	default:
-		writeError(w, badRequest(CodeInvalidRequest, "force must be true or false"))
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "force must be true or false"))
 		return
 	}
 	if q.Has("fence") || q.Has("by") {
-		writeError(w, badRequest(CodeInvalidRequest, "fence and by go with force=true"))
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "fence and by go with force=true"))
 		return
 	}
 	if owner == "" {
-		writeError(w, badRequest(CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
+		writeError(w, badRequest(lockapi.CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
 		return
 	}
 	rel, err := s.locks.Release(r.Context(), k, owner)
@@ -261,29 +262,29 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, releasedJSON{Released: true, Key: k.String(), Owner: owner, Fence: rel.Fence,
-		HeldFor: rel.HeldFor.Round(time.Millisecond).String(), HeldSecs: rel.HeldFor.Seconds()})
+	writeJSON(w, http.StatusOK, lockapi.Released{Released: true, Key: k.String(), Owner: owner, Fence: rel.Fence,
+		HeldFor: rel.HeldFor.Round(time.Millisecond).String(), HeldSeconds: rel.HeldFor.Seconds()})
 }
 
 // forceRelease serves DELETE /v1/locks/{key}?force=true[&fence=N][&by=WHO]:
 // an operator frees a lock whoever holds it.
 func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace.Key, q url.Values) {
 	if q.Get("owner") != "" {
-		writeError(w, badRequest(CodeInvalidRequest, "give owner (to release your own lock) or force=true (to free anyone's), not both"))
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "give owner (to release your own lock) or force=true (to free anyone's), not both"))
 		return
 	}
 	var fence int64
 	if f := q.Get("fence"); f != "" {
 		v, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || v <= 0 {
-			writeError(w, badRequest(CodeInvalidRequest, fmt.Sprintf("fence %q must be a positive integer: the fence you saw in the lock's status", f)))
+			writeError(w, badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("fence %q must be a positive integer: the fence you saw in the lock's status", f)))
 			return
 		}
 		fence = v
 	}
 	by := q.Get("by")
 	if len(by) > 256 {
-		writeError(w, badRequest(CodeInvalidRequest, "by is longer than 256 bytes"))
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "by is longer than 256 bytes"))
 		return
 	}
 	if by == "" {
@@ -297,7 +298,7 @@ func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, forcedJSON{Released: true, Forced: true, Key: k.String(), Fence: f.Fence, Holder: holderOf(f.Holder)})
+	writeJSON(w, http.StatusOK, lockapi.Forced{Released: true, Forced: true, Key: k.String(), Fence: f.Fence, Holder: holderOf(f.Holder)})
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
@@ -328,7 +329,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := listJSON{Locks: make([]statusJSON, 0, len(locks)), Truncated: truncated}
+	out := lockapi.List{Locks: make([]lockapi.Status, 0, len(locks)), Truncated: truncated}
 	for _, l := range locks {
 		out.Locks = append(out.Locks, statusOf(l))
 	}
@@ -372,7 +373,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func query(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, badRequest(CodeInvalidRequest, "malformed query string: "+err.Error())
+		return nil, badRequest(lockapi.CodeInvalidRequest, "malformed query string: "+err.Error())
 	}
 	for name, vals := range q {
 		ok := false
@@ -384,10 +385,10 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 			if len(allowed) > 0 {
 				msg += "; allowed: " + strings.Join(allowed, ", ")
 			}
-			return nil, badRequest(CodeInvalidRequest, msg)
+			return nil, badRequest(lockapi.CodeInvalidRequest, msg)
 		}
 		if len(vals) > 1 {
-			return nil, badRequest(CodeInvalidRequest, fmt.Sprintf("query parameter %q given %d times", name, len(vals)))
+			return nil, badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("query parameter %q given %d times", name, len(vals)))
 		}
 	}
 	return q, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 func TestSession(t *testing.T) {
@@ -178,7 +179,7 @@ func TestBadInput(t *testing.T) {
 // The 413 says what the limit is.
 func TestBodyTooLargeNamesTheLimit(t *testing.T) {
 	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.MaxBodyBytes = 4096 })
-	r := a.do("POST", "/v1/locks/k", `{"owner":"`+strings.Repeat("o", 5000)+`"}`).expect(t, 413, CodeBodyTooLarge)
+	r := a.do("POST", "/v1/locks/k", `{"owner":"`+strings.Repeat("o", 5000)+`"}`).expect(t, 413, lockapi.CodeBodyTooLarge)
 	if !strings.Contains(r.str("message"), "4096 bytes") {
 		t.Errorf("message %q does not give the limit", r.str("message"))
 	}

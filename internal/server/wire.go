@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // acquireBody is the body of POST /v1/locks/{key}, {key}:hold and
@@ -39,17 +40,17 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 			return acquireBody{}, err
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return acquireBody{}, &apiError{status: http.StatusRequestTimeout, code: CodeBodyTimeout,
+			return acquireBody{}, &apiError{status: http.StatusRequestTimeout, code: lockapi.CodeBodyTimeout,
 				msg: "the request body did not arrive in time: is Content-Length larger than the body?"}
 		}
-		return acquireBody{}, badRequest(CodeInvalidRequest, "the body could not be read: "+err.Error())
+		return acquireBody{}, badRequest(lockapi.CodeInvalidRequest, "the body could not be read: "+err.Error())
 	}
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {
 		return acquireBody{}, nil
 	}
 	if t[0] != '{' {
-		return acquireBody{}, badRequest(CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
+		return acquireBody{}, badRequest(lockapi.CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
 	}
 	if !json.Valid(t) {
 		var v any
@@ -57,16 +58,16 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		if err == nil {
 			err = errors.New("invalid JSON")
 		}
-		return acquireBody{}, badRequest(CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
+		return acquireBody{}, badRequest(lockapi.CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
 	}
 	var raw [4]json.RawMessage // owner, ttl, wait, max_hold
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait and (on :hold) max_hold", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait and (on :hold) max_hold", name))
 		case raw[i] != nil:
-			return badRequest(CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
+			return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
 		raw[i] = value
 		return nil
@@ -77,7 +78,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	var b acquireBody
 	if len(raw[0]) > 0 && string(raw[0]) != "null" {
 		if err := json.Unmarshal(raw[0], &b.Owner); err != nil {
-			return acquireBody{}, badRequest(CodeInvalidOwner, fmt.Sprintf("owner must be a string, not %s", clip(raw[0])))
+			return acquireBody{}, badRequest(lockapi.CodeInvalidOwner, fmt.Sprintf("owner must be a string, not %s", clip(raw[0])))
 		}
 	}
 	if b.TTL, err = parseDuration("ttl", raw[1]); err != nil {
@@ -86,7 +87,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if b.TTL == 0 && len(raw[1]) > 0 && string(raw[1]) != "null" {
 		// Zero is how the API says "not given"; a caller who wrote it meant
 		// something else than the default.
-		return acquireBody{}, badRequest(CodeInvalidTTL, "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
+		return acquireBody{}, badRequest(lockapi.CodeInvalidTTL, "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
 	if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
 		return acquireBody{}, err
@@ -95,7 +96,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		return acquireBody{}, err
 	}
 	if b.MaxHold == 0 && len(raw[3]) > 0 && string(raw[3]) != "null" {
-		return acquireBody{}, badRequest(CodeInvalidMaxHold, "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
+		return acquireBody{}, badRequest(lockapi.CodeInvalidMaxHold, "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
 	}
 	return b, nil
 }
@@ -161,83 +162,21 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-// holderJSON is a holder record in answers.
-type holderJSON struct {
-	Owner      string `json:"owner"`
-	Pod        string `json:"pod,omitempty"`
-	Namespace  string `json:"namespace,omitempty"`
-	Node       string `json:"node,omitempty"`
-	AcquiredAt string `json:"acquired_at,omitempty"`
-	ExpiresAt  string `json:"expires_at,omitempty"`
-	// Foreign marks a holder that is not Baton (etcdctl lock).
-	Foreign bool `json:"foreign,omitempty"`
-}
-
-func holderOf(h keyspace.Holder) *holderJSON {
-	return &holderJSON{
+// holderOf is h as answers show it.
+func holderOf(h keyspace.Holder) *lockapi.Holder {
+	return &lockapi.Holder{
 		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node,
-		AcquiredAt: timeJSON(h.AcquiredAt), ExpiresAt: timeJSON(h.ExpiresAt), Foreign: h.Foreign,
+		AcquiredAt: h.AcquiredAt.UTC(), ExpiresAt: h.ExpiresAt.UTC(), Foreign: h.Foreign,
 	}
 }
 
-func timeJSON(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
+func grantOf(g coordinator.Grant) lockapi.Grant {
+	return lockapi.Grant{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC()}
 }
 
-// grantJSON answers a granted acquire or an extend.
-type grantJSON struct {
-	Granted    bool   `json:"granted"`
-	Key        string `json:"key"`
-	Owner      string `json:"owner"`
-	Fence      int64  `json:"fence"`
-	AcquiredAt string `json:"acquired_at"`
-	ExpiresAt  string `json:"expires_at"`
-}
-
-func grantOf(g coordinator.Grant) grantJSON {
-	return grantJSON{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: timeJSON(g.AcquiredAt), ExpiresAt: timeJSON(g.ExpiresAt)}
-}
-
-// releasedJSON answers a release.
-type releasedJSON struct {
-	Released bool    `json:"released"`
-	Key      string  `json:"key"`
-	Owner    string  `json:"owner"`
-	Fence    int64   `json:"fence"`
-	HeldFor  string  `json:"held_for"`
-	HeldSecs float64 `json:"held_for_seconds"`
-}
-
-// statusJSON is one lock in status and list answers.
-type statusJSON struct {
-	Key       string      `json:"key"`
-	Held      bool        `json:"held"`
-	Holder    *holderJSON `json:"holder,omitempty"`
-	Fence     int64       `json:"fence,omitempty"`
-	ExpiresAt string      `json:"expires_at,omitempty"`
-	Waiters   int         `json:"waiters"`
-}
-
-func statusOf(s coordinator.Status) statusJSON {
+func statusOf(s coordinator.Status) lockapi.Status {
 	if !s.Held {
-		return statusJSON{Key: s.Key.String()}
+		return lockapi.Status{Key: s.Key.String()}
 	}
-	return statusJSON{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: timeJSON(s.Holder.ExpiresAt), Waiters: s.Waiters}
-}
-
-type listJSON struct {
-	Locks     []statusJSON `json:"locks"`
-	Truncated bool         `json:"truncated,omitempty"`
-}
-
-// forcedJSON answers a force release.
-type forcedJSON struct {
-	Released bool        `json:"released"`
-	Forced   bool        `json:"forced"`
-	Key      string      `json:"key"`
-	Fence    int64       `json:"fence"`
-	Holder   *holderJSON `json:"holder"`
+	return lockapi.Status{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: s.Holder.ExpiresAt.UTC(), Waiters: s.Waiters}
 }

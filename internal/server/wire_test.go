@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 func TestDecodeBody(t *testing.T) {
@@ -44,7 +46,7 @@ func TestDecodeBodyNamesUnknownFields(t *testing.T) {
 	for in, name := range map[string]string{`{"owner":"a","tll":"5m"}`: `"tll"`, `{"OWNER":"a"}`: `"OWNER"`, `{"x":{"owner":"a"}}`: `"x"`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.code != CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait and (on :hold) max_hold") {
+		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait and (on :hold) max_hold") {
 			t.Errorf("decodeBody(%s) = %v, want a 400 naming the field %s and the known ones", in, err, name)
 		}
 	}
@@ -54,7 +56,7 @@ func TestDecodeBodyWantsAnObject(t *testing.T) {
 	for _, in := range []string{`null`, ` null `, `[]`, `"x"`, `5`, `true`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.code != CodeInvalidJSON {
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.code != lockapi.CodeInvalidJSON {
 			t.Errorf("decodeBody(%q) = %v, want a 400 invalid_json", in, err)
 		}
 	}

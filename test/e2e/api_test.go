@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // httpClient talks plain HTTP to a sidecar's socket.
@@ -62,12 +63,12 @@ func TestS11AppDisconnect(t *testing.T) {
 
 	for i := range scale(5, 20) {
 		lock := fmt.Sprintf("s11-%d", i)
-		holder, err := a.client.Hold(ctx, lock, client.LockRequest{Owner: "holder"})
+		holder, err := a.client.Hold(ctx, lock, lockapi.Request{Owner: "holder"})
 		must(t, err)
 		if ev, err := holder.Next(); err != nil || ev.Event != "granted" {
 			t.Fatalf("holder: %+v %v", ev, err)
 		}
-		waiter, err := b.client.Hold(ctx, lock, client.LockRequest{Owner: "waiter", Wait: "30s"})
+		waiter, err := b.client.Hold(ctx, lock, lockapi.Request{Owner: "waiter", Wait: "30s"})
 		must(t, err)
 		if ev, err := waiter.Next(); err != nil || ev.Event != "queued" {
 			t.Fatalf("waiter: %+v %v", ev, err)
@@ -86,10 +87,10 @@ func TestS11AppDisconnect(t *testing.T) {
 	}
 
 	// A queued stream that hangs up leaves no key behind.
-	holder, err := a.client.Hold(ctx, "s11-q", client.LockRequest{Owner: "holder"})
+	holder, err := a.client.Hold(ctx, "s11-q", lockapi.Request{Owner: "holder"})
 	must(t, err)
 	holder.Next()
-	waiter, err := b.client.Hold(ctx, "s11-q", client.LockRequest{Owner: "waiter", Wait: "30s"})
+	waiter, err := b.client.Hold(ctx, "s11-q", lockapi.Request{Owner: "waiter", Wait: "30s"})
 	must(t, err)
 	waiter.Next()
 	e.waitQueued("s11-q", 2)
@@ -296,7 +297,7 @@ func TestS13BadInput(t *testing.T) {
 
 	// 1000 waiters on one name: one contender key for all of them; the
 	// 1001st is told the sidecar is full; all withdraw without a trace.
-	holder, err := other.client.Hold(ctx, "s13-hot", client.LockRequest{Owner: "holder"})
+	holder, err := other.client.Hold(ctx, "s13-hot", lockapi.Request{Owner: "holder"})
 	must(t, err)
 	holder.Next()
 	wctx, cancel := context.WithCancel(ctx)
@@ -306,7 +307,7 @@ func TestS13BadInput(t *testing.T) {
 	queueStart := time.Now()
 	for i := range 1000 {
 		wg2.Go(func() {
-			st, err := sc.client.Hold(wctx, "s13-hot", client.LockRequest{Owner: fmt.Sprintf("w%d", i), Wait: "5m"})
+			st, err := sc.client.Hold(wctx, "s13-hot", lockapi.Request{Owner: fmt.Sprintf("w%d", i), Wait: "5m"})
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -334,8 +335,8 @@ func TestS13BadInput(t *testing.T) {
 		e.dump()
 		t.Errorf("1000 waiters of one sidecar and a holder: %d keys, want 2", n)
 	}
-	_, err = sc.client.Hold(ctx, "s13-hot", client.LockRequest{Owner: "w1001", Wait: "5m"})
-	if apiErr := (*client.APIError)(nil); !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests {
+	_, err = sc.client.Hold(ctx, "s13-hot", lockapi.Request{Owner: "w1001", Wait: "5m"})
+	if apiErr := (*lockapi.Error)(nil); !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests {
 		t.Errorf("the 1001st waiter: %v, want 429", err)
 	}
 	cancel()

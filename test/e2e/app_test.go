@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // Operation kinds of a history.
@@ -97,7 +97,7 @@ type holdPlan struct {
 func (a *app) once(ctx context.Context, lock string, p holdPlan) bool {
 	call := a.h.now()
 	acq := histOp{Client: a.id, Owner: a.owner, Lock: lock, Kind: opAcquire, Call: call}
-	req := client.LockRequest{Owner: a.owner}
+	req := lockapi.Request{Owner: a.owner}
 	if p.wait > 0 {
 		req.Wait = p.wait.String()
 	}
@@ -116,7 +116,7 @@ func (a *app) once(ctx context.Context, lock string, p holdPlan) bool {
 		a.h.add(acq)
 		return false
 	}
-	var granted client.Event
+	var granted lockapi.Event
 	for {
 		ev, err := st.Next()
 		if err != nil {
@@ -187,7 +187,7 @@ work:
 		_, err := a.sc.client.Release(rctx, lock, a.owner)
 		cancel()
 		rel.Return = a.h.now()
-		var apiErr *client.APIError
+		var apiErr *lockapi.Error
 		switch {
 		case err == nil:
 			rel.Result = resOK
@@ -242,7 +242,7 @@ func (a *app) loop(ctx context.Context, lock string, n int, p holdPlan) {
 
 // classify turns an error of the sidecar client into a result.
 func classify(err error) (result, detail string) {
-	var apiErr *client.APIError
+	var apiErr *lockapi.Error
 	switch {
 	case errors.As(err, &apiErr):
 		if apiErr.Status == http.StatusServiceUnavailable {

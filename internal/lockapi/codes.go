@@ -1,0 +1,42 @@
+// Package lockapi is the contract of the sidecar's socket API: the bodies
+// of requests and answers, the events of a hold stream, and the error codes,
+// as the server writes them and the Go client and baton run read them. It
+// imports nothing of Baton, so that any Go program can use it.
+package lockapi
+
+// Error codes of the socket API: the "code" field of every error body.
+// README's error table lists each of them (a test in the server compares
+// the two).
+const (
+	CodeAlreadyRunning   = "already_running"
+	CodeWaitTimeout      = "wait_timeout"
+	CodeFenceMismatch    = "fence_mismatch"
+	CodeNotHeld          = "not_held"
+	CodeNotOwner         = "not_owner"
+	CodeLockLost         = "lock_lost"
+	CodeUnavailable      = "unavailable"
+	CodeTooManyWaiters   = "too_many_waiters"
+	CodeInvalidKey       = "invalid_key"
+	CodeInvalidOwner     = "invalid_owner"
+	CodeInvalidTTL       = "invalid_ttl"
+	CodeInvalidWait      = "invalid_wait"
+	CodeInvalidMaxHold   = "invalid_max_hold"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidRequest   = "invalid_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeBodyTimeout      = "body_timeout"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInternal         = "internal"
+)
+
+// Events of a hold stream, one JSON object a line.
+const (
+	EventQueued    = "queued"    // position: contenders ahead
+	EventGranted   = "granted"   // fence, acquired_at, expires_at
+	EventHeartbeat = "heartbeat" // the stream is alive; expires_at once granted
+	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown, max_hold
+	EventReleased  = "released"  // the owner released the lock by DELETE
+	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
+	EventError     = "error"     // code, message: nothing was granted
+)

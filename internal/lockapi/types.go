@@ -1,0 +1,122 @@
+package lockapi
+
+import (
+	"fmt"
+	"time"
+)
+
+// Times in answers are RFC 3339 in UTC, with as many fractional digits as
+// needed; an absent time is left out.
+
+// Request is the body of an acquire (POST /v1/locks/KEY), a hold
+// (KEY:hold) and an extend (KEY:extend). Durations are Go duration
+// strings ("30s", "5m"); the server also takes a number of seconds.
+// Absent fields take the sidecar's defaults.
+type Request struct {
+	Owner string `json:"owner,omitempty"`
+	TTL   string `json:"ttl,omitempty"`
+	Wait  string `json:"wait,omitempty"`
+	// MaxHold caps a hold stream's lock however long it is renewed (hold
+	// only).
+	MaxHold string `json:"max_hold,omitempty"`
+}
+
+// Holder is who holds a lock, as its holder record says.
+type Holder struct {
+	Owner      string    `json:"owner"`
+	Pod        string    `json:"pod,omitempty"`
+	Namespace  string    `json:"namespace,omitempty"`
+	Node       string    `json:"node,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at,omitzero"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	// Foreign marks a holder that is not Baton (etcdctl lock).
+	Foreign bool `json:"foreign,omitempty"`
+}
+
+// Grant answers a granted acquire or an extend.
+type Grant struct {
+	Granted    bool      `json:"granted"`
+	Key        string    `json:"key"`
+	Owner      string    `json:"owner"`
+	Fence      int64     `json:"fence"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Released answers a release (DELETE /v1/locks/KEY?owner=O).
+type Released struct {
+	Released bool   `json:"released"`
+	Key      string `json:"key"`
+	Owner    string `json:"owner"`
+	Fence    int64  `json:"fence"`
+	// HeldFor is how long the lock was held, as a Go duration string;
+	// HeldSeconds the same in seconds.
+	HeldFor     string  `json:"held_for"`
+	HeldSeconds float64 `json:"held_for_seconds"`
+}
+
+// Forced answers a force release (DELETE /v1/locks/KEY?force=true).
+type Forced struct {
+	Released bool    `json:"released"`
+	Forced   bool    `json:"forced"`
+	Key      string  `json:"key"`
+	Fence    int64   `json:"fence"`
+	Holder   *Holder `json:"holder"`
+}
+
+// Status is one lock as GET /v1/locks/KEY and the list show it.
+type Status struct {
+	Key       string    `json:"key"`
+	Held      bool      `json:"held"`
+	Holder    *Holder   `json:"holder,omitempty"`
+	Fence     int64     `json:"fence,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Waiters counts the callers waiting, on every sidecar.
+	Waiters int `json:"waiters"`
+}
+
+// List answers GET /v1/locks?prefix=P.
+type List struct {
+	Locks []Status `json:"locks"`
+	// Truncated says the sidecar's list limit cut the answer short.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Event is one line of a hold stream; Event is one of the Event constants
+// and says which other fields it fills.
+type Event struct {
+	Event      string    `json:"event"`
+	Key        string    `json:"key"`
+	Owner      string    `json:"owner,omitempty"`
+	Position   int       `json:"position,omitempty"`
+	Fence      int64     `json:"fence,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at,omitzero"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	MaxHoldAt  time.Time `json:"max_hold_at,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
+	Code       string    `json:"code,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	Holder     *Holder   `json:"holder,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// Error is the body of every error answer: a code (one of the Code
+// constants) and a message a person can act on; the other fields say more
+// for the codes that have more to say.
+type Error struct {
+	// Status is the answer's HTTP status; it is not in the body.
+	Status int `json:"-"`
+	// Granted is false on a refused acquire (already_running,
+	// wait_timeout), absent otherwise.
+	Granted *bool   `json:"granted,omitempty"`
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Key     string  `json:"key,omitempty"`
+	Holder  *Holder `json:"holder,omitempty"`
+	Fence   int64   `json:"fence,omitempty"`
+	// Reason and EndedAt say why and when a lock was lost (lock_lost).
+	Reason  string    `json:"reason,omitempty"`
+	EndedAt time.Time `json:"ended_at,omitzero"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
