@@ -110,7 +110,7 @@ func (o *mirrorOptions) validate() error {
 		return err
 	}
 	if err := o.mirror.Validate(); err != nil {
-		return fmt.Errorf("--scopes or --free-retention: %w", err)
+		return flagError(err)
 	}
 	if o.injectConfig != "" {
 		c, err := inject.Load(o.injectConfig)

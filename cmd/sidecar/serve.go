@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -178,10 +177,10 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)
 	}
 	if err := o.lease.Validate(); err != nil {
-		return fmt.Errorf("--lease-ttl: %w", err)
+		return flagError(err)
 	}
 	if err := o.coord.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", coordFlag(err), err)
+		return flagError(err)
 	}
 	if o.coord.RequestTimeout >= o.lease.TTL/2 {
 		return fmt.Errorf("--request-timeout %v: must be less than half the lease TTL (%v)", o.coord.RequestTimeout, o.lease.TTL)
@@ -193,23 +192,8 @@ func (o *serveOptions) validate() error {
 		cfg := embedetcd.Default(o.dataDir)
 		cfg.ClientURL = o.clientURL
 		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("--data-dir/--embedded-client-url: %w", err)
+			return flagError(err)
 		}
 	}
 	return nil
-}
-
-// coordFlag names the flag behind a coordinator.Config error.
-func coordFlag(err error) string {
-	msg := err.Error()
-	for _, f := range []struct{ prefix, flag string }{
-		{"scope", "--scope"}, {"default TTL", "--default-ttl"}, {"max hold", "--max-hold"},
-		{"max waiters", "--max-waiters"}, {"max wait", "--max-wait"}, {"request timeout", "--request-timeout"},
-		{"watch linger", "--watch-linger"}, {"watch delay", "--watch-delay"},
-	} {
-		if strings.HasPrefix(msg, f.prefix) {
-			return f.flag
-		}
-	}
-	return "configuration"
 }

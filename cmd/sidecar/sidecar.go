@@ -93,7 +93,7 @@ func (sc *sidecar) listen() error {
 	}
 	l, err := server.ListenUnix(sc.o.socketPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("--socket: %w", err)
 	}
 	sc.sock = l
 	sc.closers = append(sc.closers, func() { l.Close() })

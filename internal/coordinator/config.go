@@ -1,9 +1,9 @@
 package coordinator
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
@@ -65,27 +65,27 @@ func Default() Config {
 // Validate checks every field and their relations.
 func (c Config) Validate() error {
 	if err := keyspace.ValidateScope(c.Scope); err != nil {
-		return fmt.Errorf("scope: %w", err)
+		return config.Invalid("coordinator.Scope", "scope: %w", err)
 	}
 	switch {
 	case c.DefaultTTL <= 0:
-		return fmt.Errorf("default TTL %v: must be positive", c.DefaultTTL)
+		return config.Invalid("coordinator.DefaultTTL", "default TTL %v: must be positive", c.DefaultTTL)
 	case c.MaxHold < c.DefaultTTL:
-		return fmt.Errorf("max hold %v: must be at least the default TTL %v", c.MaxHold, c.DefaultTTL)
+		return config.Invalid("coordinator.MaxHold", "max hold %v: must be at least the default TTL %v", c.MaxHold, c.DefaultTTL)
 	case c.MaxWait < 0:
-		return fmt.Errorf("max wait %v: must not be negative", c.MaxWait)
+		return config.Invalid("coordinator.MaxWait", "max wait %v: must not be negative", c.MaxWait)
 	case c.MaxWaiters < 1:
-		return fmt.Errorf("max waiters %d: must be at least 1", c.MaxWaiters)
+		return config.Invalid("coordinator.MaxWaiters", "max waiters %d: must be at least 1", c.MaxWaiters)
 	case c.RequestTimeout <= 0:
-		return fmt.Errorf("request timeout %v: must be positive", c.RequestTimeout)
+		return config.Invalid("coordinator.RequestTimeout", "request timeout %v: must be positive", c.RequestTimeout)
 	case c.EndedRetention <= 0:
-		return fmt.Errorf("ended retention %v: must be positive", c.EndedRetention)
+		return config.Invalid("coordinator.EndedRetention", "ended retention %v: must be positive", c.EndedRetention)
 	case c.WatchLinger < 10*time.Millisecond:
-		return fmt.Errorf("watch linger %v: must be at least 10ms", c.WatchLinger)
+		return config.Invalid("coordinator.WatchLinger", "watch linger %v: must be at least 10ms", c.WatchLinger)
 	case c.WatchDelay < 0:
-		return fmt.Errorf("watch delay %v: must not be negative; 0 watches every lock from its grant", c.WatchDelay)
+		return config.Invalid("coordinator.WatchDelay", "watch delay %v: must not be negative; 0 watches every lock from its grant", c.WatchDelay)
 	case c.WatchDelay > time.Minute:
-		return fmt.Errorf("watch delay %v: must be at most 1m, or a lost lock goes unreported that long", c.WatchDelay)
+		return config.Invalid("coordinator.WatchDelay", "watch delay %v: must be at most 1m, or a lost lock goes unreported that long", c.WatchDelay)
 	}
 	return nil
 }

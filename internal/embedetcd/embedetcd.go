@@ -4,7 +4,6 @@ package embedetcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
@@ -14,6 +13,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/config"
 )
 
 // Config configures the embedded etcd.
@@ -71,15 +72,15 @@ func fnv64(s string) uint64 {
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
 	if c.DataDir == "" {
-		return errors.New("data dir: required for the embedded etcd")
+		return config.Invalid("embedetcd.DataDir", "data dir: required for the embedded etcd")
 	}
-	for name, u := range map[string]string{"client URL": c.ClientURL, "peer URL": c.PeerURL} {
-		if _, err := parseURL(u); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+	for _, f := range []struct{ field, name, url string }{{"ClientURL", "client URL", c.ClientURL}, {"PeerURL", "peer URL", c.PeerURL}} {
+		if _, err := parseURL(f.url); err != nil {
+			return config.Invalid("embedetcd."+f.field, "%s: %w", f.name, err)
 		}
 	}
 	if c.StartTimeout <= 0 {
-		return fmt.Errorf("start timeout: must be positive, got %v", c.StartTimeout)
+		return config.Invalid("embedetcd.StartTimeout", "start timeout: must be positive, got %v", c.StartTimeout)
 	}
 	return nil
 }

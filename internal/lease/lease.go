@@ -21,6 +21,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/config"
 )
 
 // MinTTL is the shortest lease etcd handles reliably: the server checks
@@ -70,17 +72,17 @@ func Default() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.TTL < MinTTL:
-		return fmt.Errorf("lease TTL %v: must be at least %v", c.TTL, MinTTL)
+		return config.Invalid("lease.TTL", "lease TTL %v: must be at least %v", c.TTL, MinTTL)
 	case c.GrantTimeout <= 0 || c.GrantTimeout >= c.TTL:
-		return fmt.Errorf("grant timeout %v: must be positive and less than the lease TTL %v", c.GrantTimeout, c.TTL)
+		return config.Invalid("lease.GrantTimeout", "grant timeout %v: must be positive and less than the lease TTL %v", c.GrantTimeout, c.TTL)
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
-		return fmt.Errorf("retry back-off %v..%v: need 0 < min <= max", c.RetryMin, c.RetryMax)
+		return config.Invalid("lease.RetryMin", "retry back-off %v..%v: need 0 < min <= max", c.RetryMin, c.RetryMax)
 	case c.LossMargin < 0 || c.LossMargin >= c.TTL/2:
-		return fmt.Errorf("loss margin %v: must be at least 0 and less than half the lease TTL %v", c.LossMargin, c.TTL)
+		return config.Invalid("lease.LossMargin", "loss margin %v: must be at least 0 and less than half the lease TTL %v", c.LossMargin, c.TTL)
 	case c.KeysPerLease < 1:
-		return fmt.Errorf("keys per lease %d: must be at least 1", c.KeysPerLease)
+		return config.Invalid("lease.KeysPerLease", "keys per lease %d: must be at least 1", c.KeysPerLease)
 	case c.MaxLeases < 1:
-		return fmt.Errorf("max leases %d: must be at least 1", c.MaxLeases)
+		return config.Invalid("lease.MaxLeases", "max leases %d: must be at least 1", c.MaxLeases)
 	}
 	return nil
 }

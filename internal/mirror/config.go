@@ -1,9 +1,9 @@
 package mirror
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
@@ -31,16 +31,16 @@ func Default() Config {
 func (c Config) Validate() error {
 	for _, s := range c.Scopes {
 		if err := keyspace.ValidateScope(s); err != nil {
-			return fmt.Errorf("scope %q: %w", s, err)
+			return config.Invalid("mirror.Scopes", "scope %q: %w", s, err)
 		}
 	}
 	switch {
 	case c.FreeRetention <= 0:
-		return fmt.Errorf("free retention %v: must be positive", c.FreeRetention)
+		return config.Invalid("mirror.FreeRetention", "free retention %v: must be positive", c.FreeRetention)
 	case c.RequestTimeout <= 0:
-		return fmt.Errorf("request timeout %v: must be positive", c.RequestTimeout)
+		return config.Invalid("mirror.RequestTimeout", "request timeout %v: must be positive", c.RequestTimeout)
 	case c.RetryInterval <= 0:
-		return fmt.Errorf("retry interval %v: must be positive", c.RetryInterval)
+		return config.Invalid("mirror.RetryInterval", "retry interval %v: must be positive", c.RetryInterval)
 	}
 	return nil
 }

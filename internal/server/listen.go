@@ -22,16 +22,16 @@ const SocketMode = 0o660
 func ListenUnix(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("socket directory %s does not exist: create it, or choose another --socket", dir)
+		return nil, fmt.Errorf("socket directory %s does not exist: create it, or choose another socket path", dir)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("socket path %s exists and is not a socket; remove it or choose another --socket", path)
+			return nil, fmt.Errorf("socket path %s exists and is not a socket; remove it or choose another socket path", path)
 		}
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
 			c.Close()
-			return nil, fmt.Errorf("socket path %s is served by a running process; stop it or choose another --socket", path)
+			return nil, fmt.Errorf("socket path %s is served by a running process; stop it or choose another socket path", path)
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("socket path %s: cannot tell whether its server is alive: %w", path, err)

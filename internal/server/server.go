@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
@@ -45,15 +46,15 @@ func Default() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1024:
-		return fmt.Errorf("max body bytes %d: must be at least 1024", c.MaxBodyBytes)
+		return config.Invalid("server.MaxBodyBytes", "max body bytes %d: must be at least 1024", c.MaxBodyBytes)
 	case c.ReadHeaderTimeout <= 0:
-		return fmt.Errorf("read header timeout %v: must be positive", c.ReadHeaderTimeout)
+		return config.Invalid("server.ReadHeaderTimeout", "read header timeout %v: must be positive", c.ReadHeaderTimeout)
 	case c.IdleTimeout <= 0:
-		return fmt.Errorf("idle timeout %v: must be positive", c.IdleTimeout)
+		return config.Invalid("server.IdleTimeout", "idle timeout %v: must be positive", c.IdleTimeout)
 	case c.BodyTimeout <= 0:
-		return fmt.Errorf("body timeout %v: must be positive", c.BodyTimeout)
+		return config.Invalid("server.BodyTimeout", "body timeout %v: must be positive", c.BodyTimeout)
 	case c.HeartbeatInterval <= 0:
-		return fmt.Errorf("heartbeat interval %v: must be positive", c.HeartbeatInterval)
+		return config.Invalid("server.HeartbeatInterval", "heartbeat interval %v: must be positive", c.HeartbeatInterval)
 	}
 	return nil
 }

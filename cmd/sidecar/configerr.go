@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/config"
+)
+
+// flagOf names the flag that sets a Config field (config.FieldError's
+// Field), or "" for a field no flag sets. A field derived from another
+// flag names that flag: the lease's grant timeout and loss margin follow
+// --lease-ttl.
+func flagOf(field string) string {
+	switch field {
+	case "lease.TTL", "lease.GrantTimeout", "lease.LossMargin":
+		return "--lease-ttl"
+	case "lease.KeysPerLease":
+		return "--keys-per-lease"
+	case "coordinator.Scope":
+		return "--scope"
+	case "coordinator.DefaultTTL":
+		return "--default-ttl"
+	case "coordinator.MaxHold":
+		return "--max-hold"
+	case "coordinator.MaxWait":
+		return "--max-wait"
+	case "coordinator.MaxWaiters":
+		return "--max-waiters"
+	case "coordinator.RequestTimeout":
+		return "--request-timeout"
+	case "coordinator.WatchDelay":
+		return "--watch-delay"
+	case "coordinator.WatchLinger":
+		return "--watch-linger"
+	case "embedetcd.DataDir":
+		return "--data-dir"
+	case "embedetcd.ClientURL":
+		return "--embedded-client-url"
+	case "mirror.Scopes":
+		return "--scopes"
+	case "mirror.FreeRetention":
+		return "--free-retention"
+	}
+	return ""
+}
+
+// flagError puts the flag behind err first when err is about a Config
+// field that a flag sets, so that the message says what to change; any
+// other error is returned as it is, with "configuration" before a field
+// no flag sets.
+func flagError(err error) error {
+	var fe *config.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	if f := flagOf(fe.Field); f != "" {
+		return fmt.Errorf("%s: %w", f, err)
+	}
+	return fmt.Errorf("configuration (%s): %w", fe.Field, err)
+}
