@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/client"
 	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/internal/restart"
 )
 
 func do(t *testing.T, c *http.Client, method, path, body string) (int, string) {
@@ -78,7 +79,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 		}
 	}
 	waitStateFile(t, sockA+".state", `"more3"`)
-	if saved, err := readState(sockA + ".state"); err != nil || len(saved.Leases) < 2 {
+	if saved, err := restart.Read(sockA + ".state"); err != nil || len(saved.Leases) < 2 {
 		t.Fatalf("state file names the leases %v (%v); want the locks spread over several", saved.Leases, err)
 	}
 

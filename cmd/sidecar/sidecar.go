@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/restart"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/version"
 )
@@ -64,7 +64,7 @@ type sidecar struct {
 	where                  string // the etcd, for the ready line
 	endpoints              []string
 	cli                    *clientv3.Client
-	prev                   state
+	prev                   restart.State
 	keeper                 *lease.Keeper
 	coord                  *coordinator.Coordinator
 	api                    *server.Server
@@ -158,7 +158,7 @@ func (sc *sidecar) connect(ctx context.Context) error {
 // build makes the keeper (resuming the lease of a crashed predecessor, if
 // the state file names one), the coordinator and the socket API.
 func (sc *sidecar) build() error {
-	prev, err := readState(sc.o.statePath)
+	prev, err := restart.Read(sc.o.statePath)
 	if err != nil {
 		sc.log.Warn("ignoring an unreadable state file", "err", err)
 	}
@@ -166,7 +166,7 @@ func (sc *sidecar) build() error {
 		sc.prev = prev
 	}
 	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost)}
-	if ids := sc.prev.leaseIDs(); len(ids) > 0 {
+	if ids := sc.prev.LeaseIDs(); len(ids) > 0 {
 		opts = append(opts, lease.ResumeLeases(ids...))
 	}
 	if sc.keeper, err = lease.NewKeeper(sc.cli, sc.o.lease, sc.log, opts...); err != nil {
@@ -233,18 +233,18 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	// known here.
 	api := sc.api.Handler()
 	adopted := make(chan struct{})
-	if len(sc.prev.leaseIDs()) > 0 {
+	if len(sc.prev.LeaseIDs()) > 0 {
 		api = sc.api.Starting(api, adopted, sc.o.coord.RequestTimeout)
 	}
 	serveOn(sc.sock, api)
 	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	ready := waitReady(ctx, sc.coord, sc.log)
-	if ready && len(sc.prev.leaseIDs()) > 0 {
-		keepLocks(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
+	if ready && len(sc.prev.LeaseIDs()) > 0 {
+		restart.Keep(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
 	}
 	close(adopted)
 	goRun(func(ctx context.Context) error {
-		return saveState(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.keeper)
+		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.keeper)
 	})
 	if ready {
 		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
@@ -269,79 +269,12 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	stopServing()
 	stopRun()
 	wg.Wait()
-	if err := os.Remove(sc.o.statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := restart.Remove(sc.o.statePath); err != nil {
 		sc.log.Warn("remove state file", "err", err)
 	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
-
-// keepLocks takes over the locks of the process before this one (it
-// crashed while the app ran on) if their lease could be resumed, or
-// reports them lost.
-func keepLocks(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev state, log *slog.Logger) {
-	sess, err := keeper.Current()
-	if err != nil || !sess.Resumed() || !slices.ContainsFunc(prev.leaseIDs(), sess.Owns) {
-		coord.Forget(prev.Locks)
-		return
-	}
-	n, err := coord.Adopt(ctx, sess, prev.Locks)
-	if err != nil {
-		log.Error("could not take over every lock of the previous process", "err", err, "kept", n)
-		return
-	}
-	log.Info("kept the locks of the previous process", "leases", len(prev.Leases), "kept", n, "known", len(prev.Locks))
-}
-
-// saveState keeps the state file up to date with the held locks.
-//
-// Changes are gathered for a short while (stateDelay, or four times the
-// last write when that took long) and appended together: one write per
-// grant and release would cost more than the lock service's own work, and
-// compete with etcd for the disk. A lock granted in the last moments before
-// a crash may so be missing from the file; the restarted sidecar then
-// deletes its key, and its owner learns at its next call (404 not_held).
-func saveState(ctx context.Context, path, scope string, coord *coordinator.Coordinator, keeper *lease.Keeper) error {
-	w := &stateWriter{path: path, scope: scope}
-	defer w.closeFile()
-	delay := stateDelay
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-coord.Changes():
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(delay):
-		}
-		start := time.Now()
-		changes, held, complete := coord.HeldChanges()
-		var leases []string // read after the changes: it has every lease they use
-		if s, err := keeper.Current(); err == nil {
-			leases = leasesHex(s.IDs())
-		}
-		var err error
-		switch {
-		case held == 0:
-			err = w.remove()
-		case w.f == nil || !complete || w.compactable(held):
-			locks, ids := coord.HeldLocks()
-			err = w.snapshot(locks, leasesHex(ids))
-		default:
-			err = w.append(changes, leases)
-		}
-		if err != nil {
-			return fmt.Errorf("state file: %w", err)
-		}
-		delay = max(stateDelay, 4*time.Since(start))
-	}
-}
-
-// stateDelay is how long changes to the held locks are gathered before the
-// state file is written.
-const stateDelay = 100 * time.Millisecond
 
 // waitReady waits until coord can grant locks, or ctx ends; it says so in
 // the log every few seconds while etcd cannot be reached.

@@ -11,12 +11,12 @@ import (
 // HeldLock is a lock held by a local owner, as a restarted sidecar needs to
 // know it.
 type HeldLock struct {
-	Key        string    `json:"key"`
-	Owner      string    `json:"owner"`
-	Fence      int64     `json:"fence"`
-	Hold       bool      `json:"hold,omitempty"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
+	Key        string
+	Owner      string
+	Fence      int64
+	Hold       bool // held by a hold stream, which the restart cannot keep
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
 }
 
 // HeldChange is one change of the held locks: a lock granted, adopted or

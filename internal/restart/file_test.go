@@ -1,4 +1,4 @@
-package main
+package restart
 
 import (
 	"os"
@@ -43,7 +43,7 @@ func TestStateJournal(t *testing.T) {
 
 	check := func() {
 		t.Helper()
-		s, err := readState(path)
+		s, err := Read(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,15 +72,15 @@ func TestStateJournal(t *testing.T) {
 	// A corrupt line that is not the last is an error, not a guess.
 	b, _ := os.ReadFile(path)
 	os.WriteFile(path, []byte(strings.Replace(string(b), `{"ended"`, `{"ended"}`, 1)), 0o600)
-	if _, err := readState(path); err == nil || !strings.Contains(err.Error(), "line 5") {
+	if _, err := Read(path); err == nil || !strings.Contains(err.Error(), "line 5") {
 		t.Errorf("corrupt line 5: %v; want an error naming it", err)
 	}
 
 	os.WriteFile(path, []byte(`{"held":{"key":"a","fence":1}}`+"\n"), 0o600)
-	if _, err := readState(path); err == nil {
+	if _, err := Read(path); err == nil {
 		t.Error("a file without a scope line was read")
 	}
-	if s, err := readState(filepath.Join(t.TempDir(), "none")); err != nil || len(s.Locks) != 0 {
+	if s, err := Read(filepath.Join(t.TempDir(), "none")); err != nil || len(s.Locks) != 0 {
 		t.Errorf("missing file: %+v, %v", s, err)
 	}
 }
@@ -108,5 +108,36 @@ func TestStateJournalCompaction(t *testing.T) {
 	}
 	if _, err := os.Stat(w.path); !os.IsNotExist(err) {
 		t.Errorf("state file still there after remove: %v", err)
+	}
+}
+
+// TestStateFileFormat pins the file's lines: a sidecar upgraded between a
+// crash and its restart reads what the older one wrote.
+func TestStateFileFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.state")
+	t0 := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
+	w := &stateWriter{path: path, scope: "team-a"}
+	defer w.closeFile()
+	if err := w.snapshot([]coordinator.HeldLock{{Key: "a/b", Owner: "run-1", Fence: 10, Hold: true, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)}}, []string{"1f"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.append([]coordinator.HeldChange{{Lock: coordinator.HeldLock{Key: "a/b", Fence: 10}, Ended: true}}, []string{"1f", "2e"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"scope":"team-a","leases":["1f"]}
+{"held":{"key":"a/b","owner":"run-1","fence":10,"hold":true,"acquired_at":"2026-11-25T04:00:00Z","expires_at":"2026-11-25T04:01:00Z"}}
+{"leases":["1f","2e"]}
+{"ended":{"key":"a/b","fence":10}}
+`
+	if string(got) != want {
+		t.Errorf("the state file:\n%s\nwant\n%s", got, want)
+	}
+	s, err := Read(path)
+	if err != nil || s.Scope != "team-a" || len(s.Locks) != 0 || !slices.Equal(s.Leases, []string{"1f", "2e"}) {
+		t.Errorf("Read: %+v, %v", s, err)
 	}
 }

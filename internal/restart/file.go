@@ -1,4 +1,4 @@
-package main
+package restart
 
 import (
 	"bufio"
@@ -10,13 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 )
 
-// state is what a sidecar keeps next to its socket so that, restarted
+// State is what a sidecar keeps next to its socket so that, restarted
 // after a crash while the app runs on, it resumes its leases and keeps the
 // app's locks.
 //
@@ -30,18 +31,37 @@ import (
 //
 // It is written anew (a snapshot) when the sidecar starts, when ended lines
 // make up most of it, and when the sidecar lost track of the changes.
-type state struct {
-	Scope  string
-	Leases []string // hex, as in the contender keys
-	Locks  []coordinator.HeldLock
+type State struct {
+	// Scope is the scope of the sidecar that wrote the file: a sidecar of
+	// another scope must not take its locks.
+	Scope string
+	// Leases are the session's leases, in hex as in the contender keys.
+	Leases []string
+	// Locks are the locks held when the file was last written.
+	Locks []coordinator.HeldLock
 }
 
 // stateLine is one line of the state file.
 type stateLine struct {
-	Scope  string                `json:"scope,omitempty"`
-	Leases []string              `json:"leases,omitempty"`
-	Held   *coordinator.HeldLock `json:"held,omitempty"`
-	Ended  *endedLock            `json:"ended,omitempty"`
+	Scope  string     `json:"scope,omitempty"`
+	Leases []string   `json:"leases,omitempty"`
+	Held   *heldLine  `json:"held,omitempty"`
+	Ended  *endedLock `json:"ended,omitempty"`
+}
+
+// heldLine is a held lock as the file keeps it.
+type heldLine struct {
+	Key        string    `json:"key"`
+	Owner      string    `json:"owner"`
+	Fence      int64     `json:"fence"`
+	Hold       bool      `json:"hold,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+func lineOf(l coordinator.HeldLock) *heldLine {
+	h := heldLine(l)
+	return &h
 }
 
 // endedLock names a lock that ended.
@@ -50,8 +70,8 @@ type endedLock struct {
 	Fence int64  `json:"fence"`
 }
 
-// leaseIDs returns the state's leases, none when it has none.
-func (s state) leaseIDs() []clientv3.LeaseID {
+// LeaseIDs returns the state's leases, none when it has none.
+func (s State) LeaseIDs() []clientv3.LeaseID {
 	var ids []clientv3.LeaseID
 	for _, l := range s.Leases {
 		if id, err := strconv.ParseInt(l, 16, 64); err == nil && id != 0 {
@@ -70,18 +90,18 @@ func leasesHex(ids []clientv3.LeaseID) []string {
 	return out
 }
 
-// readState replays the journal at path; a missing file is an empty state.
-// A last line cut short (the process died while writing it) is ignored.
-func readState(path string) (state, error) {
+// Read replays the journal at path; a missing file is an empty state. A
+// last line cut short (the process died while writing it) is ignored.
+func Read(path string) (State, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return state{}, nil
+		return State{}, nil
 	}
 	if err != nil {
-		return state{}, err
+		return State{}, err
 	}
 	var (
-		s     state
+		s     State
 		locks = map[string]coordinator.HeldLock{}
 	)
 	for n := 1; len(b) > 0; n++ {
@@ -92,15 +112,15 @@ func readState(path string) (state, error) {
 			if !complete {
 				break // cut short by a crash
 			}
-			return state{}, fmt.Errorf("state file %s, line %d: %w", path, n, err)
+			return State{}, fmt.Errorf("state file %s, line %d: %w", path, n, err)
 		}
 		switch {
 		case n == 1 && l.Scope == "":
-			return state{}, fmt.Errorf("state file %s: the first line names no scope", path)
+			return State{}, fmt.Errorf("state file %s: the first line names no scope", path)
 		case n == 1:
 			s.Scope = l.Scope
 		case l.Held != nil:
-			locks[l.Held.Key] = *l.Held
+			locks[l.Held.Key] = coordinator.HeldLock(*l.Held)
 		case l.Ended != nil:
 			if old, ok := locks[l.Ended.Key]; ok && old.Fence == l.Ended.Fence {
 				delete(locks, l.Ended.Key)
@@ -137,7 +157,7 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, leases []string) er
 	enc := json.NewEncoder(bw)
 	err = enc.Encode(stateLine{Scope: w.scope, Leases: leases})
 	for i := 0; i < len(locks) && err == nil; i++ {
-		err = enc.Encode(stateLine{Held: &locks[i]})
+		err = enc.Encode(stateLine{Held: lineOf(locks[i])})
 	}
 	if err == nil {
 		err = bw.Flush()
@@ -167,7 +187,7 @@ func (w *stateWriter) append(changes []coordinator.HeldChange, leases []string) 
 		if ch.Ended {
 			_ = enc.Encode(stateLine{Ended: &endedLock{Key: ch.Lock.Key, Fence: ch.Lock.Fence}})
 		} else {
-			_ = enc.Encode(stateLine{Held: &ch.Lock})
+			_ = enc.Encode(stateLine{Held: lineOf(ch.Lock)})
 		}
 		n++
 	}
