@@ -41,6 +41,10 @@ func flagOf(field string) string {
 		return "--scopes"
 	case "mirror.FreeRetention":
 		return "--free-retention"
+	case "controller.WebhookPort":
+		return "--webhook-port"
+	case "controller.ElectionNamespace":
+		return "--leader-election-namespace"
 	}
 	return ""
 }

@@ -1,0 +1,153 @@
+// Package controller runs Baton's controller: one controller-runtime
+// manager in which the leader among the replicas mirrors etcd's locks into
+// Lock objects and carries out force releases (package mirror), and every
+// replica serves the sidecar injector webhook (package inject).
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/config"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/mirror"
+	"github.com/baton-dev/baton/internal/version"
+)
+
+// ElectionID is the name of the Lease the replicas elect their leader with.
+const ElectionID = "baton-mirror"
+
+// Config is what the controller runs with.
+type Config struct {
+	// Mirror configures the mirror.
+	Mirror mirror.Config
+	// Inject, when not nil, is served as the sidecar injector webhook.
+	Inject *inject.Config
+	// LeaderElection elects one replica to mirror (a Lease named
+	// ElectionID in ElectionNamespace); off only for a single replica.
+	LeaderElection    bool
+	ElectionNamespace string
+	// HealthAddr serves /healthz and /readyz (ready once the webhook
+	// serves); empty: none.
+	HealthAddr string
+	// MetricsAddr serves Prometheus /metrics; empty: none.
+	MetricsAddr string
+	// WebhookPort and WebhookCertDir (tls.crt, tls.key) are the injector's
+	// HTTPS server.
+	WebhookPort    int
+	WebhookCertDir string
+}
+
+// Default returns the documented defaults: leader election on, health on
+// :8081, metrics on :8080, the webhook on 9443 with controller-runtime's
+// certificate directory.
+func Default() Config {
+	return Config{
+		Mirror:            mirror.Default(),
+		LeaderElection:    true,
+		ElectionNamespace: "default",
+		HealthAddr:        ":8081",
+		MetricsAddr:       ":8080",
+		WebhookPort:       9443,
+		WebhookCertDir:    "/tmp/k8s-webhook-server/serving-certs",
+	}
+}
+
+// Validate checks the fields.
+func (c Config) Validate() error {
+	if err := c.Mirror.Validate(); err != nil {
+		return err
+	}
+	if c.Inject != nil {
+		if err := c.Inject.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.WebhookPort < 1 || c.WebhookPort > 65535 {
+		return config.Invalid("controller.WebhookPort", "webhook port %d: want a port from 1 to 65535", c.WebhookPort)
+	}
+	if c.LeaderElection && c.ElectionNamespace == "" {
+		return config.Invalid("controller.ElectionNamespace", "leader election namespace: required with leader election")
+	}
+	return nil
+}
+
+// Run runs the controller against the cluster of kcfg and the etcd of
+// cli until ctx ends.
+func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Config, log logr.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := batonv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	metricsAddr := cfg.MetricsAddr
+	if metricsAddr == "" {
+		metricsAddr = "0" // controller-runtime's "off"
+	}
+	mgr, err := ctrl.NewManager(kcfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        cfg.HealthAddr,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              ElectionID,
+		LeaderElectionNamespace:       cfg.ElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Every replica serves the injector; only the leader mirrors.
+		WebhookServer: webhook.NewServer(webhook.Options{Port: cfg.WebhookPort, CertDir: cfg.WebhookCertDir}),
+	})
+	if err != nil {
+		return fmt.Errorf("controller manager: %w", err)
+	}
+	if cfg.Inject != nil {
+		inj, err := inject.NewInjector(*cfg.Inject, scheme)
+		if err != nil {
+			return fmt.Errorf("injector: %w", err)
+		}
+		inj.Register(mgr.GetWebhookServer())
+		if cfg.HealthAddr != "" {
+			if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+				return err
+			}
+		}
+	}
+	// The manager serves controller-runtime's registry; a second
+	// controller in one process (tests) finds the metric there already.
+	if err := metrics.RegisterBuildInfo(crmetrics.Registry, version.Get()); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return err
+	}
+	if cfg.HealthAddr != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+	}
+	if _, err := mirror.Setup(mgr, cfg.Mirror, cli); err != nil {
+		return err
+	}
+	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
+	return mgr.Start(ctx)
+}
