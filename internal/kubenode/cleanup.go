@@ -70,17 +70,22 @@ func unmountUnder(dir string) {
 // network.
 func removePodNetns() {
 	for _, m := range mounts() {
-		if m.fstype == "nsfs" && strings.HasPrefix(filepath.Base(m.point), "cni-") {
+		if m.podNetns() {
 			_ = syscall.Unmount(m.point, syscall.MNT_DETACH) // best effort
 			if filepath.Dir(m.point) == "/var/run/netns" || filepath.Dir(m.point) == "/run/netns" {
 				_ = os.Remove(m.point)
 			}
 		}
 	}
-	results, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", network+"-*"))
-	for _, r := range results {
+	for _, r := range cniResults() {
 		_ = os.Remove(r)
 	}
+}
+
+// cniResults lists the CNI plugins' cached results for the node's network.
+func cniResults() []string {
+	results, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", network+"-*"))
+	return results
 }
 
 // containerLogLinks is where the kubelet links each container's log, what
@@ -116,6 +121,12 @@ func containerLogs(dir string) []string {
 
 // mount is a line of /proc/self/mountinfo.
 type mount struct{ point, fstype string }
+
+// podNetns reports whether m pins a pod's network namespace: containerd
+// names each cni-<id>.
+func (m mount) podNetns() bool {
+	return m.fstype == "nsfs" && strings.HasPrefix(filepath.Base(m.point), "cni-")
+}
 
 // mounts lists this process's mounts.
 func mounts() []mount {
@@ -263,7 +274,7 @@ func Leftovers(dir string) []string {
 		}
 	}
 	for _, m := range mounts() {
-		if m.point == dir || strings.HasPrefix(m.point, dir+"/") || m.fstype == "nsfs" && strings.HasPrefix(filepath.Base(m.point), "cni-") {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") || m.podNetns() {
 			left = append(left, "mount "+m.point+" ("+m.fstype+")")
 		}
 	}
@@ -278,8 +289,7 @@ func Leftovers(dir string) []string {
 	if err := exec.Command("ip", "link", "show", bridge).Run(); err == nil {
 		left = append(left, "link "+bridge)
 	}
-	results, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", network+"-*"))
-	for _, r := range results {
+	for _, r := range cniResults() {
 		left = append(left, "CNI result "+r)
 	}
 	for _, l := range containerLogs(dir) {

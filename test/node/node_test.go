@@ -203,4 +203,8 @@ func TestClusterDNS(t *testing.T) {
 	if want := "10.96.0.1"; !strings.Contains(out, want) {
 		t.Errorf("nslookup kubernetes.default: %s, want %s", out, want)
 	}
+	// The pods' logs are the node's, kept with it when a test fails.
+	if logs, _ := filepath.Glob(filepath.Join(node.dir, "pod-logs", "default_dns_*")); len(logs) == 0 {
+		t.Errorf("no log of pod dns under %s", filepath.Join(node.dir, "pod-logs"))
+	}
 }
