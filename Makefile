@@ -55,8 +55,9 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, fuzz seeds and the reliability suite included.
 	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
+	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator
 	@mkdir -p $(BIN)
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat $(BIN)/e2e-report.md

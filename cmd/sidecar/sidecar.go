@@ -25,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/restart"
 	"github.com/baton-dev/baton/internal/server"
@@ -66,6 +67,7 @@ type sidecar struct {
 	cli                    *clientv3.Client
 	prev                   restart.State
 	keeper                 *lease.Keeper
+	sessions               *etcdstore.Sessions // the keeper's, as the coordinator sees them
 	coord                  *coordinator.Coordinator
 	api                    *server.Server
 
@@ -166,13 +168,19 @@ func (sc *sidecar) build() error {
 		sc.prev = prev
 	}
 	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost)}
-	if ids := sc.prev.LeaseIDs(); len(ids) > 0 {
+	if prev := sc.prev.LeaseIDs(); len(prev) > 0 {
+		ids := make([]clientv3.LeaseID, len(prev))
+		for i, id := range prev {
+			ids[i] = clientv3.LeaseID(id)
+		}
 		opts = append(opts, lease.ResumeLeases(ids...))
 	}
 	if sc.keeper, err = lease.NewKeeper(sc.cli, sc.o.lease, sc.log, opts...); err != nil {
 		return err
 	}
-	if sc.coord, err = coordinator.New(sc.o.coord, sc.cli, sc.keeper, sc.log, coordinator.WithObserver(sc.metrics)); err != nil {
+	sc.sessions = etcdstore.NewSessions(sc.keeper)
+	store := etcdstore.New(sc.cli, sc.o.coord.RequestTimeout, etcdstore.OnCommit(sc.metrics.Committed))
+	if sc.coord, err = coordinator.New(sc.o.coord, store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics)); err != nil {
 		return err
 	}
 	sc.api, err = server.New(sc.o.server, sc.coord, sc.log)
@@ -240,11 +248,11 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	ready := waitReady(ctx, sc.coord, sc.log)
 	if ready && len(sc.prev.LeaseIDs()) > 0 {
-		restart.Keep(ctx, sc.keeper, sc.coord, sc.prev, sc.log)
+		restart.Keep(ctx, sc.sessions, sc.coord, sc.prev, sc.log)
 	}
 	close(adopted)
 	goRun(func(ctx context.Context) error {
-		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.keeper)
+		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions)
 	})
 	if ready {
 		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",

@@ -9,11 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // MaxOwnerLen bounds an owner (execution id).
@@ -309,7 +306,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
+	key, pfx := c.layout.ContenderKey(req.Key, int64(sess.ID())), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 
@@ -337,17 +334,13 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	}
 
 	// The outcome must not depend on the caller hanging up mid-call: the
-	// committer waits for it whatever the caller does.
-	resp, err := c.commits.do(lockTxn{key: key,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()},
-		then: []clientv3.Op{clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id))},
-		els:  []clientv3.Op{clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)},
-	})
+	// store carries out a write whatever the caller does.
+	out, err := c.store.Try(pfx, lockstore.Put{Key: key, Lease: id, Record: rec})
 	if err != nil {
 		c.retire(e, key, 0, sess) // the put may have committed
 		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 	}
-	if !resp.succeeded {
+	if !out.OK {
 		c.mu.Lock()
 		if len(c.heldElsewhere) >= maxHeldElsewhere {
 			clear(c.heldElsewhere)
@@ -355,9 +348,9 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		c.leaveTurn(e)
-		return Grant{}, heldFrom(req.Key, firstOf(resp.responses[0].GetResponseRange().Kvs), false, 0)
+		return Grant{}, heldFrom(req.Key, out.First, false, 0)
 	}
-	return c.grant(e, req, sess, id, key, resp.revision, rec)
+	return c.grant(e, req, sess, id, key, out.Rev, rec)
 }
 
 // wait queues in etcd behind the contenders created before it; the caller
@@ -369,7 +362,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	key, pfx := c.layout.ContenderKey(req.Key, sess.ID()), c.layout.LockPrefix(req.Key)
+	key, pfx := c.layout.ContenderKey(req.Key, int64(sess.ID())), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 	c.mu.Lock()
@@ -383,28 +376,25 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	w := c.hub.register(pfx) // before any read, so no delete goes unseen
 	defer c.hub.unregister(pfx, w)
 
-	// The same transaction reads the keys of the contenders ahead (names
-	// only), so a waiter knows its place without a second round trip.
-	resp, err := c.commits.do(lockTxn{key: key,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		then: []clientv3.Op{clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(id)), clientv3.OpGet(pfx, contendersNewestFirst()...)},
-	})
+	// The same write tells the contenders ahead, so a waiter knows its
+	// place without a second round trip.
+	out, err := c.store.Queue(pfx, lockstore.Put{Key: key, Lease: id, Record: rec})
 	if err != nil {
 		c.retire(e, key, 0, sess)
 		return Grant{}, unavailable(op, err)
 	}
-	if !resp.succeeded {
+	if !out.OK {
 		// Only this sidecar writes this key and it has the turn: a key left
 		// by an earlier call whose outcome was unknown. Remove it.
 		c.retire(e, key, 0, sess)
 		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
-	myRev := resp.revision
+	myRev := out.Rev
 	c.mu.Lock()
 	c.contendLocked(e, key, myRev, myRev, id, rec)
 	c.mu.Unlock()
-	aheadKVs, readRev := createdBefore(resp.responses[1].GetResponseRange().Kvs, myRev), myRev
-	if len(aheadKVs) == 0 {
+	ahead, readRev := out.Ahead, myRev
+	if len(ahead) == 0 {
 		return c.grant(e, req, sess, id, key, myRev, rec)
 	}
 
@@ -412,7 +402,7 @@ wait:
 	for read := false; ; read = true {
 		if read {
 			var mine bool
-			aheadKVs, readRev, mine, err = c.predecessor(ctx, key, pfx, myRev)
+			ahead, readRev, mine, err = c.predecessor(ctx, key, pfx, myRev)
 			if err != nil {
 				c.retire(e, key, myRev, sess)
 				if isContextErr(ctx, err) {
@@ -424,37 +414,31 @@ wait:
 				c.leaveTurn(e)
 				return Grant{}, fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 			}
-			if len(aheadKVs) == 0 {
+			if len(ahead) == 0 {
 				break
 			}
 		}
-		pred, ahead := aheadKVs[0], len(aheadKVs)
+		pred := ahead[0]
 		if req.OnQueued != nil {
-			req.OnQueued(ahead)
+			req.OnQueued(len(ahead))
 		}
 		// With OnQueued, any contender ahead leaving is news; otherwise
 		// only the one right ahead matters.
 		var anyOf map[string]bool
-		if req.OnQueued != nil && ahead > 1 {
-			anyOf = make(map[string]bool, ahead)
-			for _, kv := range aheadKVs {
-				anyOf[string(kv.Key)] = true
+		if req.OnQueued != nil && len(ahead) > 1 {
+			anyOf = make(map[string]bool, len(ahead))
+			for _, k := range ahead {
+				anyOf[k] = true
 			}
 		}
 		// A short line is followed key by key: once the watch has shown
 		// every contender ahead gone, the waiter is first with no read.
-		var aheadKeys []string
-		if ahead <= maxFollowedAhead {
-			aheadKeys = make([]string, ahead)
-			for i, kv := range aheadKVs {
-				aheadKeys[i] = string(kv.Key)
-			}
-		}
+		followed := len(ahead) <= maxFollowedAhead
 		for {
-			if aheadKeys != nil && w.allAheadGone(aheadKeys, key, readRev) {
+			if followed && w.allAheadGone(ahead, key, readRev) {
 				break wait // first in line: no read needed
 			}
-			if w.deleted(string(pred.Key), readRev, anyOf) {
+			if w.deleted(pred, readRev, anyOf) {
 				break // read again
 			}
 			select {
@@ -486,51 +470,20 @@ wait:
 // contender right ahead leaves (each check costs a look-up per key ahead).
 const maxFollowedAhead = 64
 
-// contendersNewestFirst reads the contender keys of a lock prefix, names
-// only, the last created first.
-func contendersNewestFirst() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
-}
-
-// createdBefore returns the keys of kvs created before rev, in their order.
-func createdBefore(kvs []*mvccpb.KeyValue, rev int64) []*mvccpb.KeyValue {
-	ahead := kvs[:0:0]
-	for _, kv := range kvs {
-		if kv.CreateRevision < rev {
-			ahead = append(ahead, kv)
-		}
-	}
-	return ahead
-}
-
-// predecessor returns the contenders created before myRev, the last
-// created first (none when key is first in line), the revision the read
-// saw, and whether key (created at myRev) still exists. It is one read-only
-// transaction: a linearizable read, no raft entry. etcd reads the whole
-// prefix for a create-revision filter whatever the limit, so reading the
-// keys without values costs no more.
-func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []*mvccpb.KeyValue, rev int64, mine bool, err error) {
+// predecessor reads the contenders created before myRev, the last created
+// first (none when key is first in line), the revision the read saw, and
+// whether key (created at myRev) still exists.
+func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []string, rev int64, mine bool, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-		Then(clientv3.OpGet(pfx, append(contendersNewestFirst(), clientv3.WithMaxCreateRev(myRev-1))...)).
-		Commit()
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if !resp.Succeeded {
-		return nil, resp.Header.Revision, false, nil
-	}
-	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, true, nil
+	return c.store.Ahead(tctx, pfx, key, myRev)
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the
 // holder keeps until the lock ends. rec is the grant's record: for a try,
 // the value its transaction wrote; for a waiter, whose key still holds the
 // record it queued with, what that record becomes.
-func (c *Coordinator) grant(e *entry, req AcquireRequest, sess *lease.Session, id clientv3.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session, id lockstore.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {
@@ -598,10 +551,10 @@ func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, 
 
 // heldFrom is the refusal naming first, which is nil when the lock was
 // found free (a wait that ran out just as its holder left).
-func heldFrom(k keyspace.Key, first *contender, waited bool, wait time.Duration) error {
+func heldFrom(k keyspace.Key, first *lockstore.Contender, waited bool, wait time.Duration) error {
 	he := &HeldError{Key: k, Waited: waited, Wait: wait.Round(time.Millisecond)}
 	if first != nil {
-		he.Holder, he.Fence = first.holder, first.fence
+		he.Holder, he.Fence = first.Holder, first.Create
 	}
 	return he
 }

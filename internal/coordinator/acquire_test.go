@@ -10,20 +10,20 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 func TestTryAcquire(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	k := key(t, "terraform-prod")
 
-	txns := a.calls.Txns()
+	txns := a.calls.Writes()
 	g := a.mustAcquire(t, k, "exec-1")
-	if got := a.calls.Txns() - txns; got != 1 {
-		t.Errorf("a granted try cost %d transactions, want 1", got)
+	if got := a.calls.Writes() - txns; got != 1 {
+		t.Errorf("a granted try cost %d writes, want 1", got)
 	}
 	if g.Fence <= 0 || g.Owner != "exec-1" || !g.ExpiresAt.After(g.AcquiredAt) {
 		t.Fatalf("grant = %+v", g)
@@ -52,7 +52,7 @@ func TestTryAcquire(t *testing.T) {
 
 	t.Run("another sidecar is refused in one transaction, leaving no key", func(t *testing.T) {
 		b := newSidecar(t, "pod-b")
-		txns, ranges := b.calls.Txns(), b.calls.Ranges()
+		txns, ranges := b.calls.Writes(), b.calls.Reads()
 		_, err := b.acquire(t, k, "exec-3", 0)
 		var he *HeldError
 		if !errors.As(err, &he) {
@@ -65,27 +65,27 @@ func TestTryAcquire(t *testing.T) {
 		if he.Error() != want {
 			t.Errorf("message %q, want %q", he.Error(), want)
 		}
-		if got := b.calls.Txns() - txns; got != 1 {
-			t.Errorf("refusal cost %d transactions, want 1", got)
+		if got := b.calls.Writes() - txns; got != 1 {
+			t.Errorf("refusal cost %d writes, want 1", got)
 		}
-		if got := b.calls.Ranges() - ranges; got != 0 {
-			t.Errorf("refusal cost %d extra reads, want 0", got)
+		if got := b.calls.Reads() - ranges; got != 0 {
+			t.Errorf("refusal cost %d reads, want 0", got)
 		}
 		if keys := a.contenders(t, k); len(keys) != 1 {
 			t.Errorf("contenders after refusal = %v, want only the holder", keys)
 		}
 
 		// Refused again: a read, no write.
-		txns, ranges = b.calls.Txns(), b.calls.Ranges()
+		txns, ranges = b.calls.Writes(), b.calls.Reads()
 		for range 3 {
 			if _, err := b.acquire(t, k, "exec-3", 0); !errors.As(err, &he) || he.Fence != g.Fence {
 				t.Fatalf("err = %v, want a HeldError naming fence %d", err, g.Fence)
 			}
 		}
-		if got := b.calls.Txns() - txns; got != 0 {
-			t.Errorf("3 more refusals cost %d transactions, want 0", got)
+		if got := b.calls.Writes() - txns; got != 0 {
+			t.Errorf("3 more refusals cost %d writes, want 0", got)
 		}
-		if got := b.calls.Ranges() - ranges; got != 3 {
+		if got := b.calls.Reads() - ranges; got != 3 {
 			t.Errorf("3 more refusals cost %d reads, want 3", got)
 		}
 
@@ -98,6 +98,7 @@ func TestTryAcquire(t *testing.T) {
 }
 
 func TestOwnerGeneratedAndValidated(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	g, err := a.acquire(t, key(t, "gen"), "", 0)
 	if err != nil || len(g.Owner) < 8 {
@@ -113,17 +114,18 @@ func TestOwnerGeneratedAndValidated(t *testing.T) {
 		"wait over max wait": {Key: key(t, "v"), Wait: time.Hour},
 		"no key":             {},
 	} {
-		txns := a.calls.Txns()
+		txns := a.calls.Writes()
 		if _, err := a.c.Acquire(context.Background(), req); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
-		if a.calls.Txns() != txns {
+		if a.calls.Writes() != txns {
 			t.Errorf("%s: invalid input reached etcd", name)
 		}
 	}
 }
 
 func TestKeysAreIndependent(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	a.mustAcquire(t, key(t, "x"), "o1")
 	a.mustAcquire(t, key(t, "x/y"), "o2")
@@ -139,6 +141,7 @@ func TestKeysAreIndependent(t *testing.T) {
 // waits and releasing it, and checks that no two ever hold it at once and
 // that fences strictly grow from one holder to the next.
 func TestNeverTwoHolders(t *testing.T) {
+	parallel(t)
 	const sidecars, callers, rounds = 4, 6, 8
 	k := key(t, "hot")
 	var (
@@ -195,6 +198,7 @@ func TestNeverTwoHolders(t *testing.T) {
 // TestWaitersServedInOrder queues waiters on three sidecars one after the
 // other and checks they are granted in that order.
 func TestWaitersServedInOrder(t *testing.T) {
+	parallel(t)
 	k := key(t, "turn")
 	holder := newSidecar(t, "pod-h")
 	holder.mustAcquire(t, k, "first")
@@ -258,6 +262,7 @@ func TestWaitersServedInOrder(t *testing.T) {
 }
 
 func TestLocalCallersQueueInsideTheSidecar(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	k := key(t, "local")
 	g1 := a.mustAcquire(t, k, "one")
@@ -285,6 +290,7 @@ func TestLocalCallersQueueInsideTheSidecar(t *testing.T) {
 }
 
 func TestWaitTimeoutAndCancelLeaveNoKey(t *testing.T) {
+	parallel(t)
 	k := key(t, "busy")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	g := a.mustAcquire(t, k, "holder")
@@ -324,6 +330,7 @@ func TestWaitTimeoutAndCancelLeaveNoKey(t *testing.T) {
 }
 
 func TestTooManyWaiters(t *testing.T) {
+	parallel(t)
 	k := key(t, "q")
 	a := newSidecar(t, "pod-a", func(c *Config) { c.MaxWaiters = 2 })
 	a.mustAcquire(t, k, "holder")
@@ -355,6 +362,8 @@ func TestTooManyWaiters(t *testing.T) {
 // TestEtcdMutexContends proves the key layout contract: etcd's own
 // concurrency.Mutex (what `etcdctl lock` runs) and Baton exclude each other.
 func TestEtcdMutexContends(t *testing.T) {
+	parallel(t)
+	needsEtcd(t)
 	k := key(t, "shared")
 	a := newSidecar(t, "pod-a")
 	sess, err := concurrency.NewSession(a.cli, concurrency.WithTTL(5))
@@ -406,27 +415,25 @@ func TestEtcdMutexContends(t *testing.T) {
 // when it queued, is rewritten with its grant time and deadline once it
 // holds the lock, so that other sidecars show the right holder times.
 func TestWaiterRecordShowsItsGrant(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "record")
 	g := handOff(t, a, b, k, 300*time.Millisecond) // the queueing time differs from the grant time
 	waitFor(t, 5*time.Second, "the record's grant time", func() bool {
-		resp, err := b.cli.Get(context.Background(), b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
-		if err != nil || len(resp.Kvs) != 1 {
-			return false
-		}
-		rec := keyspace.DecodeHolder(resp.Kvs[0].Value)
-		return rec.Owner == "second" && rec.AcquiredAt.Equal(g.AcquiredAt) && rec.ExpiresAt.Equal(g.ExpiresAt)
+		f := b.first(t, k)
+		return f != nil && f.Holder.Owner == "second" && f.Holder.AcquiredAt.Equal(g.AcquiredAt) && f.Holder.ExpiresAt.Equal(g.ExpiresAt)
 	})
 }
 
 // TestHandOffCostsTheWaiterOneCall: a waiter queues and learns its place in
 // one transaction, is granted by the watch, and, releasing within
-// recordDelay, never rewrites its record: one Txn to queue, one to release.
+// recordDelay, never rewrites its record: one write to queue, one to release.
 func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "handoff")
 	b.keepWatching(t)
-	txns, ranges := b.calls.Txns(), b.calls.Ranges()
+	txns, ranges := b.calls.Writes(), b.calls.Reads()
 	handOff(t, a, b, k, 0)
 	granted := time.Now()
 	if _, err := b.c.Release(context.Background(), k, "second"); err != nil {
@@ -441,10 +448,10 @@ func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 		t.Logf("held %v before the release; the record may have been rewritten", heldFor)
 		want = 3
 	}
-	if got := b.calls.Txns() - txns; got > want || got < 2 {
-		t.Errorf("the waiter made %d transactions; want 2 (queue, release)", got)
+	if got := b.calls.Writes() - txns; got > want || got < 2 {
+		t.Errorf("the waiter made %d writes; want 2 (queue, release)", got)
 	}
-	if got := b.calls.Ranges() - ranges; got != 0 {
+	if got := b.calls.Reads() - ranges; got != 0 {
 		t.Errorf("the waiter made %d reads; want 0", got)
 	}
 }
@@ -452,6 +459,7 @@ func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 // TestLateRecordLeavesAnExtendAlone: a waiter that extends its lock before
 // its record is rewritten keeps the extended deadline in etcd.
 func TestLateRecordLeavesAnExtendAlone(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "extend")
 	handOff(t, a, b, k, 0)
@@ -460,11 +468,11 @@ func TestLateRecordLeavesAnExtendAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * recordDelay)
-	resp, err := b.cli.Get(context.Background(), b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("read: %v, %d keys", err, len(resp.Kvs))
+	f := b.first(t, k)
+	if f == nil {
+		t.Fatal("the lock is free")
 	}
-	if rec := keyspace.DecodeHolder(resp.Kvs[0].Value); !rec.ExpiresAt.Equal(g.ExpiresAt) || !rec.AcquiredAt.Equal(g.AcquiredAt) {
+	if rec := f.Holder; !rec.ExpiresAt.Equal(g.ExpiresAt) || !rec.AcquiredAt.Equal(g.AcquiredAt) {
 		t.Errorf("record after the extend: acquired %v expires %v; want %v and %v", rec.AcquiredAt, rec.ExpiresAt, g.AcquiredAt, g.ExpiresAt)
 	}
 }
@@ -498,6 +506,7 @@ func handOff(t *testing.T, a, b *sidecar, k keyspace.Key, queued time.Duration) 
 // TestThirdInLineReadsNothing: a waiter with two contenders ahead follows
 // both departures on the watch and is granted without reading etcd.
 func TestThirdInLineReadsNothing(t *testing.T) {
+	parallel(t)
 	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
 	k := key(t, "line")
 	c.keepWatching(t)
@@ -509,7 +518,7 @@ func TestThirdInLineReadsNothing(t *testing.T) {
 	bDone, cDone := make(chan error, 1), make(chan error, 1)
 	go wait(b, "second", bDone)
 	waitFor(t, 5*time.Second, "the second key", func() bool { return len(a.contenders(t, k)) == 2 })
-	txns, ranges := c.calls.Txns(), c.calls.Ranges()
+	txns, ranges := c.calls.Writes(), c.calls.Reads()
 	go wait(c, "third", cDone)
 	waitFor(t, 5*time.Second, "the third key", func() bool { return len(a.contenders(t, k)) == 3 })
 	if _, err := a.c.Release(context.Background(), k, "first"); err != nil {
@@ -524,10 +533,10 @@ func TestThirdInLineReadsNothing(t *testing.T) {
 	if err := <-cDone; err != nil {
 		t.Fatal(err)
 	}
-	if got := c.calls.Txns() - txns; got != 1 {
-		t.Errorf("the third waiter made %d transactions; want 1 (queue)", got)
+	if got := c.calls.Writes() - txns; got != 1 {
+		t.Errorf("the third waiter made %d writes; want 1 (queue)", got)
 	}
-	if got := c.calls.Ranges() - ranges; got != 0 {
+	if got := c.calls.Reads() - ranges; got != 0 {
 		t.Errorf("the third waiter made %d reads; want 0", got)
 	}
 }

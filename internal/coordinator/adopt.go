@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // Adopt takes over the locks that an earlier process of this sidecar held
@@ -18,18 +15,18 @@ import (
 // or that belonged to hold streams (whose connections died with that
 // process) are deleted. A lock of previous whose key is gone was force
 // released meanwhile and is reported lost to its owner.
-func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous []HeldLock) (adopted int, err error) {
+func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previous []HeldLock) (adopted int, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
-	resp, err := c.cli.Get(tctx, c.layout.Base(), clientv3.WithPrefix())
+	cs, _, err := c.store.Contenders(tctx, c.layout.Base(), 0)
 	cancel()
 	if err != nil {
 		return 0, unavailable("adopt", err)
 	}
 	first := map[string]int64{} // lock prefix → lowest create revision
-	for _, kv := range resp.Kvs {
-		if _, pfx, ok := c.layout.ParseContender(string(kv.Key)); ok {
-			if r, seen := first[pfx]; !seen || kv.CreateRevision < r {
-				first[pfx] = kv.CreateRevision
+	for _, ct := range cs {
+		if _, pfx, ok := c.layout.ParseContender(ct.Key); ok {
+			if r, seen := first[pfx]; !seen || ct.Create < r {
+				first[pfx] = ct.Create
 			}
 		}
 	}
@@ -38,29 +35,29 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 		hold[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] = p.Hold
 	}
 	found := map[string]bool{}
-	var stray []*mvccpb.KeyValue
+	var stray []lockstore.Contender
 	c.mu.Lock()
 	c.watchLocked(sess)
-	for _, kv := range resp.Kvs {
-		k, pfx, ok := c.layout.ParseContender(string(kv.Key))
-		if !ok || !sess.Owns(clientv3.LeaseID(kv.Lease)) {
+	for _, ct := range cs {
+		k, pfx, ok := c.layout.ParseContender(ct.Key)
+		if !ok || !sess.Owns(ct.Lease) {
 			continue
 		}
-		id := fmt.Sprintf("%s\x00%d", k, kv.CreateRevision)
+		id := fmt.Sprintf("%s\x00%d", k, ct.Create)
 		found[id] = true
-		if first[pfx] != kv.CreateRevision || hold[id] {
-			stray = append(stray, kv)
+		if first[pfx] != ct.Create || hold[id] {
+			stray = append(stray, ct)
 			continue
 		}
-		rec := keyspace.DecodeHolder(kv.Value)
+		rec := ct.Holder
 		e := c.refLocked(k) // the holder's reference
 		e.busy = true
-		h := &held{owner: rec.Owner, fence: kv.CreateRevision, etcdKey: string(kv.Key), sess: sess, lease: clientv3.LeaseID(kv.Lease),
+		h := &held{owner: rec.Owner, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.
-		c.contendLocked(e, h.etcdKey, h.fence, kv.ModRevision, h.lease, rec)
+		c.contendLocked(e, h.etcdKey, h.fence, ct.Mod, h.lease, rec)
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	}
@@ -74,8 +71,8 @@ func (c *Coordinator) Adopt(ctx context.Context, sess *lease.Session, previous [
 	c.signalLocked()
 	c.mu.Unlock()
 
-	for _, kv := range stray {
-		if err := c.deleteKey(string(kv.Key), kv.CreateRevision); err != nil {
+	for _, ct := range stray {
+		if err := c.deleteKey(ct.Key, ct.Create); err != nil {
 			return adopted, unavailable("delete a stray key", err)
 		}
 	}

@@ -1,6 +1,9 @@
-// Package coordinator implements Baton's lock semantics over etcd: try and
-// blocking acquire, release, extend, status and list, local ordering of the
-// callers of one sidecar, per-lock deadlines, fencing, and loss detection.
+// Package coordinator implements Baton's lock semantics: try and blocking
+// acquire, release, extend, status and list, local ordering of the callers
+// of one sidecar, per-lock deadlines, fencing, and loss detection. It keeps
+// the algorithm; the contender keys live in a lockstore.Store (etcd in a
+// sidecar, memory in its fast tests), which it reaches only through that
+// interface.
 //
 // Every lock follows the key layout of etcd's concurrency.Mutex (see package
 // keyspace): one contender key per sidecar session per lock, the holder being
@@ -22,19 +25,10 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
-
-// Sessions gives the sidecar's current etcd session (lease.Keeper).
-type Sessions interface {
-	// Current returns the live session or an error at once.
-	Current() (*lease.Session, error)
-	// Wait returns the live session, waiting for one until ctx ends.
-	Wait(ctx context.Context) (*lease.Session, error)
-}
 
 // Observer hears what happens to locks, for metrics. Keys are lock keys as
 // the user wrote them.
@@ -48,9 +42,6 @@ type Observer interface {
 	Granted(key string)
 	// Ended: a held lock ended; reason is "" for its owner's release.
 	Ended(key, reason string, heldFor time.Duration)
-	// Committed: one etcd transaction carried n tries, queueings,
-	// releases or extends (group commit).
-	Committed(n int)
 }
 
 // Option configures a Coordinator.
@@ -65,23 +56,21 @@ func (nopObserver) Acquired(string, string, bool, time.Duration) {}
 func (nopObserver) Waiting(string, int)                          {}
 func (nopObserver) Granted(string)                               {}
 func (nopObserver) Ended(string, string, time.Duration)          {}
-func (nopObserver) Committed(int)                                {}
 
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
 	cfg      Config
-	cli      *clientv3.Client
-	sessions Sessions
+	store    lockstore.Store
+	sessions lockstore.Sessions
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
 	now      func() time.Time
 	hub      *hub
-	commits  *committer // the transactions of tries, queueings, releases and extends
 
 	stop     context.Context // cancelled by Shutdown: ends every wait
 	stopNow  context.CancelFunc
-	watching map[clientv3.LeaseID]bool // sessions whose end is watched
+	watching map[lockstore.Session]bool // sessions whose end is watched
 
 	mu    sync.Mutex
 	locks map[string]*entry
@@ -124,9 +113,9 @@ type held struct {
 	owner      string
 	fence      int64
 	etcdKey    string
-	sess       *lease.Session
-	lease      clientv3.LeaseID // the lease of sess that carries etcdKey
-	mod        int64            // the revision of the last write of etcdKey that etcd took, while entry.rec keeps none
+	sess       lockstore.Session
+	lease      lockstore.LeaseID // the lease of sess that carries etcdKey
+	mod        int64             // the revision of the last write of etcdKey that etcd took, while entry.rec keeps none
 	acquiredAt time.Time
 	expiresAt  time.Time
 	ttl        time.Duration // the window each grant, extend or renewal sets
@@ -169,9 +158,10 @@ type endedLock struct {
 	at     time.Time
 }
 
-// New returns a Coordinator; Run must be running for blocking acquires and
-// loss detection.
-func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, opts ...Option) (*Coordinator, error) {
+// New returns a Coordinator of the locks in store, contending with the
+// sessions of sessions; Run must be running for blocking acquires and loss
+// detection.
+func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *slog.Logger, opts ...Option) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,21 +171,19 @@ func New(cfg Config, cli *clientv3.Client, sessions Sessions, log *slog.Logger, 
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, cli: cli, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, now: time.Now,
+		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, now: time.Now,
 		stop: stop, stopNow: cancel,
-		watching:      map[clientv3.LeaseID]bool{},
+		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
-		commits:       newCommitter(cli, cfg.RequestTimeout),
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)
 	}
-	c.commits.committed = c.obs.Committed
-	c.hub = newHub(cli, layout, log, cfg.WatchLinger, c.busy, c.onDelete, c.checkHeld)
+	c.hub = newHub(store, layout, log, cfg.WatchLinger, c.busy, c.onDelete, c.checkHeld)
 	return c, nil
 }
 
@@ -257,7 +245,7 @@ func (c *Coordinator) Shutdown() {
 // session returns the current session, waiting for one a bounded time
 // (the sidecar is starting or etcd was away), and makes sure its end is
 // watched.
-func (c *Coordinator) session(ctx context.Context) (*lease.Session, error) {
+func (c *Coordinator) session(ctx context.Context) (lockstore.Session, error) {
 	wctx, cancel := c.etcdCtx(ctx)
 	s, err := c.sessions.Wait(wctx)
 	cancel()
@@ -271,15 +259,15 @@ func (c *Coordinator) session(ctx context.Context) (*lease.Session, error) {
 }
 
 // watchLocked makes sure the end of s is watched.
-func (c *Coordinator) watchLocked(s *lease.Session) {
-	if !c.watching[s.ID()] {
-		c.watching[s.ID()] = true
+func (c *Coordinator) watchLocked(s lockstore.Session) {
+	if !c.watching[s] {
+		c.watching[s] = true
 		go c.watchSession(s)
 	}
 }
 
 // watchSession marks every lock of s lost when s ends.
-func (c *Coordinator) watchSession(s *lease.Session) {
+func (c *Coordinator) watchSession(s lockstore.Session) {
 	select {
 	case <-s.Done():
 	case <-c.stop.Done():
@@ -287,7 +275,7 @@ func (c *Coordinator) watchSession(s *lease.Session) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.watching, s.ID())
+	delete(c.watching, s)
 	for _, e := range c.locks {
 		if h := e.held; h != nil && h.sess == s {
 			c.loseLocked(e, h, LeaseLost)

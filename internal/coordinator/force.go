@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
@@ -25,37 +23,30 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	op := fmt.Sprintf("force release %q", k)
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	first, err := c.store.First(tctx, c.layout.LockPrefix(k))
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if first == nil {
 		return Forced{}, fmt.Errorf("%s: %w: nobody holds it", op, ErrNotHeld)
 	}
-	kv := resp.Kvs[0]
-	holder := keyspace.DecodeHolder(kv.Value)
-	if fence != 0 && kv.CreateRevision != fence {
-		return Forced{}, fmt.Errorf("%s: %w", op, &HeldError{Key: k, Holder: holder, Fence: kv.CreateRevision, Mismatch: fence})
+	if fence != 0 && first.Create != fence {
+		return Forced{}, fmt.Errorf("%s: %w", op, &HeldError{Key: k, Holder: first.Holder, Fence: first.Create, Mismatch: fence})
 	}
-	tctx, cancel = c.etcdCtx(context.WithoutCancel(ctx))
-	defer cancel()
-	del, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-		Then(clientv3.OpDelete(string(kv.Key))).
-		Commit()
+	del, err := c.store.Delete(first.Key, first.Create)
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}
-	if !del.Succeeded {
+	if !del.OK {
 		return Forced{}, fmt.Errorf("%s: %w: the holder changed while releasing; look again", op, ErrFenceMismatch)
 	}
-	c.log.Warn("lock force-released", "lock", k.String(), "owner", holder.Owner, "pod", holder.Pod, "fence", kv.CreateRevision, "by", by)
+	c.log.Warn("lock force-released", "lock", k.String(), "owner", first.Holder.Owner, "pod", first.Holder.Pod, "fence", first.Create, "by", by)
 	// Held here: lost now, whether or not the watch is open for it.
 	c.mu.Lock()
-	if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.fence == kv.CreateRevision && !e.held.ending {
+	if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.fence == first.Create && !e.held.ending {
 		c.loseLocked(e, e.held, ForceReleased)
 		c.passTurnLocked(e)
 	}
 	c.mu.Unlock()
-	return Forced{Holder: holder, Fence: kv.CreateRevision}, nil
+	return Forced{Holder: first.Holder, Fence: first.Create}, nil
 }

@@ -3,9 +3,7 @@ package coordinator
 import (
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // HeldLock is a lock held by a local owner, as a restarted sidecar needs to
@@ -69,13 +67,13 @@ func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
 
 // HeldLocks returns the locks held now, and the leases of the session that
 // carries them (none when no lock is held). It resets HeldChanges.
-func (c *Coordinator) HeldLocks() ([]HeldLock, []clientv3.LeaseID) {
+func (c *Coordinator) HeldLocks() ([]HeldLock, []lockstore.LeaseID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.journal.changes, c.journal.overflow = nil, false
 	var (
 		out  []HeldLock
-		sess *lease.Session
+		sess lockstore.Session
 	)
 	for _, e := range c.locks {
 		if h := e.held; h != nil {

@@ -2,12 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,21 +19,99 @@ import (
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
-var testEtcd *etcdtest.Server
+// The tests run on an in-memory store, in milliseconds; with
+// BATON_STORE=etcd (make test does both) the same tests run on a real
+// embedded etcd, with real sessions.
+var (
+	onEtcd   = os.Getenv("BATON_STORE") == "etcd"
+	testEtcd *etcdtest.Server
+)
 
 func TestMain(m *testing.M) {
+	if !onEtcd {
+		// The tests mostly wait for deadlines and delays: run them all at
+		// once, whatever the number of cores, unless told otherwise.
+		flag.Parse()
+		if !flagSet("test.parallel") {
+			_ = flag.Set("test.parallel", "64")
+		}
+		os.Exit(etcdtest.MainWithoutEtcd(m))
+	}
 	os.Exit(etcdtest.Main(m, func(s *etcdtest.Server) { testEtcd = s }))
 }
 
-// sidecar is one coordinator with its own client and session, as in one pod.
+// flagSet reports whether the flag name was given.
+func flagSet(name string) (set bool) {
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// world is the store the sidecars of a test share.
+type world struct {
+	mem *lockstore.Memory // on memory
+	srv *etcdtest.Server  // on etcd
+}
+
+// newWorld returns the test's store: a fresh Memory, or the package's etcd.
+func newWorld(t testing.TB) *world {
+	if onEtcd {
+		return &world{srv: testEtcd}
+	}
+	return &world{mem: lockstore.NewMemory()}
+}
+
+// newOwnWorld returns a store for a test that takes it down: a Memory, or
+// an etcd of its own.
+func newOwnWorld(t testing.TB) *world {
+	if !onEtcd {
+		return newWorld(t)
+	}
+	srv, err := etcdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return &world{srv: srv}
+}
+
+// down makes the store unreachable; up brings it back.
+func (w *world) down(t testing.TB) {
+	if w.mem != nil {
+		// etcd stays down past the lease TTL: every sidecar gives its
+		// session up.
+		w.mem.SetDown(true)
+		w.mem.LoseSessions()
+		return
+	}
+	w.srv.Stop()
+}
+
+func (w *world) up(t testing.TB) {
+	t.Helper()
+	if w.mem != nil {
+		w.mem.SetDown(false)
+		return
+	}
+	if err := w.srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sidecar is one coordinator with its own store client and sessions, as
+// in one pod.
 type sidecar struct {
-	c      *Coordinator
-	keeper *lease.Keeper
-	cli    *clientv3.Client
-	calls  *etcdtest.Counter
-	stop   context.CancelFunc
+	c        *Coordinator
+	w        *world
+	raw      lockstore.Store // the store, uncounted: the test's own view
+	calls    *counted        // the coordinator's calls
+	sessions lockstore.Sessions
+	cli      *clientv3.Client // on etcd
+	keeper   *lease.Keeper    // on etcd
+	mem      *lockstore.MemSessions
 }
 
 // scopeOf gives each test its own scope, so tests never see each other's keys.
@@ -40,25 +121,20 @@ func scopeOf(t testing.TB) string {
 	return fmt.Sprintf("t%x", h.Sum64())
 }
 
+// worlds remembers each test's world, so its sidecars share one.
+var worlds sync.Map // top-level test name → *world
+
 func newSidecar(t testing.TB, pod string, mods ...func(*Config)) *sidecar {
-	return newSidecarOn(t, testEtcd, pod, mods...)
+	name := strings.SplitN(t.Name(), "/", 2)[0]
+	w, _ := worlds.LoadOrStore(name, newWorld(t))
+	return newSidecarOn(t, w.(*world), pod, mods...)
 }
 
-func newSidecarOn(t testing.TB, srv *etcdtest.Server, pod string, mods ...func(*Config)) *sidecar {
+func newSidecarOn(t testing.TB, w *world, pod string, mods ...func(*Config)) *sidecar {
 	t.Helper()
-	cli, calls := srv.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("pod", pod)
-	}
-	lcfg := lease.Default()
-	lcfg.TTL = 2 * time.Second
-	lcfg.GrantTimeout = time.Second
-	lcfg.RetryMin = 50 * time.Millisecond
-	lcfg.RetryMax = 200 * time.Millisecond
-	keeper, err := lease.NewKeeper(cli, lcfg, log)
-	if err != nil {
-		t.Fatal(err)
 	}
 	cfg := Default()
 	cfg.Scope = scopeOf(t)
@@ -67,26 +143,167 @@ func newSidecarOn(t testing.TB, srv *etcdtest.Server, pod string, mods ...func(*
 	for _, m := range mods {
 		m(&cfg)
 	}
-	c, err := New(cfg, cli, keeper, log)
+	s := &sidecar{w: w}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	if w.mem != nil {
+		s.raw, s.mem = w.mem, w.mem.Sessions()
+		s.sessions = s.mem
+		done <- struct{}{}
+	} else {
+		cli, _ := w.srv.Client(t)
+		lcfg := lease.Default()
+		lcfg.TTL = 2 * time.Second
+		lcfg.GrantTimeout = time.Second
+		lcfg.RetryMin = 50 * time.Millisecond
+		lcfg.RetryMax = 200 * time.Millisecond
+		keeper, err := lease.NewKeeper(cli, lcfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cli, s.keeper, s.raw = cli, keeper, etcdstore.New(cli, cfg.RequestTimeout)
+		s.sessions = etcdstore.NewSessions(keeper)
+		go func() { keeper.Run(ctx); done <- struct{}{} }()
+	}
+	s.calls = &counted{Store: s.raw}
+	c, err := New(cfg, s.calls, s.sessions, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { keeper.Run(ctx); done <- struct{}{} }()
+	s.c = c
 	go func() { c.Run(ctx); done <- struct{}{} }()
-	s := &sidecar{c: c, keeper: keeper, cli: cli, calls: calls, stop: cancel}
 	t.Cleanup(func() {
 		c.Shutdown()
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		keeper.Close(rctx)
-		rcancel()
+		s.revoke()
 		cancel()
 		<-done
 		<-done
 	})
 	waitFor(t, 10*time.Second, "sidecar ready", func() bool { return c.Ready() == nil })
 	return s
+}
+
+// revoke ends the sidecar's session and deletes its keys, as a sidecar
+// shutting down does.
+func (s *sidecar) revoke() {
+	if s.keeper != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.keeper.Close(rctx)
+		cancel()
+		return
+	}
+	if sess := s.mem.Last(); sess != nil {
+		sess.Revoke()
+	}
+}
+
+// session returns the sidecar's current session.
+func (s *sidecar) session(t testing.TB) lockstore.Session {
+	t.Helper()
+	sess, err := s.sessions.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
+}
+
+// expire ends the sidecar's current session as etcd ends a lease that
+// expired or that someone revoked: its keys go, then the sidecar hears.
+func (s *sidecar) expire(t testing.TB) {
+	t.Helper()
+	sess := s.session(t)
+	if s.mem != nil {
+		s.mem.Last().Expire()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(sess.ID())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteKey deletes a contender key as an operator with etcdctl would.
+func (s *sidecar) deleteKey(t testing.TB, key string) {
+	t.Helper()
+	if _, err := s.raw.Delete(key, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// first reads the first contender of lock k.
+func (s *sidecar) first(t testing.TB, k keyspace.Key) *lockstore.Contender {
+	t.Helper()
+	f, err := s.raw.First(context.Background(), s.c.Layout().LockPrefix(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// needsEtcd skips a test that is about etcd itself when running on memory.
+func needsEtcd(t testing.TB) {
+	t.Helper()
+	if !onEtcd {
+		t.Skip("about etcd itself: runs with BATON_STORE=etcd")
+	}
+}
+
+// counted counts the calls of a Store: writes (each an etcd transaction
+// when alone) and reads.
+type counted struct {
+	lockstore.Store
+	writes, reads atomic.Int64
+	readDelay     atomic.Int64 // a round trip added to each First, in ns
+}
+
+func (c *counted) Writes() int64 { return c.writes.Load() }
+func (c *counted) Reads() int64  { return c.reads.Load() }
+
+func (c *counted) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Try(lock, p)
+}
+
+func (c *counted) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Queue(lock, p)
+}
+
+func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Update(p, create, mod)
+}
+
+func (c *counted) Delete(key string, create int64) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Delete(key, create)
+}
+
+func (c *counted) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
+	c.reads.Add(1)
+	time.Sleep(time.Duration(c.readDelay.Load()))
+	return c.Store.First(ctx, lock)
+}
+
+func (c *counted) Ahead(ctx context.Context, lock, key string, create int64) ([]string, int64, bool, error) {
+	c.reads.Add(1)
+	return c.Store.Ahead(ctx, lock, key, create)
+}
+
+func (c *counted) Contenders(ctx context.Context, prefix string, limit int) ([]lockstore.Contender, bool, error) {
+	c.reads.Add(1)
+	return c.Store.Contenders(ctx, prefix, limit)
+}
+
+func (c *counted) Holds(ctx context.Context, key string, create int64) (bool, error) {
+	c.reads.Add(1)
+	return c.Store.Holds(ctx, key, create)
+}
+
+func (c *counted) LeaseGone(ctx context.Context, id lockstore.LeaseID) (bool, error) {
+	c.reads.Add(1)
+	return c.Store.LeaseGone(ctx, id)
 }
 
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
@@ -109,16 +326,16 @@ func key(t testing.TB, s string) keyspace.Key {
 	return k
 }
 
-// contenders returns the contender keys of lock k in etcd.
-func (s *sidecar) contenders(t *testing.T, k keyspace.Key) []string {
+// contenders returns the contender keys of lock k.
+func (s *sidecar) contenders(t testing.TB, k keyspace.Key) []string {
 	t.Helper()
-	resp, err := s.cli.Get(context.Background(), s.c.Layout().LockPrefix(k), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cs, _, err := s.raw.Contenders(context.Background(), s.c.Layout().LockPrefix(k), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
-	for _, kv := range resp.Kvs {
-		keys = append(keys, string(kv.Key))
+	for _, c := range cs {
+		keys = append(keys, c.Key)
 	}
 	return keys
 }
@@ -135,4 +352,13 @@ func (s *sidecar) mustAcquire(t *testing.T, k keyspace.Key, owner string) Grant 
 		t.Fatalf("acquire %s by %s: %v", k, owner, err)
 	}
 	return g
+}
+
+// parallel runs the test beside the others on memory, where each has a
+// store of its own; on etcd they run one at a time, as their timings
+// assume an etcd that serves one test.
+func parallel(t *testing.T) {
+	if !onEtcd {
+		t.Parallel()
+	}
 }

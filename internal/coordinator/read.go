@@ -3,10 +3,8 @@ package coordinator
 import (
 	"context"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // sharedRead is one linearizable read of the first contender of a lock,
@@ -17,31 +15,15 @@ import (
 // on one held lock (a webhook delivered many times, a resume button
 // clicked repeatedly) then costs etcd a read or two, not one per caller.
 type sharedRead struct {
-	done  chan struct{} // closed when first and err are set
-	first *contender    // nil when the lock is free
+	done  chan struct{}        // closed when first and err are set
+	first *lockstore.Contender // nil when the lock is free
 	err   error
 	next  *sharedRead // joined by the callers arriving while this one is in flight
 }
 
-// contender is the first contender of a lock, as a read found it: the
-// holder, its record decoded once for all the callers it answers.
-type contender struct {
-	fence  int64
-	holder keyspace.Holder
-}
-
-// firstOf returns the first contender of a range read with
-// clientv3.WithFirstCreate, nil when it found none.
-func firstOf(kvs []*mvccpb.KeyValue) *contender {
-	if len(kvs) == 0 {
-		return nil
-	}
-	return &contender{fence: kvs[0].CreateRevision, holder: keyspace.DecodeHolder(kvs[0].Value)}
-}
-
 // firstContender reads the first contender of k, nil when k is free,
 // sharing the read as sharedRead says.
-func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) (*contender, error) {
+func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) (*lockstore.Contender, error) {
 	name := k.String()
 	c.mu.Lock()
 	r := c.reads[name]
@@ -68,13 +50,8 @@ func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) (*cont
 // read performs r, then starts the read its latecomers joined, if any.
 func (c *Coordinator) read(k keyspace.Key, r *sharedRead) {
 	ctx, cancel := c.etcdCtx(context.Background())
-	resp, err := c.cli.Get(ctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	r.first, r.err = c.store.First(ctx, c.layout.LockPrefix(k))
 	cancel()
-	if err != nil {
-		r.err = err
-	} else {
-		r.first = firstOf(resp.Kvs)
-	}
 	c.mu.Lock()
 	if r.next != nil {
 		c.reads[k.String()] = r.next

@@ -14,6 +14,7 @@ import (
 // reads than tries; once the holder has released, the next try is granted
 // (no read that began before the release answers it).
 func TestConcurrentRefusalsShareReads(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "storm")
 	a.mustAcquire(t, k, "running")
@@ -21,7 +22,8 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 		t.Fatal("granted a held lock")
 	}
 	const n = 64
-	ranges := b.calls.Ranges()
+	b.calls.readDelay.Store(int64(20 * time.Millisecond)) // a round trip, on any store
+	ranges := b.calls.Reads()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -38,7 +40,7 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	reads := b.calls.Ranges() - ranges
+	reads := b.calls.Reads() - ranges
 	t.Logf("%d concurrent refusals, %d etcd reads", n, reads)
 	if reads >= n/2 {
 		t.Errorf("%d reads for %d concurrent refusals; want them shared", reads, n)
@@ -55,6 +57,7 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 // TestSharedReadHonoursTheCallersContext: a caller that joined a read gives
 // up when its context ends.
 func TestSharedReadHonoursTheCallersContext(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	k := key(t, "ctx")
 	// A read in flight that never ends, as far as the caller can tell.

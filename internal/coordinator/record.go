@@ -3,9 +3,8 @@ package coordinator
 import (
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // The value of this sidecar's contender key for a lock is a keyspace.Holder
@@ -33,10 +32,10 @@ const recordRetry = time.Second
 // mod revision is then all there is to remember (held.mod).
 type contenderRecord struct {
 	key    string
-	create int64            // the key's create revision: its identity
-	mod    int64            // the revision of the last write of ours that etcd took
-	lease  clientv3.LeaseID // the lease that carries the key
-	wrote  keyspace.Holder  // the value written at mod
+	create int64             // the key's create revision: its identity
+	mod    int64             // the revision of the last write of ours that etcd took
+	lease  lockstore.LeaseID // the lease that carries the key
+	wrote  keyspace.Holder   // the value written at mod
 }
 
 // record returns the record of owner's lock, granted or queued at at.
@@ -53,7 +52,7 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 // revision create (and last written at mod) with rec under lease id,
 // unless it is noted already; then writes the record again later if it
 // does not say what is true here (a waiter just granted, say).
-func (c *Coordinator) contendLocked(e *entry, key string, create, mod int64, id clientv3.LeaseID, rec keyspace.Holder) {
+func (c *Coordinator) contendLocked(e *entry, key string, create, mod int64, id lockstore.LeaseID, rec keyspace.Holder) {
 	if r := e.rec; r == nil || r.key != key || r.create != create {
 		e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
 	}
@@ -150,10 +149,7 @@ func (c *Coordinator) publish(e *entry) {
 	}
 	key, create, mod, id := r.key, r.create, r.mod, r.lease
 	c.mu.Unlock()
-	resp, err := c.commits.do(lockTxn{key: key,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create), clientv3.Compare(clientv3.ModRevision(key), "=", mod)},
-		then: []clientv3.Op{clientv3.OpPut(key, want.Encode(), clientv3.WithLease(id))},
-	})
+	out, err := c.store.Update(lockstore.Put{Key: key, Lease: id, Record: want}, create, mod)
 	c.mu.Lock()
 	switch {
 	case err != nil:
@@ -161,8 +157,8 @@ func (c *Coordinator) publish(e *entry) {
 		if e.rec == r {
 			c.publishAfterLocked(e, recordRetry)
 		}
-	case resp.succeeded:
-		c.wroteLocked(e, key, create, resp.revision, want)
+	case out.OK:
+		c.wroteLocked(e, key, create, out.Rev, want)
 	}
 	// A compare that failed: the key is gone (its turn passes) or an
 	// extend of ours landed first and reports back itself.

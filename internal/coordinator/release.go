@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // Released describes a lock its owner released.
@@ -26,10 +24,7 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 	if err != nil {
 		return Released{}, fmt.Errorf("%s: %w", op, err)
 	}
-	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
-		then: []clientv3.Op{clientv3.OpDelete(h.etcdKey)},
-	})
+	out, err := c.store.Delete(h.etcdKey, h.fence)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -43,7 +38,7 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 		}
 		return Released{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
-	if !resp.succeeded {
+	if !out.OK {
 		c.loseLocked(e, h, goneReason(h.sess))
 		c.passTurnLocked(e)
 		return Released{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
@@ -97,10 +92,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	rec := c.record(owner, h.acquiredAt, exp)
 	rec.Queued = e.queued
 	c.mu.Unlock()
-	resp, err := c.commits.do(lockTxn{key: h.etcdKey,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.etcdKey), "=", h.fence)},
-		then: []clientv3.Op{clientv3.OpPut(h.etcdKey, rec.Encode(), clientv3.WithLease(h.lease))},
-	})
+	out, err := c.store.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,13 +106,13 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		}
 		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
-	if !resp.succeeded {
+	if !out.OK {
 		c.loseLocked(e, h, goneReason(h.sess))
 		c.passTurnLocked(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
 	}
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
-	c.wroteLocked(e, h.etcdKey, h.fence, resp.revision, rec)
+	c.wroteLocked(e, h.etcdKey, h.fence, out.Rev, rec)
 	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
@@ -173,14 +165,14 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	// Not held here: held elsewhere, or by nobody.
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithFirstCreate()...)
+	first, err := c.store.First(tctx, c.layout.LockPrefix(k))
 	if err != nil {
 		return nil, nil, unavailable("read holder", err)
 	}
-	if len(resp.Kvs) == 0 {
+	if first == nil {
 		return nil, nil, fmt.Errorf("%w: nobody holds it", ErrNotHeld)
 	}
-	holder := keyspace.DecodeHolder(resp.Kvs[0].Value)
+	holder := first.Holder
 	if holder.Owner == owner {
 		return nil, nil, fmt.Errorf("%w: %s holds it through another sidecar (pod %s); ask that sidecar", ErrNotOwner, owner, holder.Pod)
 	}
@@ -222,7 +214,7 @@ func (c *Coordinator) expire(e *entry, h *held) {
 // is the key's create revision, or 0 when unknown (a put whose outcome was
 // lost). On failure it retries in the background until the key is deleted
 // or its session has ended (taking the key with it).
-func (c *Coordinator) retire(e *entry, key string, rev int64, sess *lease.Session) {
+func (c *Coordinator) retire(e *entry, key string, rev int64, sess lockstore.Session) {
 	c.mu.Lock()
 	e.retiring = true
 	c.mu.Unlock()
@@ -251,13 +243,7 @@ func (c *Coordinator) retire(e *entry, key string, rev int64, sess *lease.Sessio
 }
 
 func (c *Coordinator) deleteKey(key string, rev int64) error {
-	ctx, cancel := c.etcdCtx(context.Background())
-	defer cancel()
-	if rev == 0 {
-		_, err := c.cli.Delete(ctx, key)
-		return err
-	}
-	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	_, err := c.store.Delete(key, rev)
 	return err
 }
 
@@ -286,9 +272,9 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	reason := ForceReleased
 	ctx, cancel := c.etcdCtx(c.stop)
-	ttl, err := c.cli.TimeToLive(ctx, h.lease)
+	gone, err := c.store.LeaseGone(ctx, h.lease)
 	cancel()
-	if !h.sess.Alive() || (err == nil && ttl.TTL == -1) {
+	if !h.sess.Alive() || (err == nil && gone) {
 		reason = LeaseLost
 	}
 	c.mu.Lock()
@@ -315,11 +301,7 @@ func (c *Coordinator) verify(ctx context.Context, e *entry, h *held) error {
 func (c *Coordinator) keyHeld(ctx context.Context, h *held) (bool, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, h.etcdKey)
-	if err != nil {
-		return false, err
-	}
-	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.fence, nil
+	return c.store.Holds(tctx, h.etcdKey, h.fence)
 }
 
 // checkHeld verifies, once the watch is established from revision from,
@@ -345,7 +327,7 @@ func (c *Coordinator) checkHeld(from int64) {
 	}
 }
 
-func goneReason(s *lease.Session) LostReason {
+func goneReason(s lockstore.Session) LostReason {
 	if !s.Alive() {
 		return LeaseLost
 	}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 func TestRelease(t *testing.T) {
+	parallel(t)
 	k := key(t, "rel")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
@@ -55,33 +57,31 @@ func TestRelease(t *testing.T) {
 // TestReleaseComparesCreateRevision is etcd issue #22082: a release must not
 // delete a newer key that sits under the same name.
 func TestReleaseComparesCreateRevision(t *testing.T) {
+	parallel(t)
 	k := key(t, "cmp")
 	a := newSidecar(t, "pod-a")
 	ctx := context.Background()
 	g := a.mustAcquire(t, k, "old")
 	keys := a.contenders(t, k)
-	sess, _ := a.keeper.Current()
 	// Someone deletes and re-creates the same key: a new lock under our name.
-	if _, err := a.cli.Delete(ctx, keys[0]); err != nil {
-		t.Fatal(err)
-	}
-	put, err := a.cli.Put(ctx, keys[0], `{"owner":"newer"}`, clientv3.WithLease(sess.ID()))
-	if err != nil {
-		t.Fatal(err)
+	a.deleteKey(t, keys[0])
+	put, err := a.raw.Queue(a.c.Layout().LockPrefix(k), lockstore.Put{Key: keys[0], Lease: a.session(t).ID(), Record: keyspace.Holder{Owner: "newer"}})
+	if err != nil || !put.OK {
+		t.Fatalf("re-create: %+v, %v", put, err)
 	}
 	_, err = a.c.Release(ctx, k, "old")
 	var le *LostError
 	if !errors.As(err, &le) || le.Fence != g.Fence {
 		t.Fatalf("release = %v, want a LostError for fence %d", err, g.Fence)
 	}
-	resp, err := a.cli.Get(ctx, keys[0])
-	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != put.Header.Revision {
-		t.Fatalf("the newer key was touched: %v %v", resp, err)
+	if ok, err := a.raw.Holds(ctx, keys[0], put.Rev); err != nil || !ok {
+		t.Fatalf("the newer key was touched: %v %v", ok, err)
 	}
-	a.cli.Delete(ctx, keys[0])
+	a.deleteKey(t, keys[0])
 }
 
 func TestExpiry(t *testing.T) {
+	parallel(t)
 	k := key(t, "short")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
@@ -124,6 +124,7 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
+	parallel(t)
 	k := key(t, "long")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
@@ -159,14 +160,13 @@ func TestExtend(t *testing.T) {
 }
 
 func TestForceReleaseIsNoticed(t *testing.T) {
+	parallel(t)
 	k := key(t, "forced")
 	a := newSidecar(t, "pod-a")
 	ctx := context.Background()
 	g := a.mustAcquire(t, k, "victim")
 	keys := a.contenders(t, k)
-	if _, err := a.cli.Delete(ctx, keys[0]); err != nil {
-		t.Fatal(err)
-	}
+	a.deleteKey(t, keys[0])
 	select {
 	case <-g.Done():
 		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
@@ -187,24 +187,20 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 }
 
 func TestLeaseLost(t *testing.T) {
+	parallel(t)
 	k := key(t, "lease")
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
 	g := a.mustAcquire(t, k, "victim")
-	sess, err := a.keeper.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := a.session(t)
 	// The lease ends behind the sidecar's back, as when etcd expires it.
-	if _, err := b.cli.Revoke(ctx, sess.ID()); err != nil {
-		t.Fatal(err)
-	}
+	a.expire(t)
 	select {
 	case <-g.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the holder was not told its lease ended")
 	}
-	_, err = a.c.Release(ctx, k, "victim")
+	_, err := a.c.Release(ctx, k, "victim")
 	var le *LostError
 	if !errors.As(err, &le) || le.Reason != LeaseLost {
 		t.Fatalf("release after lease loss: %v, want lost (lease_lost)", err)
@@ -219,7 +215,7 @@ func TestLeaseLost(t *testing.T) {
 	}
 	// The sidecar opens a new session and works again.
 	waitFor(t, 10*time.Second, "new session", func() bool {
-		s, err := a.keeper.Current()
+		s, err := a.sessions.Current()
 		return err == nil && s.ID() != sess.ID()
 	})
 	if _, err := b.c.Release(ctx, k, "taker"); err != nil {
@@ -232,6 +228,7 @@ func TestLeaseLost(t *testing.T) {
 // queue. Each expires at its own deadline, in order; an extended lock moves
 // back in the queue and a released one leaves it.
 func TestDeadlinesOfManyLocks(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	ctx := context.Background()
 	const n = 12
@@ -280,6 +277,7 @@ func TestDeadlinesOfManyLocks(t *testing.T) {
 // asked for after the lock ended, it is closed at once, and Err tells a
 // release from a loss.
 func TestDoneAskedLate(t *testing.T) {
+	parallel(t)
 	a := newSidecar(t, "pod-a")
 	ctx := context.Background()
 	released := a.mustAcquire(t, key(t, "released"), "o")
@@ -297,9 +295,7 @@ func TestDoneAskedLate(t *testing.T) {
 
 	k := key(t, "forced")
 	lost := a.mustAcquire(t, k, "o")
-	if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-		t.Fatal(err)
-	}
+	a.deleteKey(t, a.contenders(t, k)[0])
 	waitFor(t, 5*time.Second, "the loss", func() bool { return lost.Err() != nil })
 	select {
 	case <-lost.Done():

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // MaxListKeys bounds the contender keys one List reads.
@@ -26,18 +25,14 @@ type Status struct {
 func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	cs, _, err := c.store.Contenders(tctx, c.layout.LockPrefix(k), 0)
 	if err != nil {
 		return Status{}, unavailable(fmt.Sprintf("status %q", k), err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Status{Key: k}, nil
+	if locks := c.summarize(cs); len(locks) == 1 {
+		return locks[0], nil
 	}
-	s := Status{Key: k, Held: true, Holder: keyspace.DecodeHolder(resp.Kvs[0].Value), Fence: resp.Kvs[0].CreateRevision, Waiters: -1}
-	for _, kv := range resp.Kvs {
-		s.Waiters += keyspace.DecodeHolder(kv.Value).Callers()
-	}
-	return s, nil
+	return Status{Key: k}, nil
 }
 
 // List returns the locks whose key starts with prefix ("" for all), in key
@@ -49,28 +44,36 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 	}
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(tctx, c.layout.ListPrefix(prefix), clientv3.WithPrefix(), clientv3.WithLimit(MaxListKeys))
+	cs, more, err := c.store.Contenders(tctx, c.layout.ListPrefix(prefix), MaxListKeys)
 	if err != nil {
 		return nil, false, unavailable("list", err)
 	}
+	return c.summarize(cs), more, nil
+}
+
+// summarize returns the status of each lock of the contenders cs, in the
+// order the locks first appear. A lock's holder is its first contender;
+// its waiters are the callers of every contender (each counts those queued
+// behind it in its sidecar) but the holder.
+func (c *Coordinator) summarize(cs []lockstore.Contender) []Status {
+	var locks []Status
 	byPrefix := map[string]int{}
-	for _, kv := range resp.Kvs {
-		k, pfx, ok := c.layout.ParseContender(string(kv.Key))
+	for _, ct := range cs {
+		k, pfx, ok := c.layout.ParseContender(ct.Key)
 		if !ok {
 			continue
 		}
 		i, seen := byPrefix[pfx]
 		if !seen {
 			byPrefix[pfx] = len(locks)
-			h := keyspace.DecodeHolder(kv.Value)
-			locks = append(locks, Status{Key: k, Held: true, Holder: h, Fence: kv.CreateRevision, Waiters: h.Callers() - 1})
+			locks = append(locks, Status{Key: k, Held: true, Holder: ct.Holder, Fence: ct.Create, Waiters: ct.Holder.Callers() - 1})
 			continue
 		}
-		s, h := &locks[i], keyspace.DecodeHolder(kv.Value)
-		s.Waiters += h.Callers()
-		if kv.CreateRevision < s.Fence {
-			s.Holder, s.Fence = h, kv.CreateRevision
+		s := &locks[i]
+		s.Waiters += ct.Holder.Callers()
+		if ct.Create < s.Fence {
+			s.Holder, s.Fence = ct.Holder, ct.Create
 		}
 	}
-	return locks, resp.More, nil
+	return locks
 }

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 func TestStatusAndList(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
 	k := key(t, "flow-1/plan")
@@ -59,17 +58,14 @@ func TestStatusAndList(t *testing.T) {
 // bounded time and grant nothing; when etcd returns, the sidecar recovers
 // by itself.
 func TestEtcdDown(t *testing.T) {
-	srv, err := etcdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	a := newSidecarOn(t, srv, "pod-a", func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
+	parallel(t)
+	w := newOwnWorld(t)
+	a := newSidecarOn(t, w, "pod-a", func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	ctx := context.Background()
 	k := key(t, "down")
 	held := a.mustAcquire(t, k, "before")
 
-	srv.Stop()
+	w.down(t)
 	for _, name := range []string{"try", "wait"} {
 		start := time.Now()
 		wait := time.Duration(0)
@@ -100,9 +96,8 @@ func TestEtcdDown(t *testing.T) {
 		t.Errorf("release of the lost lock: %v, want ErrLost", err)
 	}
 
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	w.up(t)
+	var err error
 	waitFor(t, 15*time.Second, "ready again", func() bool { return a.c.Ready() == nil })
 	var g Grant
 	waitFor(t, 15*time.Second, "a grant after recovery", func() bool {
@@ -121,6 +116,7 @@ func TestEtcdDown(t *testing.T) {
 }
 
 func TestShutdown(t *testing.T) {
+	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	ctx := context.Background()
 	k := key(t, "bye")
@@ -136,13 +132,13 @@ func TestShutdown(t *testing.T) {
 	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(a.contenders(t, k)) == 2 })
 
 	// One lease carries every lock of the sidecar.
-	resp, err := b.cli.Get(ctx, a.c.Layout().Base(), clientv3.WithPrefix())
+	cs, _, err := b.raw.Contenders(ctx, a.c.Layout().Base(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases := map[int64]int{}
-	for _, kv := range resp.Kvs {
-		leases[kv.Lease]++
+	leases := map[lockstore.LeaseID]int{}
+	for _, c := range cs {
+		leases[c.Lease]++
 	}
 	if len(leases) != 2 {
 		t.Errorf("keys of two sidecars carry %d leases, want 2: %v", len(leases), leases)
@@ -150,11 +146,7 @@ func TestShutdown(t *testing.T) {
 
 	start := time.Now()
 	a.c.Shutdown()
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if err := a.keeper.Close(rctx); err != nil {
-		t.Fatal(err)
-	}
+	a.revoke()
 	if err := <-waiting; !errors.Is(err, ErrUnavailable) {
 		t.Errorf("waiter at shutdown: %v, want ErrUnavailable", err)
 	}
@@ -182,6 +174,7 @@ func TestShutdown(t *testing.T) {
 // every sidecar and the records in etcd tell it, and follows them as they
 // come, give up and are granted.
 func TestWaitersCountCallers(t *testing.T) {
+	parallel(t)
 	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
 	ctx := context.Background()
 	k := key(t, "turns")
@@ -255,11 +248,7 @@ func TestWaitersCountCallers(t *testing.T) {
 	waiters(1, "c1 holds, b3 contends")
 	handOn(c, "c1", b3)
 	waiters(0, "b3 holds alone")
-	resp, err := b.cli.Get(ctx, b.c.Layout().LockPrefix(k), clientv3.WithFirstCreate()...)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("read: %v", err)
-	}
-	if rec := keyspace.DecodeHolder(resp.Kvs[0].Value); rec.Owner != "b3" || rec.Queued != 0 {
+	if rec := b.first(t, k).Holder; rec.Owner != "b3" || rec.Queued != 0 {
 		t.Errorf("b3's record %+v, want b3's with nobody queued", rec)
 	}
 }

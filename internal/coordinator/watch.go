@@ -6,15 +6,12 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // hub is the sidecar's one watch on its scope's prefix. It feeds the local
 // waiters (one per lock: the owner of the turn) and reports deleted keys.
-// Watching from the current revision matters: etcd serves a watch that
-// starts in the past only every 100 ms, which caps hand-off rates.
 //
 // The watch is open only while a lock awaited or held here needs it (see
 // Coordinator.busy), and for a while after (linger): every sidecar
@@ -23,7 +20,7 @@ import (
 // current revision and everyone reads again once it is established, so
 // nothing deleted while it was closed goes unseen.
 type hub struct {
-	cli      *clientv3.Client
+	store    lockstore.Store
 	layout   keyspace.Layout
 	log      *slog.Logger
 	onDelete func(k keyspace.Key, key string, modRev int64)
@@ -61,9 +58,9 @@ func (w *waiter) coveredLocked(rev int64) bool {
 // deletion is a contender key's delete seen by the watch.
 type deletion struct{ modRev int64 }
 
-func newHub(cli *clientv3.Client, layout keyspace.Layout, log *slog.Logger, linger time.Duration, busy func() bool,
+func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, busy func() bool,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(from int64)) *hub {
-	return &hub{cli: cli, layout: layout, log: log, onDelete: onDelete, onResync: onResync, busy: busy, linger: linger,
+	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, busy: busy, linger: linger,
 		wake: make(chan struct{}, 1), regs: map[string]*waiter{}}
 }
 
@@ -174,16 +171,8 @@ func (h *hub) run(ctx context.Context) error {
 			}
 			continue
 		}
-		// No previous values: etcd would read each deleted key's last
-		// version from its backend, for every watching sidecar; revoking a
-		// lease with thousands of keys then stalls it. The key and the
-		// delete's revision are enough (see onDelete).
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
-		if next > 0 {
-			opts = append(opts, clientv3.WithRev(next))
-		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		idle := h.follow(h.cli.Watch(wctx, h.layout.Base(), opts...), &next)
+		wctx, cancel := context.WithCancel(ctx)
+		idle := h.follow(h.store.Watch(wctx, h.layout.Base(), next), &next)
 		cancel()
 		h.mu.Lock()
 		h.ok = false
@@ -203,7 +192,7 @@ func (h *hub) run(ctx context.Context) error {
 
 // follow handles the responses of one watch until it ends or has not been
 // needed for a linger (idle true); next is the revision to resume from.
-func (h *hub) follow(wch clientv3.WatchChan, next *int64) (idle bool) {
+func (h *hub) follow(wch <-chan lockstore.WatchResponse, next *int64) (idle bool) {
 	tick := time.NewTicker(h.linger / 2)
 	defer tick.Stop()
 	unneeded := 0
@@ -221,28 +210,25 @@ func (h *hub) follow(wch clientv3.WatchChan, next *int64) (idle bool) {
 			switch {
 			case !ok:
 				return false
-			case resp.CompactRevision != 0:
-				h.log.Warn("watch fell behind a compaction; reading everything again", "compactRevision", resp.CompactRevision)
+			case resp.Compacted:
+				h.log.Warn("watch fell behind a compaction; reading everything again", "revision", *next)
 				*next = 0
 				return false
-			case resp.Err() != nil:
-				h.log.Warn("watch failed; resuming", "err", resp.Err(), "revision", *next)
+			case resp.Err != nil:
+				h.log.Warn("watch failed; resuming", "err", resp.Err, "revision", *next)
 				return false
-			case resp.Created:
+			case resp.Established:
 				if *next == 0 {
-					*next = resp.Header.Revision + 1
+					*next = resp.Rev + 1
 				}
 				h.established(*next)
 				continue
 			}
-			for _, ev := range resp.Events {
-				*next = ev.Kv.ModRevision + 1
-				if ev.Type == clientv3.EventTypeDelete {
-					h.dispatch(ev)
-				}
+			for _, d := range resp.Deleted {
+				h.dispatch(d)
 			}
-			if resp.IsProgressNotify() && resp.Header.Revision >= *next {
-				*next = resp.Header.Revision + 1
+			if resp.Rev >= *next {
+				*next = resp.Rev + 1
 			}
 		}
 	}
@@ -261,13 +247,13 @@ func (h *hub) established(from int64) {
 	go h.onResync(from)
 }
 
-func (h *hub) dispatch(ev *clientv3.Event) {
-	key := string(ev.Kv.Key)
+func (h *hub) dispatch(d lockstore.Deletion) {
+	key := d.Key
 	k, pfx, ok := h.layout.ParseContender(key)
 	if !ok {
 		return
 	}
-	modRev := ev.Kv.ModRevision
+	modRev := d.Rev
 	h.mu.Lock()
 	if w := h.regs[pfx]; w != nil {
 		w.gone[key] = deletion{modRev: modRev}

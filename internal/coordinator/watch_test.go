@@ -35,6 +35,7 @@ func (s *sidecar) keepWatching(t *testing.T) {
 // awaiting one opens the watch, which closes a linger after the last lock
 // ends; deletes in the meantime are heard.
 func TestWatchOnlyWhileNeeded(t *testing.T) {
+	parallel(t)
 	const linger = 200 * time.Millisecond
 	short := func(c *Config) { c.WatchLinger, c.WatchDelay = linger, 100*time.Millisecond }
 	a, b := newSidecar(t, "pod-a", short), newSidecar(t, "pod-b", short)
@@ -51,9 +52,7 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 	if b.watchOpen() {
 		t.Error("a sidecar that holds nothing watches")
 	}
-	if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-		t.Fatal(err)
-	}
+	a.deleteKey(t, a.contenders(t, k)[0])
 	select {
 	case <-g.Done():
 	case <-time.After(5 * time.Second):
@@ -80,6 +79,7 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 
 // TestConfigWatchLinger: the linger must be at least 10ms.
 func TestConfigWatchLinger(t *testing.T) {
+	parallel(t)
 	c := Default()
 	c.WatchLinger = time.Millisecond
 	if err := c.Validate(); err == nil {
@@ -93,6 +93,7 @@ func TestConfigWatchLinger(t *testing.T) {
 // watched and its loss reported; listened to (Done) or force released
 // through its own sidecar, at once.
 func TestWatchDelay(t *testing.T) {
+	parallel(t)
 	ctx := context.Background()
 	never := func(c *Config) { c.WatchDelay = time.Minute }
 	t.Run("short locks never open the watch", func(t *testing.T) {
@@ -113,16 +114,14 @@ func TestWatchDelay(t *testing.T) {
 		a := newSidecar(t, "pod-again", never)
 		k := key(t, "again")
 		g := a.mustAcquire(t, k, "o")
-		ranges, txns := a.calls.Ranges(), a.calls.Txns()
+		ranges, txns := a.calls.Reads(), a.calls.Writes()
 		if again := a.mustAcquire(t, k, "o"); again.Fence != g.Fence {
 			t.Fatalf("held, asked again: fence %d, want %d", again.Fence, g.Fence)
 		}
-		if r, x := a.calls.Ranges()-ranges, a.calls.Txns()-txns; r != 1 || x != 0 {
+		if r, x := a.calls.Reads()-ranges, a.calls.Writes()-txns; r != 1 || x != 0 {
 			t.Errorf("asked again: %d reads and %d transactions; want 1 read", r, x)
 		}
-		if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-			t.Fatal(err)
-		}
+		a.deleteKey(t, a.contenders(t, k)[0])
 		other := newSidecar(t, "pod-other", never)
 		other.mustAcquire(t, k, "thief")
 		_, err := a.acquire(t, k, "o", 0)
@@ -144,9 +143,7 @@ func TestWatchDelay(t *testing.T) {
 		g := a.mustAcquire(t, k, "o")
 		// Deleted while young, with the watch closed: the watch opens when
 		// the delay is up and reads the keys older than itself.
-		if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-			t.Fatal(err)
-		}
+		a.deleteKey(t, a.contenders(t, k)[0])
 		waitFor(t, 5*time.Second, "the loss of the young lock", func() bool { return g.Err() != nil })
 		var le *LostError
 		if !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
@@ -158,9 +155,7 @@ func TestWatchDelay(t *testing.T) {
 		// Deleted once watched: the watch reports it.
 		g = a.mustAcquire(t, k, "o")
 		waitFor(t, 5*time.Second, "the watch", a.watchOpen)
-		if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-			t.Fatal(err)
-		}
+		a.deleteKey(t, a.contenders(t, k)[0])
 		waitFor(t, 5*time.Second, "the loss of the watched lock", func() bool { return g.Err() != nil })
 	})
 	t.Run("Done opens the watch at once", func(t *testing.T) {
@@ -169,9 +164,7 @@ func TestWatchDelay(t *testing.T) {
 		g := a.mustAcquire(t, k, "o")
 		done := g.Done()
 		waitFor(t, 5*time.Second, "the watch", a.watchOpen)
-		if _, err := a.cli.Delete(ctx, a.contenders(t, k)[0]); err != nil {
-			t.Fatal(err)
-		}
+		a.deleteKey(t, a.contenders(t, k)[0])
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
@@ -197,6 +190,7 @@ func TestWatchDelay(t *testing.T) {
 
 // TestConfigWatchDelay: the delay is 0 to 1m.
 func TestConfigWatchDelay(t *testing.T) {
+	parallel(t)
 	for _, d := range []time.Duration{-time.Millisecond, time.Minute + time.Millisecond} {
 		c := Default()
 		c.WatchDelay = d

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestParseKey(t *testing.T) {
@@ -90,7 +88,7 @@ func TestLayout(t *testing.T) {
 	if got, want := l.LockPrefix(y), "/baton/v1/team-a/locks/x%2Fy/"; got != want {
 		t.Errorf("LockPrefix(x/y) = %q, want %q", got, want)
 	}
-	if got, want := l.ContenderKey(y, clientv3.LeaseID(0x1f)), "/baton/v1/team-a/locks/x%2Fy/1f"; got != want {
+	if got, want := l.ContenderKey(y, 0x1f), "/baton/v1/team-a/locks/x%2Fy/1f"; got != want {
 		t.Errorf("ContenderKey = %q, want %q", got, want)
 	}
 	if strings.HasPrefix(l.ContenderKey(y, 1), l.LockPrefix(x)) {

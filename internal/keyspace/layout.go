@@ -3,8 +3,6 @@ package keyspace
 import (
 	"fmt"
 	"strings"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Layout builds the etcd keys of one scope.
@@ -36,10 +34,11 @@ func (l Layout) LockPrefix(k Key) string { return l.base + Escape(k.s) + "/" }
 // `etcdctl lock` contend for lock k.
 func (l Layout) MutexName(k Key) string { return l.base + Escape(k.s) }
 
-// ContenderKey is the key a session with the given lease writes to contend
-// for lock k: the layout of concurrency.Mutex.
-func (l Layout) ContenderKey(k Key, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s%x", l.LockPrefix(k), int64(lease))
+// ContenderKey is the key a session whose (first) lease has id lease writes
+// to contend for lock k: the layout of concurrency.Mutex, the lease id in
+// hex.
+func (l Layout) ContenderKey(k Key, lease int64) string {
+	return fmt.Sprintf("%s%x", l.LockPrefix(k), lease)
 }
 
 // ListPrefix is the etcd prefix of every lock whose key starts with p, a

@@ -27,6 +27,7 @@ import (
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
 // The package's tests share one real kube-apiserver (envtest, with the
@@ -164,7 +165,7 @@ func newSidecar(t *testing.T, scope, pod string) *sidecar {
 	cfg := coordinator.Default()
 	cfg.Scope = scope
 	cfg.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1"}
-	c, err := coordinator.New(cfg, cli, keeper, log)
+	c, err := coordinator.New(cfg, etcdstore.New(cli, cfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
 	if err != nil {
 		t.Fatal(err)
 	}

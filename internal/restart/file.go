@@ -12,9 +12,8 @@ import (
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // State is what a sidecar keeps next to its socket so that, restarted
@@ -71,18 +70,18 @@ type endedLock struct {
 }
 
 // LeaseIDs returns the state's leases, none when it has none.
-func (s State) LeaseIDs() []clientv3.LeaseID {
-	var ids []clientv3.LeaseID
+func (s State) LeaseIDs() []lockstore.LeaseID {
+	var ids []lockstore.LeaseID
 	for _, l := range s.Leases {
 		if id, err := strconv.ParseInt(l, 16, 64); err == nil && id != 0 {
-			ids = append(ids, clientv3.LeaseID(id))
+			ids = append(ids, lockstore.LeaseID(id))
 		}
 	}
 	return ids
 }
 
 // leasesHex writes ids as the state file keeps them.
-func leasesHex(ids []clientv3.LeaseID) []string {
+func leasesHex(ids []lockstore.LeaseID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = strconv.FormatInt(int64(id), 16)

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // Keep takes over the locks of the process before this one (it crashed
 // while the app ran on) if the keeper resumed their lease, or reports them
 // lost to their owners.
-func Keep(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordinator, prev State, log *slog.Logger) {
-	sess, err := keeper.Current()
+func Keep(ctx context.Context, sessions lockstore.Sessions, coord *coordinator.Coordinator, prev State, log *slog.Logger) {
+	sess, err := sessions.Current()
 	if err != nil || !sess.Resumed() || !slices.ContainsFunc(prev.LeaseIDs(), sess.Owns) {
 		coord.Forget(prev.Locks)
 		return
@@ -43,7 +43,7 @@ func Keep(ctx context.Context, keeper *lease.Keeper, coord *coordinator.Coordina
 // compete with etcd for the disk. A lock granted in the last moments before
 // a crash may so be missing from the file; the restarted sidecar then
 // deletes its key, and its owner learns at its next call (404 not_held).
-func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinator, keeper *lease.Keeper) error {
+func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinator, sessions lockstore.Sessions) error {
 	w := &stateWriter{path: path, scope: scope}
 	defer w.closeFile()
 	delay := saveDelay
@@ -61,7 +61,7 @@ func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinato
 		start := time.Now()
 		changes, held, complete := coord.HeldChanges()
 		var leases []string // read after the changes: it has every lease they use
-		if s, err := keeper.Current(); err == nil {
+		if s, err := sessions.Current(); err == nil {
 			leases = leasesHex(s.IDs())
 		}
 		var err error

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
 var testEtcd *etcdtest.Server
@@ -57,7 +58,7 @@ func newAPI(t testing.TB, pod string, mods ...func(*coordinator.Config, *Config)
 	for _, m := range mods {
 		m(&ccfg, &scfg)
 	}
-	coord, err := coordinator.New(ccfg, cli, keeper, log)
+	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (w *world) rawShaped() contender {
 		if err != nil {
 			return "", nil, err
 		}
-		pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, l)
+		pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, int64(l))
 		now := time.Now()
 		rec := keyspace.Holder{Owner: fmt.Sprintf("c%d", i), Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
 		r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).

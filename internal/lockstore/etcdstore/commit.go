@@ -1,4 +1,4 @@
-package coordinator
+package etcdstore
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// lockTxn is a transaction on one contender key: a try, a queueing, a
-// release or an extend each make one.
+// lockTxn is a transaction on one contender key: each write of the Store
+// makes one.
 type lockTxn struct {
 	key  string // the contender key it may write
 	cmp  []clientv3.Cmp
@@ -50,7 +50,7 @@ const maxBatch = 64
 type committer struct {
 	kv        clientv3.KV
 	timeout   time.Duration
-	committed func(n int) // told the size of each batch etcd took
+	committed func(n int) // told the size of each batch etcd took; never nil
 
 	mu      sync.Mutex
 	running bool // a transaction is in flight
@@ -66,8 +66,8 @@ type pendingTxn struct {
 	done chan struct{}
 }
 
-func newCommitter(kv clientv3.KV, timeout time.Duration) *committer {
-	return &committer{kv: kv, timeout: timeout, max: maxBatch, committed: func(int) {}}
+func newCommitter(kv clientv3.KV, timeout time.Duration, committed func(n int)) *committer {
+	return &committer{kv: kv, timeout: timeout, max: maxBatch, committed: committed}
 }
 
 // do commits t, with whatever else is queued, and returns its outcome. It

@@ -1,0 +1,185 @@
+// Package etcdstore is the lock engine's store on etcd: every etcd call of
+// the coordinator goes through it. Writes go through a group committer
+// (one etcd transaction carries the writes of many callers at once), reads
+// are linearizable, and one watch per sidecar follows the scope.
+package etcdstore
+
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// Store is lockstore.Store on an etcd client.
+type Store struct {
+	cli     *clientv3.Client
+	commits *committer
+}
+
+var _ lockstore.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// OnCommit makes f hear the number of writes each etcd transaction carried.
+func OnCommit(f func(n int)) Option { return func(s *Store) { s.commits.committed = f } }
+
+// New returns a Store on cli whose writes each take at most timeout.
+func New(cli *clientv3.Client, timeout time.Duration, opts ...Option) *Store {
+	s := &Store{cli: cli, commits: newCommitter(cli, timeout, func(int) {})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Try implements lockstore.Store. A refused try costs a raft entry (a
+// transaction with a write branch); the coordinator reads first when it
+// expects a refusal.
+func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	r, err := s.commits.do(lockTxn{key: p.Key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "=", 0).WithPrefix()},
+		then: []clientv3.Op{put(p)},
+		els:  []clientv3.Op{clientv3.OpGet(lock, clientv3.WithFirstCreate()...)},
+	})
+	if err != nil || r.succeeded {
+		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+	}
+	return lockstore.Outcome{Rev: r.revision, First: first(r.responses[0].GetResponseRange().Kvs)}, nil
+}
+
+// Queue implements lockstore.Store: the transaction that creates the key
+// reads the names of the contenders, so a waiter knows its place without a
+// second round trip.
+func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	r, err := s.commits.do(lockTxn{key: p.Key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
+		then: []clientv3.Op{put(p), clientv3.OpGet(lock, newestFirst()...)},
+	})
+	if err != nil || !r.succeeded {
+		return lockstore.Outcome{Rev: r.revision}, err
+	}
+	return lockstore.Outcome{OK: true, Rev: r.revision, Ahead: namesBefore(r.responses[1].GetResponseRange().Kvs, r.revision)}, nil
+}
+
+// Update implements lockstore.Store.
+func (s *Store) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
+	cmp := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", create)}
+	if mod != 0 {
+		cmp = append(cmp, clientv3.Compare(clientv3.ModRevision(p.Key), "=", mod))
+	}
+	r, err := s.commits.do(lockTxn{key: p.Key, cmp: cmp, then: []clientv3.Op{put(p)}})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+}
+
+// Delete implements lockstore.Store. It compares the key's create revision,
+// so it never removes a newer key of the same name (etcd #22082).
+func (s *Store) Delete(key string, create int64) (lockstore.Outcome, error) {
+	cmp := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)}
+	if create == 0 {
+		cmp[0] = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+	}
+	r, err := s.commits.do(lockTxn{key: key, cmp: cmp, then: []clientv3.Op{clientv3.OpDelete(key)}})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+}
+
+// First implements lockstore.Store.
+func (s *Store) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
+	resp, err := s.cli.Get(ctx, lock, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return nil, err
+	}
+	return first(resp.Kvs), nil
+}
+
+// Ahead implements lockstore.Store in one read-only transaction: a
+// linearizable read, no raft entry. etcd reads the whole prefix for a
+// create-revision filter whatever the limit, so reading the keys without
+// values costs no more.
+func (s *Store) Ahead(ctx context.Context, lock, key string, create int64) ([]string, int64, bool, error) {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", create)).
+		Then(clientv3.OpGet(lock, append(newestFirst(), clientv3.WithMaxCreateRev(create-1))...)).
+		Commit()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if !resp.Succeeded {
+		return nil, resp.Header.Revision, false, nil
+	}
+	return namesBefore(resp.Responses[0].GetResponseRange().Kvs, create), resp.Header.Revision, true, nil
+}
+
+// Contenders implements lockstore.Store.
+func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]lockstore.Contender, bool, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, false, err
+	}
+	cs := make([]lockstore.Contender, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		cs[i] = contenderOf(kv)
+	}
+	return cs, resp.More, nil
+}
+
+// Holds implements lockstore.Store.
+func (s *Store) Holds(ctx context.Context, key string, create int64) (bool, error) {
+	resp, err := s.cli.Get(ctx, key, clientv3.WithKeysOnly())
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == create, nil
+}
+
+// LeaseGone implements lockstore.Store.
+func (s *Store) LeaseGone(ctx context.Context, id lockstore.LeaseID) (bool, error) {
+	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return false, err
+	}
+	return ttl.TTL == -1, nil
+}
+
+func put(p lockstore.Put) clientv3.Op {
+	return clientv3.OpPut(p.Key, p.Record.Encode(), clientv3.WithLease(clientv3.LeaseID(p.Lease)))
+}
+
+// newestFirst reads the contender keys of a lock, names only, the last
+// created first.
+func newestFirst() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
+}
+
+// namesBefore returns the names of the keys of kvs created before rev, in
+// their order.
+func namesBefore(kvs []*mvccpb.KeyValue, rev int64) []string {
+	var names []string
+	for _, kv := range kvs {
+		if kv.CreateRevision < rev {
+			names = append(names, string(kv.Key))
+		}
+	}
+	return names
+}
+
+// first returns the contender of a range read with
+// clientv3.WithFirstCreate, nil when it found none.
+func first(kvs []*mvccpb.KeyValue) *lockstore.Contender {
+	if len(kvs) == 0 {
+		return nil
+	}
+	c := contenderOf(kvs[0])
+	return &c
+}
+
+func contenderOf(kv *mvccpb.KeyValue) lockstore.Contender {
+	return lockstore.Contender{Key: string(kv.Key), Create: kv.CreateRevision, Mod: kv.ModRevision,
+		Lease: lockstore.LeaseID(kv.Lease), Holder: keyspace.DecodeHolder(kv.Value)}
+}

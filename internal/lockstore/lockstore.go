@@ -1,0 +1,152 @@
+// Package lockstore is the storage seam of the lock engine: the few
+// operations on contender keys that the coordinator's algorithm needs,
+// expressed in lock terms, and the sessions whose leases carry the keys.
+//
+// The coordinator decides (local turns, holders, deadlines, loss); a Store
+// only reads and writes. Package etcdstore is the store a sidecar runs on;
+// Memory is an in-memory store for fast tests of the coordinator's logic.
+// Both pass the same conformance suite (package storetest), so a test that
+// passes on Memory says something about etcd.
+//
+// A lock is a key prefix; each contender for it is one key under the
+// prefix, named after the contender's session (keyspace.Layout). The
+// contender created first holds the lock, and its create revision is the
+// fencing token: the layout of etcd's concurrency.Mutex.
+package lockstore
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// LeaseID names a lease: every key written with it goes when it ends.
+type LeaseID int64
+
+// Contender is one contender key as the store has it.
+type Contender struct {
+	// Key is the key's name (keyspace.Layout.ContenderKey).
+	Key string
+	// Create is its create revision: its place in line, and its fence
+	// when it holds the lock.
+	Create int64
+	// Mod is the revision of its last write.
+	Mod int64
+	// Lease carries the key.
+	Lease LeaseID
+	// Holder is its record: who holds or awaits the lock.
+	Holder keyspace.Holder
+}
+
+// Put is a write of one of this sidecar's contender keys.
+type Put struct {
+	Key    string          // the contender key
+	Lease  LeaseID         // the lease that carries it
+	Record keyspace.Holder // its value
+}
+
+// Outcome is the outcome of a write.
+type Outcome struct {
+	// OK says the write's condition held and it was applied.
+	OK bool
+	// Rev is the revision of the write when OK (a key it created was
+	// created at Rev), else the revision the store was at.
+	Rev int64
+	// First is, for a Try refused, the lock's first contender.
+	First *Contender
+	// Ahead is, for a Queue applied, the contenders created before the new
+	// key, by name, the last created first.
+	Ahead []string
+}
+
+// Store reads and writes the contender keys of one etcd (or an image of
+// one). Writes take no context: once asked, a write is carried out or
+// fails within the store's own time-out whatever happens to the caller, so
+// that its outcome is known. Reads are linearizable. Any error means the
+// store could not be asked or did not answer (the caller's context ended,
+// etcd out of reach): the outcome of a write that failed is unknown.
+type Store interface {
+	// Try creates p.Key if the lock (the key prefix lock) has no contender:
+	// the lock is granted, fenced at Outcome.Rev. Else it writes nothing
+	// and Outcome.First is the holder.
+	Try(lock string, p Put) (Outcome, error)
+	// Queue creates p.Key under lock unless it exists (then !OK) and
+	// reports in the same step the contenders created before it.
+	Queue(lock string, p Put) (Outcome, error)
+	// Update writes p.Record into p.Key if the key is still the one
+	// created at create and, when mod is not 0, last written at mod.
+	Update(p Put, create, mod int64) (Outcome, error)
+	// Delete deletes key if it is the one created at create; with create
+	// 0, whatever its revision. OK is false when the key was not there.
+	Delete(key string, create int64) (Outcome, error)
+
+	// First reads the lock's first contender: its holder, nil when free.
+	First(ctx context.Context, lock string) (*Contender, error)
+	// Ahead reads the contenders of lock created before create, by name,
+	// the last created first, and whether key is still the one created at
+	// create (mine). rev is the revision the read saw.
+	Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error)
+	// Contenders reads the contender keys under prefix in key order, at
+	// most limit of them (0: all); more says there were more.
+	Contenders(ctx context.Context, prefix string, limit int) (cs []Contender, more bool, err error)
+	// Holds reads whether key is the one created at create.
+	Holds(ctx context.Context, key string, create int64) (bool, error)
+	// LeaseGone reads whether lease id has expired or was revoked.
+	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
+
+	// Watch reports the keys deleted under prefix from revision from (0:
+	// from now on), until ctx ends or the watch fails; then the channel is
+	// closed. Its first response is Established.
+	Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse
+}
+
+// WatchResponse is one response of a Watch.
+type WatchResponse struct {
+	// Established: the watch is open; Rev is the store's revision then.
+	Established bool
+	// Rev is a revision up to which every delete has been reported (0:
+	// none new).
+	Rev int64
+	// Deleted are the keys deleted, in revision order.
+	Deleted []Deletion
+	// Compacted: deletes from the revision asked for are no longer known;
+	// the watch ends, and its owner must read everything again.
+	Compacted bool
+	// Err ends the watch.
+	Err error
+}
+
+// Deletion is the delete of one key.
+type Deletion struct {
+	Key string
+	Rev int64
+}
+
+// Session is a sidecar's session: the leases that carry its keys, all of
+// which go when it ends.
+type Session interface {
+	// ID is the session's first lease: it names the session's keys.
+	ID() LeaseID
+	// LeaseFor returns the lease the next key should carry, given that the
+	// session carries about load keys already.
+	LeaseFor(load int) LeaseID
+	// IDs returns every lease of the session.
+	IDs() []LeaseID
+	// Owns reports whether id is one of the session's leases.
+	Owns(id LeaseID) bool
+	// Resumed reports whether the session continues the leases of an
+	// earlier process.
+	Resumed() bool
+	// Done is closed when the session ends.
+	Done() <-chan struct{}
+	// Alive reports whether Done is still open.
+	Alive() bool
+}
+
+// Sessions gives the sidecar's current session.
+type Sessions interface {
+	// Current returns the live session or an error at once.
+	Current() (Session, error)
+	// Wait returns the live session, waiting for one until ctx ends.
+	Wait(ctx context.Context) (Session, error)
+}

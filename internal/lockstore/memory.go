@@ -1,0 +1,252 @@
+package lockstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// ErrDown is the error of every call to a Memory made unavailable with
+// SetDown, as a store out of reach answers.
+var ErrDown = errors.New("memory store: down")
+
+// Memory is a Store kept in memory, with the revisions, leases and watches
+// of etcd, for tests of the coordinator's logic that run in milliseconds.
+// Its sessions never expire by themselves: a test ends one with End. It
+// passes the conformance suite that etcdstore passes (package storetest).
+type Memory struct {
+	mu       sync.Mutex
+	rev      int64
+	keys     map[string]*memKey
+	leases   map[LeaseID]map[string]bool // live leases and the keys they carry
+	lastID   LeaseID
+	down     bool
+	history  []Deletion // the last deletes, for watches that resume in the past
+	forgot   int64      // the revision of the last delete dropped from history
+	watches  map[*memWatch]bool
+	sessions []*MemSession // every session made, for LoseSessions
+}
+
+// memKey is one key of a Memory.
+type memKey struct{ c Contender }
+
+// maxHistory bounds the deletes a Memory keeps for watches that resume in
+// the past; past it, they see a compaction.
+const maxHistory = 4096
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory {
+	return &Memory{rev: 1, keys: map[string]*memKey{}, leases: map[LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}}
+}
+
+// SetDown makes every call fail with ErrDown (true) and every watch end,
+// as when etcd cannot be reached, or serves again (false).
+func (m *Memory) SetDown(down bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.down = down
+	if down {
+		for w := range m.watches {
+			w.fail(ErrDown)
+			delete(m.watches, w)
+		}
+	}
+}
+
+// Try implements Store.
+func (m *Memory) Try(lock string, p Put) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkWrite(p); err != nil {
+		return Outcome{}, err
+	}
+	if f := m.firstLocked(lock); f != nil {
+		return Outcome{Rev: m.rev, First: f}, nil
+	}
+	return Outcome{OK: true, Rev: m.putLocked(p)}, nil
+}
+
+// Queue implements Store.
+func (m *Memory) Queue(lock string, p Put) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkWrite(p); err != nil {
+		return Outcome{}, err
+	}
+	if m.keys[p.Key] != nil {
+		return Outcome{Rev: m.rev}, nil
+	}
+	rev := m.putLocked(p)
+	ahead, _, _ := m.aheadLocked(lock, p.Key, rev)
+	return Outcome{OK: true, Rev: rev, Ahead: ahead}, nil
+}
+
+// Update implements Store.
+func (m *Memory) Update(p Put, create, mod int64) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkWrite(p); err != nil {
+		return Outcome{}, err
+	}
+	k := m.keys[p.Key]
+	if k == nil || k.c.Create != create || (mod != 0 && k.c.Mod != mod) {
+		return Outcome{Rev: m.rev}, nil
+	}
+	return Outcome{OK: true, Rev: m.putLocked(p)}, nil
+}
+
+// Delete implements Store.
+func (m *Memory) Delete(key string, create int64) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return Outcome{}, ErrDown
+	}
+	k := m.keys[key]
+	if k == nil || (create != 0 && k.c.Create != create) {
+		return Outcome{Rev: m.rev}, nil
+	}
+	m.rev++
+	m.deleteLocked(key, m.rev)
+	return Outcome{OK: true, Rev: m.rev}, nil
+}
+
+// checkWrite refuses a write when down or when its lease is gone, as etcd
+// does.
+func (m *Memory) checkWrite(p Put) error {
+	switch {
+	case m.down:
+		return ErrDown
+	case m.leases[p.Lease] == nil:
+		return errors.New("memory store: requested lease not found")
+	}
+	return nil
+}
+
+// putLocked writes p at a new revision and returns it.
+func (m *Memory) putLocked(p Put) int64 {
+	m.rev++
+	k := m.keys[p.Key]
+	if k == nil {
+		k = &memKey{c: Contender{Key: p.Key, Create: m.rev}}
+		m.keys[p.Key] = k
+	}
+	if old := m.leases[k.c.Lease]; old != nil {
+		delete(old, p.Key)
+	}
+	m.leases[p.Lease][p.Key] = true
+	k.c.Mod, k.c.Lease, k.c.Holder = m.rev, p.Lease, p.Record
+	return m.rev
+}
+
+// deleteLocked deletes key at revision rev and tells the watches.
+func (m *Memory) deleteLocked(key string, rev int64) {
+	k := m.keys[key]
+	delete(m.keys, key)
+	if l := m.leases[k.c.Lease]; l != nil {
+		delete(l, key)
+	}
+	d := Deletion{Key: key, Rev: rev}
+	if len(m.history) == maxHistory {
+		m.forgot = m.history[maxHistory/2-1].Rev
+		m.history = slices.Delete(m.history, 0, maxHistory/2)
+	}
+	m.history = append(m.history, d)
+	for w := range m.watches {
+		if strings.HasPrefix(key, w.prefix) {
+			w.send(WatchResponse{Rev: rev, Deleted: []Deletion{d}})
+		}
+	}
+}
+
+// under returns the keys under prefix in key order.
+func (m *Memory) under(prefix string) []Contender {
+	var cs []Contender
+	for name, k := range m.keys {
+		if strings.HasPrefix(name, prefix) {
+			cs = append(cs, k.c)
+		}
+	}
+	slices.SortFunc(cs, func(a, b Contender) int { return strings.Compare(a.Key, b.Key) })
+	return cs
+}
+
+func (m *Memory) firstLocked(lock string) *Contender {
+	cs := m.under(lock)
+	if len(cs) == 0 {
+		return nil
+	}
+	f := slices.MinFunc(cs, func(a, b Contender) int { return cmp.Compare(a.Create, b.Create) })
+	return &f
+}
+
+func (m *Memory) aheadLocked(lock, key string, create int64) (ahead []string, rev int64, mine bool) {
+	if k := m.keys[key]; k == nil || k.c.Create != create {
+		return nil, m.rev, false
+	}
+	cs := m.under(lock)
+	slices.SortFunc(cs, func(a, b Contender) int { return cmp.Compare(b.Create, a.Create) })
+	for _, c := range cs {
+		if c.Create < create {
+			ahead = append(ahead, c.Key)
+		}
+	}
+	return ahead, m.rev, true
+}
+
+// read runs f under the store's lock, as a linearizable read.
+func (m *Memory) read(ctx context.Context, f func()) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return ErrDown
+	}
+	f()
+	return nil
+}
+
+// First implements Store.
+func (m *Memory) First(ctx context.Context, lock string) (f *Contender, err error) {
+	err = m.read(ctx, func() { f = m.firstLocked(lock) })
+	return f, err
+}
+
+// Ahead implements Store.
+func (m *Memory) Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error) {
+	err = m.read(ctx, func() { ahead, rev, mine = m.aheadLocked(lock, key, create) })
+	return ahead, rev, mine, err
+}
+
+// Contenders implements Store.
+func (m *Memory) Contenders(ctx context.Context, prefix string, limit int) (cs []Contender, more bool, err error) {
+	err = m.read(ctx, func() {
+		cs = m.under(prefix)
+		if limit > 0 && len(cs) > limit {
+			cs, more = cs[:limit], true
+		}
+	})
+	return cs, more, err
+}
+
+// Holds implements Store.
+func (m *Memory) Holds(ctx context.Context, key string, create int64) (ok bool, err error) {
+	err = m.read(ctx, func() {
+		k := m.keys[key]
+		ok = k != nil && k.c.Create == create
+	})
+	return ok, err
+}
+
+// LeaseGone implements Store.
+func (m *Memory) LeaseGone(ctx context.Context, id LeaseID) (gone bool, err error) {
+	err = m.read(ctx, func() { gone = m.leases[id] == nil })
+	return gone, err
+}
