@@ -30,33 +30,6 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// Observer hears what happens to locks, for metrics. Keys are lock keys as
-// the user wrote them.
-type Observer interface {
-	// Acquired: an acquire ended with result granted, refused,
-	// wait_timeout or error; waited says it was a blocking one.
-	Acquired(key, result string, waited bool, wait time.Duration)
-	// Waiting: delta callers started (+1) or stopped (-1) waiting.
-	Waiting(key string, delta int)
-	// Granted: a lock is now held.
-	Granted(key string)
-	// Ended: a held lock ended; reason is "" for its owner's release.
-	Ended(key, reason string, heldFor time.Duration)
-}
-
-// Option configures a Coordinator.
-type Option func(*Coordinator)
-
-// WithObserver makes o hear what happens to locks.
-func WithObserver(o Observer) Option { return func(c *Coordinator) { c.obs = o } }
-
-type nopObserver struct{}
-
-func (nopObserver) Acquired(string, string, bool, time.Duration) {}
-func (nopObserver) Waiting(string, int)                          {}
-func (nopObserver) Granted(string)                               {}
-func (nopObserver) Ended(string, string, time.Duration)          {}
-
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
 	cfg      Config
@@ -242,140 +215,6 @@ func (c *Coordinator) Shutdown() {
 	}
 }
 
-// session returns the current session, waiting for one a bounded time
-// (the sidecar is starting or etcd was away), and makes sure its end is
-// watched.
-func (c *Coordinator) session(ctx context.Context) (lockstore.Session, error) {
-	wctx, cancel := c.etcdCtx(ctx)
-	s, err := c.sessions.Wait(wctx)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	c.mu.Lock()
-	c.watchLocked(s)
-	c.mu.Unlock()
-	return s, nil
-}
-
-// watchLocked makes sure the end of s is watched.
-func (c *Coordinator) watchLocked(s lockstore.Session) {
-	if !c.watching[s] {
-		c.watching[s] = true
-		go c.watchSession(s)
-	}
-}
-
-// watchSession marks every lock of s lost when s ends.
-func (c *Coordinator) watchSession(s lockstore.Session) {
-	select {
-	case <-s.Done():
-	case <-c.stop.Done():
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.watching, s)
-	for _, e := range c.locks {
-		if h := e.held; h != nil && h.sess == s {
-			c.loseLocked(e, h, LeaseLost)
-			// The key went with the lease; the next local caller contends
-			// under a new session with a new key, so the turn can pass.
-			c.passTurnLocked(e)
-		}
-	}
-}
-
-// ref returns the entry of k with one more reference; unref drops it.
-func (c *Coordinator) refLocked(k keyspace.Key) *entry {
-	e := c.locks[k.String()]
-	if e == nil {
-		e = &entry{key: k}
-		c.locks[k.String()] = e
-	}
-	e.refs++
-	return e
-}
-
-func (c *Coordinator) unrefLocked(e *entry) {
-	e.refs--
-	c.dropIfIdleLocked(e)
-}
-
-// dropIfIdleLocked forgets an entry nobody uses.
-func (c *Coordinator) dropIfIdleLocked(e *entry) {
-	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
-		delete(c.locks, e.key.String())
-	}
-}
-
-func (c *Coordinator) unref(e *entry) {
-	c.mu.Lock()
-	c.unrefLocked(e)
-	c.mu.Unlock()
-}
-
-// tryTurnLocked takes the turn if it is free.
-func (c *Coordinator) tryTurnLocked(e *entry) bool {
-	if e.busy {
-		return false
-	}
-	e.busy = true
-	return true
-}
-
-// waitTurnLocked queues for the turn in FIFO order. A waiter (a blocking
-// acquire, not a try waiting out a release) is counted in the lock's record
-// while it queues. It must be called with c.mu held and returns with c.mu
-// held.
-func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry, waiter bool) error {
-	if c.tryTurnLocked(e) {
-		return nil
-	}
-	if waiter {
-		c.queueChangedLocked(e, 1)
-		defer c.queueChangedLocked(e, -1)
-	}
-	ch := make(chan struct{})
-	e.queue = append(e.queue, ch)
-	c.mu.Unlock()
-	var err error
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-c.stop.Done():
-		err = fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	c.mu.Lock()
-	if err == nil {
-		return nil
-	}
-	for i, q := range e.queue {
-		if q == ch {
-			e.queue = append(e.queue[:i], e.queue[i+1:]...)
-			return err
-		}
-	}
-	// The turn was handed to us while we gave up: pass it on.
-	c.passTurnLocked(e)
-	return err
-}
-
-// passTurnLocked gives the turn to the next queued caller, or frees it.
-func (c *Coordinator) passTurnLocked(e *entry) {
-	e.retiring = false
-	e.rec = nil // the key is gone, or goes with its session
-	if len(e.queue) == 0 {
-		e.busy = false
-		c.dropIfIdleLocked(e)
-		return
-	}
-	next := e.queue[0]
-	e.queue = e.queue[1:]
-	close(next)
-}
-
 // loseLocked ends h as lost for reason and remembers it for its owner.
 func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 	if e.held != h {
@@ -440,13 +279,6 @@ func (c *Coordinator) signalLocked() {
 	case c.changes <- struct{}{}:
 	default:
 	}
-}
-
-// leaveTurn passes the turn on.
-func (c *Coordinator) leaveTurn(e *entry) {
-	c.mu.Lock()
-	c.passTurnLocked(e)
-	c.mu.Unlock()
 }
 
 func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {

@@ -1,0 +1,112 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// A lock's turn is this sidecar's one contender slot for it: whoever has
+// the turn owns the sidecar's contender key of the lock, and the other
+// local callers queue for the turn in FIFO order. etcd's concurrency.Mutex
+// is re-entrant per session, so without the turn two local callers could
+// "hold" one lock.
+
+// refLocked returns the entry of k with one more reference; unrefLocked
+// drops it.
+func (c *Coordinator) refLocked(k keyspace.Key) *entry {
+	e := c.locks[k.String()]
+	if e == nil {
+		e = &entry{key: k}
+		c.locks[k.String()] = e
+	}
+	e.refs++
+	return e
+}
+
+func (c *Coordinator) unrefLocked(e *entry) {
+	e.refs--
+	c.dropIfIdleLocked(e)
+}
+
+// dropIfIdleLocked forgets an entry nobody uses.
+func (c *Coordinator) dropIfIdleLocked(e *entry) {
+	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
+		delete(c.locks, e.key.String())
+	}
+}
+
+func (c *Coordinator) unref(e *entry) {
+	c.mu.Lock()
+	c.unrefLocked(e)
+	c.mu.Unlock()
+}
+
+// tryTurnLocked takes the turn if it is free.
+func (c *Coordinator) tryTurnLocked(e *entry) bool {
+	if e.busy {
+		return false
+	}
+	e.busy = true
+	return true
+}
+
+// waitTurnLocked queues for the turn in FIFO order. A waiter (a blocking
+// acquire, not a try waiting out a release) is counted in the lock's record
+// while it queues. It must be called with c.mu held and returns with c.mu
+// held.
+func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry, waiter bool) error {
+	if c.tryTurnLocked(e) {
+		return nil
+	}
+	if waiter {
+		c.queueChangedLocked(e, 1)
+		defer c.queueChangedLocked(e, -1)
+	}
+	ch := make(chan struct{})
+	e.queue = append(e.queue, ch)
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.stop.Done():
+		err = fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	c.mu.Lock()
+	if err == nil {
+		return nil
+	}
+	for i, q := range e.queue {
+		if q == ch {
+			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			return err
+		}
+	}
+	// The turn was handed to us while we gave up: pass it on.
+	c.passTurnLocked(e)
+	return err
+}
+
+// passTurnLocked gives the turn to the next queued caller, or frees it.
+func (c *Coordinator) passTurnLocked(e *entry) {
+	e.retiring = false
+	e.rec = nil // the key is gone, or goes with its session
+	if len(e.queue) == 0 {
+		e.busy = false
+		c.dropIfIdleLocked(e)
+		return
+	}
+	next := e.queue[0]
+	e.queue = e.queue[1:]
+	close(next)
+}
+
+// leaveTurn passes the turn on.
+func (c *Coordinator) leaveTurn(e *entry) {
+	c.mu.Lock()
+	c.passTurnLocked(e)
+	c.mu.Unlock()
+}

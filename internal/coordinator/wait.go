@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// errWaitOver is the cause of a wait's context when the wait runs out.
+var errWaitOver = errors.New("wait over")
+
+// queueLocked waits for the lock, with c.mu locked, which it unlocks: in
+// line for the turn behind the callers of this sidecar, then in etcd.
+func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	if c.waiting >= c.cfg.MaxWaiters {
+		c.mu.Unlock()
+		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar (--max-waiters)", req.Key, ErrTooManyWaiters, c.waiting)
+	}
+	c.waiting++
+	c.hub.want() // whatever it waits behind, it must hear of its end
+	c.obs.Waiting(req.Key.String(), 1)
+	defer func() {
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		c.obs.Waiting(req.Key.String(), -1)
+	}()
+	if e.busy && req.OnQueued != nil {
+		req.OnQueued(len(e.queue) + 1)
+	}
+	if err := c.waitTurnLocked(ctx, e, true); err != nil {
+		c.mu.Unlock()
+		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
+	}
+	c.mu.Unlock()
+	return c.waitThrough(ctx, e, req, start)
+}
+
+// waitThrough waits for the lock (the caller has the turn) and rides out
+// etcd being out of reach: when a wait fails for want of etcd, or its
+// session ends and takes the contender key with it, it queues again on the
+// next session (behind whoever queued meanwhile) until the caller's wait
+// runs out. Nothing is granted without an etcd commit; a wait that runs
+// out while etcd is still unreachable answers unavailable.
+func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	retry := retryBackoff(time.Second)
+	for {
+		g, err := c.wait(ctx, e, req, start)
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return g, err
+		}
+		c.log.Debug("waiting through an etcd outage", "lock", req.Key.String(), "owner", req.Owner, "err", err)
+		select {
+		case <-time.After(retry.NextBackOff()):
+		case <-ctx.Done():
+			return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+		case <-c.stop.Done():
+			return Grant{}, err
+		}
+		c.mu.Lock()
+		if e.busy && req.OnQueued != nil {
+			// Behind a local caller again: say so, as on arrival (a hold
+			// stream may not have told its caller anything yet).
+			req.OnQueued(len(e.queue) + 1)
+		}
+		if err := c.waitTurnLocked(ctx, e, true); err != nil {
+			c.mu.Unlock()
+			return Grant{}, c.waitFailed(ctx, req.Key, start, err)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// wait queues in etcd behind the contenders created before it; the caller
+// has the turn.
+func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	sess, err := c.session(ctx)
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	p := place{key: c.layout.ContenderKey(req.Key, int64(sess.ID())), lock: c.layout.LockPrefix(req.Key), sess: sess}
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	c.mu.Lock()
+	rec.Queued = e.queued
+	// The key's name stays that of the session (its first lease), as in
+	// concurrency.Mutex, so one session has one contender key per lock
+	// whatever lease carries it.
+	p.lease = sess.LeaseFor(len(c.locks))
+	c.mu.Unlock()
+
+	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
+	defer c.hub.unregister(p.lock, p.w)
+
+	// The same write tells the contenders ahead, so a waiter knows its
+	// place without a second round trip.
+	out, err := c.store.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec})
+	if err != nil {
+		c.retire(e, p.key, 0, sess)
+		return Grant{}, unavailable(op, err)
+	}
+	if !out.OK {
+		// Only this sidecar writes this key and it has the turn: a key left
+		// by an earlier call whose outcome was unknown. Remove it.
+		c.retire(e, p.key, 0, sess)
+		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
+	}
+	p.rev = out.Rev
+	c.mu.Lock()
+	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
+	c.mu.Unlock()
+	if len(out.Ahead) == 0 {
+		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+	}
+	if err := c.waitFirst(ctx, e, req, start, p, out.Ahead); err != nil {
+		return Grant{}, err
+	}
+	// First in line, and the key (so the session) was still there when
+	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
+	// with no write on the way. The record's grant time and deadline follow
+	// off the hand-off's path.
+	now = c.now()
+	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+}
+
+// place is a waiter's contender key in etcd.
+type place struct {
+	key, lock string // the key and its lock's prefix
+	rev       int64  // the key's create revision
+	lease     lockstore.LeaseID
+	sess      lockstore.Session
+	w         *waiter // the waiter's view of the deletes under lock
+}
+
+// waitFirst waits until p is first in line, ahead (as read at p.rev)
+// being the contenders ahead of it, the last created first. When it fails,
+// p's key is being deleted or is gone, and the turn passes on.
+func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, ahead []string) error {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	readRev := p.rev
+	for {
+		if req.OnQueued != nil {
+			req.OnQueued(len(ahead))
+		}
+		first, err := c.waitAhead(ctx, e, req, start, p, ahead, readRev)
+		if first || err != nil {
+			return err
+		}
+		var mine bool
+		ahead, readRev, mine, err = c.predecessor(ctx, p.key, p.lock, p.rev)
+		switch {
+		case err != nil:
+			c.retire(e, p.key, p.rev, p.sess)
+			if isContextErr(ctx, err) {
+				return c.waitFailed(ctx, req.Key, start, ctx.Err())
+			}
+			return unavailable(op, err)
+		case !mine:
+			c.leaveTurn(e)
+			return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
+		case len(ahead) == 0:
+			return nil
+		}
+	}
+}
+
+// waitAhead follows the deletes of the contenders ahead (read at readRev)
+// on the watch until the waiter is first (first) or must read again.
+func (c *Coordinator) waitAhead(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	// With OnQueued, any contender ahead leaving is news; otherwise only
+	// the one right ahead matters.
+	var anyOf map[string]bool
+	if req.OnQueued != nil && len(ahead) > 1 {
+		anyOf = make(map[string]bool, len(ahead))
+		for _, k := range ahead {
+			anyOf[k] = true
+		}
+	}
+	// A short line is followed key by key: once the watch has shown every
+	// contender ahead gone, the waiter is first with no read.
+	followed := len(ahead) <= maxFollowedAhead
+	for {
+		if followed && p.w.allAheadGone(ahead, p.key, readRev) {
+			return true, nil
+		}
+		if p.w.deleted(ahead[0], readRev, anyOf) {
+			return false, nil
+		}
+		select {
+		case <-p.w.notify:
+		case <-ctx.Done():
+			c.retire(e, p.key, p.rev, p.sess)
+			return false, c.waitFailed(ctx, req.Key, start, ctx.Err())
+		case <-p.sess.Done():
+			c.leaveTurn(e) // the key went with the lease
+			return false, fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
+		case <-c.stop.Done():
+			c.retire(e, p.key, p.rev, p.sess)
+			return false, fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
+		}
+	}
+}
+
+// maxFollowedAhead is the longest line ahead of a waiter whose departures
+// it follows key by key; behind a longer one it reads again when the
+// contender right ahead leaves (each check costs a look-up per key ahead).
+const maxFollowedAhead = 64
+
+// predecessor reads the contenders created before myRev, the last created
+// first (none when key is first in line), the revision the read saw, and
+// whether key (created at myRev) still exists.
+func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []string, rev int64, mine bool, err error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	return c.store.Ahead(tctx, pfx, key, myRev)
+}
+
+// waitFailed turns the end of a wait into the caller's error: a wait that
+// ran out is a refusal naming the holder.
+func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time.Time, err error) error {
+	if errors.Is(context.Cause(ctx), errWaitOver) {
+		return c.refusal(context.WithoutCancel(ctx), k, true, c.now().Sub(start))
+	}
+	return fmt.Errorf("acquire %q: %w", k, err)
+}
