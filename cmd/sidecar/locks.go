@@ -43,6 +43,12 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 		return nil
 	}
 
+	cmd.AddCommand(newLocksListCmd(o, stdout), newLocksStatusCmd(o, stdout), newLocksReleaseCmd(o, stdout))
+	return cmd
+}
+
+// newLocksListCmd is baton locks list.
+func newLocksListCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 	var prefix string
 	list := &cobra.Command{
 		Use:   "list",
@@ -67,8 +73,12 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 		},
 	}
 	list.Flags().StringVar(&prefix, "prefix", "", "only keys starting with this")
+	return list
+}
 
-	status := &cobra.Command{
+// newLocksStatusCmd is baton locks status.
+func newLocksStatusCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
 		Use:   "status KEY",
 		Short: "Show who holds a lock",
 		Args:  cobra.ExactArgs(1),
@@ -91,7 +101,10 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 			return nil
 		},
 	}
+}
 
+// newLocksReleaseCmd is baton locks release.
+func newLocksReleaseCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 	var (
 		owner string
 		force bool
@@ -144,9 +157,7 @@ sidecar logs who asked.`,
 	rf.StringVar(&owner, "owner", "", "your execution id: release your own lock")
 	rf.BoolVar(&force, "force", false, "free the lock whoever holds it (operators)")
 	rf.Int64Var(&fence, "fence", 0, "with --force: release only if this is still the holder's fence")
-
-	cmd.AddCommand(list, status, release)
-	return cmd
+	return release
 }
 
 // printLocks writes the human table.

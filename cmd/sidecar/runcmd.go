@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -100,60 +99,18 @@ sidecar cannot be reached; 2 for a bad command line.`,
 // runLocked holds the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
 	c := client.New(o.socket)
-	req := lockapi.Request{Owner: o.owner}
-	if o.wait > 0 {
-		req.Wait = o.wait.String()
-	}
-	if o.ttl > 0 {
-		req.TTL = o.ttl.String()
-	}
-	if o.maxHold > 0 {
-		req.MaxHold = o.maxHold.String()
-	}
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal
 	// gives up the wait.
-	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, req)
+	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, o.request())
 	if err != nil {
 		return holdFailed(err, o.wait)
 	}
 	defer stream.Close()
-	var (
-		mu      sync.Mutex
-		waiting = true
-		queued  = make(chan struct{})
-	)
-	go func() {
-		select {
-		case <-ctx.Done():
-			mu.Lock()
-			if waiting {
-				stream.Close()
-			}
-			mu.Unlock()
-		case <-queued:
-		}
-	}()
-
-	var granted lockapi.Event
-	for granted.Event != lockapi.EventGranted {
-		ev, err := stream.Next()
-		if err != nil && ctx.Err() != nil {
-			return exitError{130, "interrupted while waiting for the lock"}
-		}
-		if err != nil {
-			return exitError{exitUnavailable, fmt.Sprintf("the sidecar closed the hold stream before a grant: %v", err)}
-		}
-		switch ev.Event {
-		case lockapi.EventQueued:
-			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
-		case lockapi.EventGranted:
-			granted = ev
-		case lockapi.EventRefused:
-			return exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
-		case lockapi.EventError:
-			return exitError{exitUnavailable, ev.Message}
-		}
+	giveUp := context.AfterFunc(ctx, func() { stream.Close() })
+	granted, err := awaitGrant(ctx, stream, o, stderr)
+	if err != nil {
+		return err
 	}
 
 	// From here on signals are for the command: caught now, so that none
@@ -161,10 +118,7 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	mu.Lock()
-	waiting = false
-	mu.Unlock()
-	close(queued)
+	giveUp()
 	release := func() {
 		if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
 			fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
@@ -183,32 +137,63 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		release()
 		return exitError{127, fmt.Sprintf("cannot start %s: %v", args[0], err)}
 	}
+	return supervise(cmd, stream, o, sigs, release, stderr)
+}
+
+// request is the hold request o asks for.
+func (o runOptions) request() lockapi.Request {
+	req := lockapi.Request{Owner: o.owner}
+	if o.wait > 0 {
+		req.Wait = o.wait.String()
+	}
+	if o.ttl > 0 {
+		req.TTL = o.ttl.String()
+	}
+	if o.maxHold > 0 {
+		req.MaxHold = o.maxHold.String()
+	}
+	return req
+}
+
+// awaitGrant reads the hold stream until the grant, telling stderr the
+// caller's place in line; it fails with the exit the refusal, the error or
+// the interruption (ctx) calls for.
+func awaitGrant(ctx context.Context, stream *client.Stream, o runOptions, stderr io.Writer) (lockapi.Event, error) {
+	for {
+		ev, err := stream.Next()
+		if err != nil && ctx.Err() != nil {
+			return ev, exitError{130, "interrupted while waiting for the lock"}
+		}
+		if err != nil {
+			return ev, exitError{exitUnavailable, fmt.Sprintf("the sidecar closed the hold stream before a grant: %v", err)}
+		}
+		switch ev.Event {
+		case lockapi.EventQueued:
+			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
+		case lockapi.EventGranted:
+			return ev, nil
+		case lockapi.EventRefused:
+			return ev, exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
+		case lockapi.EventError:
+			return ev, exitError{exitUnavailable, ev.Message}
+		}
+	}
+}
+
+// supervise waits for the started cmd, forwarding sigs to it, and releases
+// the lock when it exits; if the lock is lost first, it stops cmd (SIGTERM,
+// then SIGKILL after the grace) and exits lost.
+func supervise(cmd *exec.Cmd, stream *client.Stream, o runOptions, sigs <-chan os.Signal, release func(), stderr io.Writer) error {
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // how it ended is read from cmd.ProcessState
 		close(exited)
 	}()
-
 	lost := make(chan string, 1)
-	go func() {
-		for {
-			ev, err := stream.Next()
-			switch {
-			case err != nil:
-				lost <- "the sidecar closed the hold stream: " + err.Error()
-				return
-			case ev.Event == lockapi.EventLost:
-				lost <- ev.Message
-				return
-			case ev.Event == lockapi.EventReleased:
-				lost <- "the lock was released by DELETE while the command ran"
-				return
-			}
-		}
-	}()
+	go func() { lost <- lostWhy(stream) }()
 
-	var lostWhy string
-	for lostWhy == "" {
+	var why string
+	for why == "" {
 		select {
 		case <-exited:
 			code := exitCode(cmd.ProcessState)
@@ -219,13 +204,13 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 			return nil
 		case s := <-sigs:
 			_ = cmd.Process.Signal(s) // fails only once it exited, which exited tells
-		case lostWhy = <-lost:
+		case why = <-lost:
 		}
 	}
 	select {
 	case <-exited: // the command ended as the lock did
 	default:
-		fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command\n", o.key, lostWhy)
+		fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command\n", o.key, why)
 		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only once it exited
 		select {
 		case <-exited:
@@ -234,7 +219,23 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 			<-exited
 		}
 	}
-	return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, lostWhy)}
+	return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, why)}
+}
+
+// lostWhy reads the hold stream of a granted lock until it says the lock
+// ended, and tells why.
+func lostWhy(stream *client.Stream) string {
+	for {
+		ev, err := stream.Next()
+		switch {
+		case err != nil:
+			return "the sidecar closed the hold stream: " + err.Error()
+		case ev.Event == lockapi.EventLost:
+			return ev.Message
+		case ev.Event == lockapi.EventReleased:
+			return "the lock was released by DELETE while the command ran"
+		}
+	}
 }
 
 func holdFailed(err error, wait time.Duration) error {

@@ -224,14 +224,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		serveOn(sc.health, sc.api.HealthHandler())
 	}
 	if sc.metricsL != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(sc.reg, promhttp.HandlerOpts{Registry: sc.reg}))
-		if sc.o.pprof {
-			mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-			mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-		}
-		serveOn(sc.metricsL, mux)
+		serveOn(sc.metricsL, sc.metricsHandler())
 	}
 
 	// The socket is served at once: while etcd cannot be reached, callers
@@ -255,9 +248,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions)
 	})
 	if ready {
-		fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
-			sc.o.socketPath, sc.where, sc.o.coord.Scope, sc.o.socketPath)
-		sc.log.Info("serving", "socket", sc.o.socketPath, "etcd", sc.endpoints, "scope", sc.o.coord.Scope, "pod", sc.o.coord.Identity.Pod)
+		sc.announce(stdout)
 	}
 
 	<-ctx.Done()
@@ -267,13 +258,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	// The watch would only hear this process's own deletes now; with many
 	// locks, receiving them would compete with the revokes for CPU.
 	stopCoord()
-	// One revoke per lease of the session, a few milliseconds each.
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := sc.keeper.Close(rctx)
-	cancel()
-	if err != nil {
-		sc.log.Error("revoke lease: locks stay held until the lease TTL passes", "err", err)
-	}
+	sc.revoke()
 	stopServing()
 	stopRun()
 	wg.Wait()
@@ -282,6 +267,35 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// announce says the sidecar serves, with a first command to try.
+func (sc *sidecar) announce(stdout io.Writer) {
+	fmt.Fprintf(stdout, "baton: serving on %s (%s, scope %q); try: curl -s --unix-socket %s -X POST http://baton/v1/locks/demo\n",
+		sc.o.socketPath, sc.where, sc.o.coord.Scope, sc.o.socketPath)
+	sc.log.Info("serving", "socket", sc.o.socketPath, "etcd", sc.endpoints, "scope", sc.o.coord.Scope, "pod", sc.o.coord.Identity.Pod)
+}
+
+// metricsHandler serves the metrics, and pprof when asked for.
+func (sc *sidecar) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(sc.reg, promhttp.HandlerOpts{Registry: sc.reg}))
+	if sc.o.pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// revoke revokes the session's leases, which frees every lock at once:
+// one revoke per lease, a few milliseconds each.
+func (sc *sidecar) revoke() {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sc.keeper.Close(rctx); err != nil {
+		sc.log.Error("revoke lease: locks stay held until the lease TTL passes", "err", err)
+	}
 }
 
 // waitReady waits until coord can grant locks, or ctx ends; it says so in

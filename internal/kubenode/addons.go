@@ -65,8 +65,40 @@ func (n *Node) deployDNS(ctx context.Context, image string) error {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"Corefile": corefile}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, corednsDeployment(meta, image), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns, Labels: labels},
+		Spec: corev1.ServiceSpec{
+			Selector:  labels,
+			ClusterIP: DNSServiceIP,
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolUDP},
+				{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return n.until(ctx, 2*time.Minute, "cluster DNS ready", func() error {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas < 1 {
+			return fmt.Errorf("%d of 1 replicas ready", d.Status.ReadyReplicas)
+		}
+		return nil
+	})
+}
+
+// corednsDeployment is CoreDNS's Deployment, one replica of image, named
+// and labelled by meta, run as its ServiceAccount of the same name.
+func corednsDeployment(meta metav1.ObjectMeta, image string) *appsv1.Deployment {
+	labels, name := meta.Labels, meta.Name
 	one, user := int32(1), int64(65532)
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+	return &appsv1.Deployment{
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &one,
@@ -95,32 +127,7 @@ func (n *Node) deployDNS(ctx context.Context, image string) error {
 				},
 			},
 		},
-	}, metav1.CreateOptions{}); err != nil {
-		return err
 	}
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns, Labels: labels},
-		Spec: corev1.ServiceSpec{
-			Selector:  labels,
-			ClusterIP: DNSServiceIP,
-			Ports: []corev1.ServicePort{
-				{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolUDP},
-				{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolTCP},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return n.until(ctx, 2*time.Minute, "cluster DNS ready", func() error {
-		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("%d of 1 replicas ready", d.Status.ReadyReplicas)
-		}
-		return nil
-	})
 }
 
 // provideStorage makes StorageClass the default class and count

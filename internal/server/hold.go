@@ -106,6 +106,12 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
+	s.keep(ctx, st, k, g, tick)
+}
+
+// keep keeps g for a hold stream until it ends or the caller goes,
+// renewing it and sending heartbeats, and sends how it ended.
+func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker) {
 	done := g.Done()
 	ren := newRenewer(g)
 	defer ren.stop()

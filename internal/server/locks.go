@@ -1,0 +1,261 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockapi"
+)
+
+// The lock routes: one handler per operation of the socket API.
+
+// lock routes /v1/locks/{key}[:verb].
+func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
+	name, verb, hasVerb := strings.Cut(rest, ":")
+	k, err := keyspace.ParseKey(name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case !hasVerb && r.Method == http.MethodPost:
+		s.acquire(w, r, k)
+	case !hasVerb && r.Method == http.MethodDelete:
+		s.release(w, r, k)
+	case !hasVerb && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		s.status(w, r, k)
+	case !hasVerb:
+		notAllowed(w, r, "GET, POST, DELETE")
+	case verb == "extend" && r.Method == http.MethodPost:
+		s.extend(w, r, k)
+	case verb == "hold" && r.Method == http.MethodPost:
+		s.hold(w, r, k)
+	case verb == "extend" || verb == "hold":
+		notAllowed(w, r, "POST")
+	default:
+		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
+			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend and :hold", verb)})
+	}
+}
+
+func notAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: lockapi.CodeMethodNotAllowed,
+		msg: fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)})
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	b, err := s.body(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if g.Repeated {
+		writeJSON(w, http.StatusOK, grantOf(g))
+		return
+	}
+	if r.Context().Err() != nil || deliverJSON(w, http.StatusOK, grantOf(g)) != nil {
+		// The caller hung up (a client time-out) before it could learn of
+		// the grant: nobody would release the lock before its ttl.
+		s.releaseHeld(k, g, "the caller hung up before the grant reached it")
+	}
+}
+
+func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	b, err := s.body(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case b.Owner == "":
+		writeError(w, badRequest(lockapi.CodeInvalidOwner, "owner is required to extend a lock"))
+		return
+	case b.Wait != 0:
+		writeError(w, badRequest(lockapi.CodeInvalidWait, "extend takes no wait; send owner and ttl"))
+		return
+	case b.MaxHold != 0:
+		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
+		return
+	}
+	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, grantOf(g))
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	q, err := query(r, "owner", "force", "fence", "by")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	owner := q.Get("owner")
+	switch q.Get("force") {
+	case "true":
+		s.forceRelease(w, r, k, q)
+		return
+	case "", "false":
+	default:
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "force must be true or false"))
+		return
+	}
+	if q.Has("fence") || q.Has("by") {
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "fence and by go with force=true"))
+		return
+	}
+	if owner == "" {
+		writeError(w, badRequest(lockapi.CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
+		return
+	}
+	rel, err := s.locks.Release(r.Context(), k, owner)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, lockapi.Released{Released: true, Key: k.String(), Owner: owner, Fence: rel.Fence,
+		HeldFor: rel.HeldFor.Round(time.Millisecond).String(), HeldSeconds: rel.HeldFor.Seconds()})
+}
+
+// forceRelease serves DELETE /v1/locks/{key}?force=true[&fence=N][&by=WHO]:
+// an operator frees a lock whoever holds it.
+func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace.Key, q url.Values) {
+	if q.Get("owner") != "" {
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "give owner (to release your own lock) or force=true (to free anyone's), not both"))
+		return
+	}
+	var fence int64
+	if f := q.Get("fence"); f != "" {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v <= 0 {
+			writeError(w, badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("fence %q must be a positive integer: the fence you saw in the lock's status", f)))
+			return
+		}
+		fence = v
+	}
+	by := q.Get("by")
+	if len(by) > 256 {
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "by is longer than 256 bytes"))
+		return
+	}
+	if by == "" {
+		by = "unnamed"
+	}
+	if p, ok := peerOf(r.Context()); ok {
+		by = fmt.Sprintf("%s (uid %d, pid %d)", by, p.UID, p.PID)
+	}
+	f, err := s.locks.ForceRelease(r.Context(), k, fence, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, lockapi.Forced{Released: true, Forced: true, Key: k.String(), Fence: f.Fence, Holder: holderOf(f.Holder)})
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
+	if _, err := query(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	st, err := s.locks.Status(r.Context(), k)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statusOf(st))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		notAllowed(w, r, "GET")
+		return
+	}
+	q, err := query(r, "prefix")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	locks, truncated, err := s.locks.List(r.Context(), q.Get("prefix"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := lockapi.List{Locks: make([]lockapi.Status, 0, len(locks)), Truncated: truncated}
+	for _, l := range locks {
+		out.Locks = append(out.Locks, statusOf(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// body decodes an acquire or extend body, bounded by MaxBodyBytes, and
+// refuses query parameters.
+func (s *Server) body(w http.ResponseWriter, r *http.Request) (acquireBody, error) {
+	if _, err := query(r); err != nil {
+		return acquireBody{}, err
+	}
+	// The server has no read timeout (hold streams stay open for hours), so
+	// the body gets a deadline of its own: a Content-Length larger than
+	// the body, or a chunked body without its end, must not hang.
+	// Every connection the server accepts (unix or TCP) supports deadlines.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	b, err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		// The rest of the body is not worth waiting for: answer and close,
+		// rather than let the server read on to reuse the connection.
+		w.Header().Set("Connection", "close")
+		return b, err
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	return b, nil
+}
+
+// fail answers an error from the coordinator, logging those worth a look.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		s.log.Debug("caller hung up", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else if errors.Is(err, coordinator.ErrUnavailable) {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, err)
+}
+
+// query parses the query string and refuses parameters not in allowed.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest(lockapi.CodeInvalidRequest, "malformed query string: "+err.Error())
+	}
+	for name, vals := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || name == a
+		}
+		if !ok {
+			msg := fmt.Sprintf("unknown query parameter %q", name)
+			if len(allowed) > 0 {
+				msg += "; allowed: " + strings.Join(allowed, ", ")
+			}
+			return nil, badRequest(lockapi.CodeInvalidRequest, msg)
+		}
+		if len(vals) > 1 {
+			return nil, badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("query parameter %q given %d times", name, len(vals)))
+		}
+	}
+	return q, nil
+}
