@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/baton-dev/baton/internal/controller"
-	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/webhook"
 )
 
 // mirrorOptions is everything `baton mirror` is configured with.
@@ -88,7 +88,7 @@ func (o *mirrorOptions) validate() error {
 		return err
 	}
 	if o.injectConfig != "" {
-		c, err := inject.Load(o.injectConfig)
+		c, err := webhook.Load(o.injectConfig)
 		if err != nil {
 			return fmt.Errorf("--inject-config: %w", err)
 		}

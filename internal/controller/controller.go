@@ -1,7 +1,7 @@
 // Package controller runs Baton's controller: one controller-runtime
 // manager in which the leader among the replicas mirrors etcd's locks into
 // Lock objects and carries out force releases (package mirror), and every
-// replica serves the sidecar injector webhook (package inject).
+// replica serves the sidecar injector webhook (package webhook).
 package controller
 
 import (
@@ -19,14 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/config"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
 	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/internal/webhook"
 )
 
 // ElectionID is the name of the Lease the replicas elect their leader with.
@@ -37,7 +37,7 @@ type Config struct {
 	// Mirror configures the mirror.
 	Mirror mirror.Config
 	// Inject, when not nil, is served as the sidecar injector webhook.
-	Inject *inject.Config
+	Inject *webhook.Config
 	// LeaderElection elects one replica to mirror (a Lease named
 	// ElectionID in ElectionNamespace); off only for a single replica.
 	LeaderElection    bool
@@ -115,13 +115,13 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 		LeaderElectionNamespace:       cfg.ElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		// Every replica serves the injector; only the leader mirrors.
-		WebhookServer: webhook.NewServer(webhook.Options{Port: cfg.WebhookPort, CertDir: cfg.WebhookCertDir}),
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{Port: cfg.WebhookPort, CertDir: cfg.WebhookCertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
 	if cfg.Inject != nil {
-		inj, err := inject.NewInjector(*cfg.Inject, scheme)
+		inj, err := webhook.NewInjector(*cfg.Inject, scheme)
 		if err != nil {
 			return fmt.Errorf("injector: %w", err)
 		}

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/webhook"
 )
 
 const (
@@ -273,11 +273,11 @@ func checkWebhook(t *testing.T, o map[string]any) {
 	var cfg admissionregv1.MutatingWebhookConfiguration
 	strict(t, o, &cfg)
 	w := cfg.Webhooks[0]
-	if w.ClientConfig.Service == nil || *w.ClientConfig.Service.Path != inject.Path {
-		t.Errorf("webhook path %+v, want %s", w.ClientConfig.Service, inject.Path)
+	if w.ClientConfig.Service == nil || *w.ClientConfig.Service.Path != webhook.Path {
+		t.Errorf("webhook path %+v, want %s", w.ClientConfig.Service, webhook.Path)
 	}
-	if w.ObjectSelector == nil || w.ObjectSelector.MatchLabels[inject.LabelInject] != "true" {
-		t.Errorf("object selector %+v: only pods labelled %s=true may reach the injector", w.ObjectSelector, inject.LabelInject)
+	if w.ObjectSelector == nil || w.ObjectSelector.MatchLabels[webhook.LabelInject] != "true" {
+		t.Errorf("object selector %+v: only pods labelled %s=true may reach the injector", w.ObjectSelector, webhook.LabelInject)
 	}
 	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregv1.OperationType{admissionregv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
 		t.Errorf("rules %+v, want pods on create", w.Rules)
@@ -302,7 +302,7 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
 	}
 	file := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(file, []byte(text), 0o600)
-	cfg, err := inject.Load(file)
+	cfg, err := webhook.Load(file)
 	if err != nil {
 		t.Fatalf("the injector refuses the chart's config: %v\n%s", err, text)
 	}
@@ -432,7 +432,7 @@ func TestLeaseTTLBoundsMatchTheSidecar(t *testing.T) {
 		"10m", "10m0s", "10m1s", "11m", "1h", "599999ms", "600000ms", "600001ms", "0s", "soon", "-5s"} {
 		_, err := render(t, "", "--set", "sidecar.leaseTTL="+v)
 		schemaOK := err == nil
-		cfg := inject.Default()
+		cfg := webhook.Default()
 		cfg.Image, cfg.EtcdEndpoints = "baton:test", []string{"http://etcd:2379"}
 		d, perr := time.ParseDuration(v)
 		cfg.LeaseTTL = metav1.Duration{Duration: d}
@@ -499,18 +499,18 @@ func TestMonitors(t *testing.T) {
 	}
 	var pm monitoringv1.PodMonitor
 	strict(t, pms[0], &pm)
-	cfg := inject.Default()
+	cfg := webhook.Default()
 	cfg.Image, cfg.EtcdEndpoints, cfg.MetricsPort = "baton:test", []string{"http://etcd:2379"}, 9811
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{inject.LabelInject: "true"}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{webhook.LabelInject: "true"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
-	if err := inject.Inject(pod, cfg); err != nil {
+	if err := webhook.Inject(pod, cfg); err != nil {
 		t.Fatal(err)
 	}
 	ports := pod.Spec.InitContainers[0].Ports
 	if e := pm.Spec.PodMetricsEndpoints; len(e) != 1 || e[0].Port == nil || !slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.Name == *e[0].Port }) {
 		t.Errorf("PodMonitor endpoints %+v; the injected sidecar's ports are %+v", e, ports)
 	}
-	if sel := pm.Spec.Selector.MatchLabels; sel[inject.LabelInject] != "true" || !pm.Spec.NamespaceSelector.Any || pm.Labels["release"] != "prometheus" {
+	if sel := pm.Spec.Selector.MatchLabels; sel[webhook.LabelInject] != "true" || !pm.Spec.NamespaceSelector.Any || pm.Labels["release"] != "prometheus" {
 		t.Errorf("PodMonitor selects %v in %+v, labels %v", sel, pm.Spec.NamespaceSelector, pm.Labels)
 	}
 }

@@ -1,8 +1,8 @@
-// Package inject gives pods a Baton sidecar: a mutating admission webhook
+// Package webhook gives pods a Baton sidecar: a mutating admission webhook
 // that adds the sidecar, as a native sidecar (an init container that keeps
 // running), to every pod labelled baton.dev/inject=true, with the socket's
 // volume and BATON_SOCKET in each of the pod's containers.
-package inject
+package webhook
 
 import (
 	"errors"

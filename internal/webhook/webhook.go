@@ -1,4 +1,4 @@
-package inject
+package webhook
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -33,8 +33,8 @@ func NewInjector(cfg Config, scheme *runtime.Scheme) (*Injector, error) {
 }
 
 // Register serves the injector on srv at Path.
-func (i *Injector) Register(srv webhook.Server) {
-	srv.Register(Path, &webhook.Admission{Handler: i})
+func (i *Injector) Register(srv crwebhook.Server) {
+	srv.Register(Path, &crwebhook.Admission{Handler: i})
 }
 
 // Handle implements admission.Handler.
