@@ -80,8 +80,12 @@ func (s *Server) Handler() http.Handler {
 			s.lock(w, r, rest)
 			return
 		}
-		if r.URL.Path == "/v1/locks" {
+		switch r.URL.Path {
+		case "/v1/locks":
 			s.list(w, r)
+			return
+		case "/v1/openapi.json":
+			serveOpenAPI(w, r)
 			return
 		}
 		s.health(w, r)
@@ -112,6 +116,16 @@ func (s *Server) Starting(h http.Handler, open <-chan struct{}, wait time.Durati
 			writeError(w, fmt.Errorf("%w: the sidecar is starting; %s", coordinator.ErrUnavailable, why))
 		}
 	})
+}
+
+// serveOpenAPI answers the OpenAPI document of the socket API.
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		notAllowed(w, r, "GET")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(lockapi.OpenAPI())
 }
 
 // HealthHandler returns only /healthz and /readyz, for a TCP probe port.
