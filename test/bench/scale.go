@@ -57,10 +57,30 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	if err != nil {
 		return res, err
 	}
+	start := time.Now()
+	if err := fill(ctx, s, n); err != nil {
+		return res, err
+	}
+	res.rate = float64(n) / time.Since(start).Seconds()
+	res.rss = s.rss()
+	if profAddr != "" {
+		if err := fetchPprof(profAddr, "heap", w.o.heap); err != nil {
+			return res, fmt.Errorf("heap profile: %w", err)
+		}
+	}
+	leasesAfter, err := w.cli.Leases(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.leases = len(leasesAfter.Leases) - len(leasesBefore.Leases)
+	return res, w.releaseAll(ctx, s, &res)
+}
+
+// fill has 64 clients of s acquire n distinct locks.
+func fill(ctx context.Context, s *sidecar, n int) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	start := time.Now()
 	for i := range 64 {
 		wg.Go(func() {
 			for {
@@ -76,23 +96,13 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 		})
 	}
 	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return res, err
-	}
-	res.rate = float64(n) / time.Since(start).Seconds()
-	res.rss = s.rss()
-	if profAddr != "" {
-		if err := fetchPprof(profAddr, "heap", w.o.heap); err != nil {
-			return res, fmt.Errorf("heap profile: %w", err)
-		}
-	}
-	leasesAfter, err := w.cli.Leases(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.leases = len(leasesAfter.Leases) - len(leasesBefore.Leases)
+	err, _ := failed.Load().(error)
+	return err
+}
 
-	// Release all: SIGTERM, while a probe measures etcd's write latency.
+// releaseAll SIGTERMs s, which releases every lock, while a probe measures
+// etcd's write latency, and notes in res how long that took.
+func (w *world) releaseAll(ctx context.Context, s *sidecar, res *scaleResult) error {
 	stop := make(chan struct{})
 	var worst atomic.Int64
 	var pwg sync.WaitGroup
@@ -118,13 +128,13 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	for {
 		c, err := w.cli.Get(ctx, "/baton/v1/bench/locks/sc", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
-			return res, err
+			return err
 		}
 		if c.Count == 0 {
 			break
 		}
 		if time.Since(t0) > time.Minute {
-			return res, fmt.Errorf("%d keys still there a minute after SIGTERM", c.Count)
+			return fmt.Errorf("%d keys still there a minute after SIGTERM", c.Count)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -133,5 +143,5 @@ func (w *world) scaleOnce(ctx context.Context, n int) (scaleResult, error) {
 	close(stop)
 	pwg.Wait()
 	res.worstWrite = time.Duration(worst.Load())
-	return res, nil
+	return nil
 }
