@@ -29,15 +29,26 @@ func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequ
 		c.mu.Unlock()
 		c.obs.Waiting(req.Key.String(), -1)
 	}()
+	if err := c.awaitTurnLocked(ctx, e, req, start); err != nil {
+		return Grant{}, err
+	}
+	return c.waitThrough(ctx, e, req, start)
+}
+
+// awaitTurnLocked, with c.mu locked (it unlocks it), waits in line for the
+// lock's turn behind this sidecar's other callers, telling the caller its
+// place when it is behind one (a hold stream may have told its caller
+// nothing yet).
+func (c *Coordinator) awaitTurnLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) error {
 	if e.busy && req.OnQueued != nil {
 		req.OnQueued(len(e.queue) + 1)
 	}
-	if err := c.waitTurnLocked(ctx, e, true); err != nil {
-		c.mu.Unlock()
-		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
-	}
+	err := c.waitTurnLocked(ctx, e, true)
 	c.mu.Unlock()
-	return c.waitThrough(ctx, e, req, start)
+	if err != nil {
+		return c.waitFailed(ctx, req.Key, start, err)
+	}
+	return nil
 }
 
 // waitThrough waits for the lock (the caller has the turn) and rides out
@@ -62,16 +73,9 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 			return Grant{}, err
 		}
 		c.mu.Lock()
-		if e.busy && req.OnQueued != nil {
-			// Behind a local caller again: say so, as on arrival (a hold
-			// stream may not have told its caller anything yet).
-			req.OnQueued(len(e.queue) + 1)
+		if err := c.awaitTurnLocked(ctx, e, req, start); err != nil {
+			return Grant{}, err
 		}
-		if err := c.waitTurnLocked(ctx, e, true); err != nil {
-			c.mu.Unlock()
-			return Grant{}, c.waitFailed(ctx, req.Key, start, err)
-		}
-		c.mu.Unlock()
 	}
 }
 

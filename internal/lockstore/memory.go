@@ -20,7 +20,7 @@ var ErrDown = errors.New("memory store: down")
 type Memory struct {
 	mu       sync.Mutex
 	rev      int64
-	keys     map[string]*memKey
+	keys     map[string]*Contender
 	leases   map[LeaseID]map[string]bool // live leases and the keys they carry
 	lastID   LeaseID
 	down     bool
@@ -30,9 +30,6 @@ type Memory struct {
 	sessions []*MemSession // every session made, for LoseSessions
 }
 
-// memKey is one key of a Memory.
-type memKey struct{ c Contender }
-
 // maxHistory bounds the deletes a Memory keeps for watches that resume in
 // the past; past it, they see a compaction.
 const maxHistory = 4096
@@ -41,7 +38,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory.
 func NewMemory() *Memory {
-	return &Memory{rev: 1, keys: map[string]*memKey{}, leases: map[LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}}
+	return &Memory{rev: 1, keys: map[string]*Contender{}, leases: map[LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}}
 }
 
 // SetDown makes every call fail with ErrDown (true) and every watch end,
@@ -94,7 +91,7 @@ func (m *Memory) Update(p Put, create, mod int64) (Outcome, error) {
 		return Outcome{}, err
 	}
 	k := m.keys[p.Key]
-	if k == nil || k.c.Create != create || (mod != 0 && k.c.Mod != mod) {
+	if k == nil || k.Create != create || (mod != 0 && k.Mod != mod) {
 		return Outcome{Rev: m.rev}, nil
 	}
 	return Outcome{OK: true, Rev: m.putLocked(p)}, nil
@@ -108,7 +105,7 @@ func (m *Memory) Delete(key string, create int64) (Outcome, error) {
 		return Outcome{}, ErrDown
 	}
 	k := m.keys[key]
-	if k == nil || (create != 0 && k.c.Create != create) {
+	if k == nil || (create != 0 && k.Create != create) {
 		return Outcome{Rev: m.rev}, nil
 	}
 	m.rev++
@@ -133,14 +130,14 @@ func (m *Memory) putLocked(p Put) int64 {
 	m.rev++
 	k := m.keys[p.Key]
 	if k == nil {
-		k = &memKey{c: Contender{Key: p.Key, Create: m.rev}}
+		k = &Contender{Key: p.Key, Create: m.rev}
 		m.keys[p.Key] = k
 	}
-	if old := m.leases[k.c.Lease]; old != nil {
+	if old := m.leases[k.Lease]; old != nil {
 		delete(old, p.Key)
 	}
 	m.leases[p.Lease][p.Key] = true
-	k.c.Mod, k.c.Lease, k.c.Holder = m.rev, p.Lease, p.Record
+	k.Mod, k.Lease, k.Holder = m.rev, p.Lease, p.Record
 	return m.rev
 }
 
@@ -148,7 +145,7 @@ func (m *Memory) putLocked(p Put) int64 {
 func (m *Memory) deleteLocked(key string, rev int64) {
 	k := m.keys[key]
 	delete(m.keys, key)
-	if l := m.leases[k.c.Lease]; l != nil {
+	if l := m.leases[k.Lease]; l != nil {
 		delete(l, key)
 	}
 	d := Deletion{Key: key, Rev: rev}
@@ -169,7 +166,7 @@ func (m *Memory) under(prefix string) []Contender {
 	var cs []Contender
 	for name, k := range m.keys {
 		if strings.HasPrefix(name, prefix) {
-			cs = append(cs, k.c)
+			cs = append(cs, *k)
 		}
 	}
 	slices.SortFunc(cs, func(a, b Contender) int { return strings.Compare(a.Key, b.Key) })
@@ -186,7 +183,7 @@ func (m *Memory) firstLocked(lock string) *Contender {
 }
 
 func (m *Memory) aheadLocked(lock, key string, create int64) (ahead []string, rev int64, mine bool) {
-	if k := m.keys[key]; k == nil || k.c.Create != create {
+	if k := m.keys[key]; k == nil || k.Create != create {
 		return nil, m.rev, false
 	}
 	cs := m.under(lock)
@@ -240,7 +237,7 @@ func (m *Memory) Contenders(ctx context.Context, prefix string, limit int) (cs [
 func (m *Memory) Holds(ctx context.Context, key string, create int64) (ok bool, err error) {
 	err = m.read(ctx, func() {
 		k := m.keys[key]
-		ok = k != nil && k.c.Create == create
+		ok = k != nil && k.Create == create
 	})
 	return ok, err
 }

@@ -146,13 +146,6 @@ var _ Sessions = (*MemSessions)(nil)
 // Sessions returns a sidecar's sessions on m.
 func (m *Memory) Sessions() *MemSessions { return &MemSessions{m: m} }
 
-// Use makes s the current session (a resumed one, say).
-func (p *MemSessions) Use(s *MemSession) {
-	p.mu.Lock()
-	p.cur = s
-	p.mu.Unlock()
-}
-
 // Current implements Sessions.
 func (p *MemSessions) Current() (Session, error) {
 	p.mu.Lock()

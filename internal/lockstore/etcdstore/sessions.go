@@ -60,12 +60,12 @@ func (s *session) LeaseFor(load int) lockstore.LeaseID {
 	return lockstore.LeaseID(s.Session.LeaseFor(load))
 }
 
-func (s *session) IDs() []lockstore.LeaseID { return LeaseIDs(s.Session.IDs()) }
+func (s *session) IDs() []lockstore.LeaseID { return leaseIDs(s.Session.IDs()) }
 
 func (s *session) Owns(id lockstore.LeaseID) bool { return s.Session.Owns(clientv3.LeaseID(id)) }
 
-// LeaseIDs converts etcd's lease ids.
-func LeaseIDs(ids []clientv3.LeaseID) []lockstore.LeaseID {
+// leaseIDs converts etcd's lease ids.
+func leaseIDs(ids []clientv3.LeaseID) []lockstore.LeaseID {
 	out := make([]lockstore.LeaseID, len(ids))
 	for i, id := range ids {
 		out[i] = lockstore.LeaseID(id)
