@@ -32,6 +32,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if s := os.Getenv("BATON_STORE"); s != "" && s != "etcd" && s != "memory" {
+		fmt.Fprintf(os.Stderr, "BATON_STORE=%q: use etcd, or memory (the default)\n", s)
+		os.Exit(2)
+	}
 	if !onEtcd {
 		// The tests mostly wait for deadlines and delays: run them all at
 		// once, whatever the number of cores, unless told otherwise.

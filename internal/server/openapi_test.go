@@ -56,6 +56,7 @@ func TestOpenAPI(t *testing.T) {
 	if served.status != http.StatusOK || served.raw != string(lockapi.OpenAPI()) {
 		t.Fatalf("GET /v1/openapi.json: %d, not the document", served.status)
 	}
+	a.do("POST", "/v1/openapi.json", "{}").expect(t, http.StatusMethodNotAllowed, lockapi.CodeMethodNotAllowed)
 	var doc openAPIDoc
 	if err := json.Unmarshal(lockapi.OpenAPI(), &doc); err != nil {
 		t.Fatal(err)
