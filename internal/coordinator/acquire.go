@@ -184,7 +184,7 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	case req.MaxHold > 0 && req.MaxHold < time.Second:
 		return invalid("max_hold", "%v is shorter than 1s", req.MaxHold)
 	case req.MaxHold > c.cfg.MaxHold:
-		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v (--max-hold)", req.MaxHold, c.cfg.MaxHold)
+		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v", req.MaxHold, c.cfg.MaxHold)
 	case req.MaxHold > 0 && req.TTL > req.MaxHold:
 		req.TTL = req.MaxHold // the cap comes first
 	}
@@ -192,7 +192,7 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	case req.Wait < 0:
 		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
 	case req.Wait > c.cfg.MaxWait:
-		return invalid("wait", "%v is longer than the sidecar's maximum wait %v (--max-wait)", req.Wait, c.cfg.MaxWait)
+		return invalid("wait", "%v is longer than the sidecar's maximum wait %v", req.Wait, c.cfg.MaxWait)
 	}
 	return nil
 }
@@ -206,7 +206,7 @@ func (c *Coordinator) checkTTL(ttl time.Duration) (time.Duration, error) {
 	case ttl < time.Second:
 		return 0, invalid("ttl", "%v is shorter than 1s", ttl)
 	case ttl > c.cfg.MaxHold:
-		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v (--max-hold)", ttl, c.cfg.MaxHold)
+		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v", ttl, c.cfg.MaxHold)
 	}
 	return ttl, nil
 }

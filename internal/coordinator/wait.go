@@ -18,7 +18,7 @@ var errWaitOver = errors.New("wait over")
 func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
 	if c.waiting >= c.cfg.MaxWaiters {
 		c.mu.Unlock()
-		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar (--max-waiters)", req.Key, ErrTooManyWaiters, c.waiting)
+		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
 	}
 	c.waiting++
 	c.hub.want() // whatever it waits behind, it must hear of its end
