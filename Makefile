@@ -23,8 +23,9 @@ LDFLAGS := -X github.com/baton-dev/baton/internal/version.version=$(VERSION) \
   -X github.com/baton-dev/baton/internal/version.commit=$(COMMIT)
 
 .PHONY: build
-build: ## Build bin/baton.
+build: ## Build bin/baton (every command, the embedded etcd) and bin/baton-sidecar (the lean build that runs in pods).
 	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/baton ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -tags lean -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/baton-sidecar ./cmd/sidecar
 
 # The image the chart's default values name (its appVersion).
 IMAGE      ?= ghcr.io/baton-dev/baton:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/baton/Chart.yaml)
@@ -32,11 +33,13 @@ ETCD_IMAGE ?= gcr.io/etcd-development/etcd:v3.7.3
 IMAGES     := $(BIN)/images
 
 .PHONY: image
-image: $(BIN)/image $(K8S_BIN)/etcd ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE), etcd as $(ETCD_IMAGE).
+image: $(BIN)/image $(K8S_BIN)/etcd ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE) (/baton, the lean sidecar, its entrypoint; /baton-controller for the controller), etcd as $(ETCD_IMAGE).
 	@mkdir -p $(BIN)/image-root $(IMAGES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton-controller ./cmd/sidecar
 	$(BIN)/image -o $(IMAGES)/baton.tar -tag $(IMAGE) -entrypoint /baton -user 65532:65532 \
-	  -file /baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777 -dir /var/run/baton
+	  -file /baton=$(BIN)/image-root/baton:0755 -file /baton-controller=$(BIN)/image-root/baton-controller:0755 \
+	  -dir /tmp:1777 -dir /var/run/baton
 	$(BIN)/image -o $(IMAGES)/etcd.tar -tag $(ETCD_IMAGE) -env PATH=/usr/local/bin \
 	  -file /usr/local/bin/etcd=$(K8S_BIN)/etcd:0755 -dir /tmp:1777 -dir /var/lib/etcd
 	@echo "wrote $(IMAGES)/baton.tar ($(IMAGE)) and $(IMAGES)/etcd.tar ($(ETCD_IMAGE)): docker load -i, or ctr -n k8s.io images import"
@@ -84,13 +87,15 @@ fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## go vet, the reliability suite included.
+vet: ## go vet, the reliability suite and the lean sidecar build included.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
+	$(GO) vet -tags lean ./cmd/sidecar
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## golangci-lint with .golangci.yml (vet, staticcheck, errcheck, errorlint, doc comments on exported names, ...).
 	$(BIN)/golangci-lint run ./...
+	$(BIN)/golangci-lint run --build-tags lean ./cmd/sidecar
 
 .PHONY: verify
 verify: vet lint manifests helm-sync ## Fail on lint findings, gofmt, go.mod or generated-manifest drift (the chart's copies included).
@@ -230,7 +235,7 @@ clean: ## Remove build output and the data of `make run`.
 .PHONY: bench
 bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 4 minutes.
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
-	$(BIN)/bench --baton $(BIN)/baton $(BENCH_ARGS)
+	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar $(BENCH_ARGS)
 
 .PHONY: bench-deps
 bench-deps: ## Install redis-server from Debian's packages, the reference make bench compares with.

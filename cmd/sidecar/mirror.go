@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -25,6 +27,12 @@ type mirrorOptions struct {
 	ctl          controller.Config
 	logLevel     string
 	injectConfig string // empty: no injector
+}
+
+// kubeCommands are the controller's commands, which the lean build leaves
+// out.
+func kubeCommands(getenv func(string) string, stderr io.Writer) []*cobra.Command {
+	return []*cobra.Command{newMirrorCmd(getenv, stderr)}
 }
 
 func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {

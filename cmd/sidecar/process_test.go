@@ -19,36 +19,44 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// build is a baton binary the process tests build once.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var fullBuild, leanBuild build
 
 // binary builds bin/baton once for the process tests.
-func binary(t *testing.T) string {
+func binary(t *testing.T) string { return fullBuild.get(t, "baton") }
+
+// leanBinary builds bin/baton-sidecar (go build -tags lean) once.
+func leanBinary(t *testing.T) string { return leanBuild.get(t, "baton-sidecar", "-tags", "lean") }
+
+func (b *build) get(t *testing.T, name string, flags ...string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "baton-bin")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "baton")
+		b.path = filepath.Join(dir, name)
 		gobin, err := exec.LookPath("go")
 		if err != nil {
-			buildErr = fmt.Errorf("the go command is not on PATH: %w", err)
+			b.err = fmt.Errorf("the go command is not on PATH: %w", err)
 			return
 		}
-		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		args := append(append([]string{"build"}, flags...), "-o", b.path, ".")
+		if out, err := exec.Command(gobin, args...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 // proc is a `baton serve` child process on the shared test etcd.
@@ -62,10 +70,16 @@ type proc struct {
 
 func startProc(t *testing.T, socket, scope string, extra ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary(t), socket, scope, extra...)
+}
+
+// startBinary starts bin serve, as startProc does.
+func startBinary(t *testing.T, bin, socket, scope string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"serve", "--socket", socket, "--scope", scope,
 		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
 		"--request-timeout", "900ms", "--health-addr", ""}, extra...)
-	cmd := exec.Command(binary(t), args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "POD_NAME="+filepath.Base(socket))
 	p := &proc{cmd: cmd, socket: socket, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr

@@ -62,7 +62,8 @@ the command line wins.`,
 	root.SetContext(ctx)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout, stderr),
-		newMirrorCmd(getenv, stderr), newInstallCmd(stdout), newVersionCmd(stdout))
+		newInstallCmd(stdout), newVersionCmd(stdout))
+	root.AddCommand(kubeCommands(getenv, stderr)...)
 	wrapArgs(root)
 	return root
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/server"
@@ -189,11 +188,7 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	if len(o.etcd.endpoints) == 0 {
-		cfg := embedetcd.Default(o.dataDir)
-		cfg.ClientURL = o.clientURL
-		if err := cfg.Validate(); err != nil {
-			return flagError(err)
-		}
+		return validateEmbedded(o.dataDir, o.clientURL)
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -131,22 +129,9 @@ func (sc *sidecar) connect(ctx context.Context) error {
 	}
 	sc.endpoints, sc.where = sc.o.etcd.endpoints, "etcd at "+strings.Join(sc.o.etcd.endpoints, ",")
 	if len(sc.endpoints) == 0 {
-		cfg := embedetcd.Default(sc.o.dataDir)
-		cfg.ClientURL, cfg.Logger = sc.o.clientURL, sc.logs.etcdServer
-		e, err := embedetcd.Start(ctx, cfg)
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return usageError{fmt.Errorf("--embedded-client-url %s: the port is in use (another etcd, or another baton serve?): choose another, or join that etcd with --etcd-endpoints: %w", sc.o.clientURL, err)}
-		}
-		if err != nil {
+		if err := sc.startEmbedded(ctx); err != nil {
 			return err
 		}
-		sc.closers = append(sc.closers, func() {
-			sc.logs.quiet() // its shutdown logs errors that are none
-			e.Close()
-		})
-		sc.endpoints = e.Endpoints()
-		abs, _ := filepath.Abs(sc.o.dataDir)
-		sc.where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(sc.endpoints, ","), abs)
 	}
 	cli, err := sc.o.etcd.client(sc.endpoints, sc.logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
 	if err != nil {

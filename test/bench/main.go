@@ -26,6 +26,7 @@ func main() {
 	}
 	var o options
 	flag.StringVar(&o.baton, "baton", "bin/baton", "the baton binary to measure")
+	flag.StringVar(&o.sidecar, "sidecar", "bin/baton-sidecar", "the lean build of baton (go build -tags lean), whose footprint is measured")
 	flag.DurationVar(&o.slice, "slice", 2*time.Second, "how long each contender runs in each round")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of interleaved runs; medians are reported")
 	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
@@ -35,7 +36,7 @@ func main() {
 	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
-	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale, footprint")
 	flag.Parse()
 	if !slices.Contains(concurrencies, o.profileC) {
 		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
@@ -50,6 +51,7 @@ func main() {
 // options are the flags.
 type options struct {
 	baton           string
+	sidecar         string
 	slice           time.Duration
 	rounds          int
 	scaleMax        int
@@ -69,6 +71,9 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(dir)
 	if o.baton, err = filepath.Abs(o.baton); err != nil {
+		return err
+	}
+	if o.sidecar, err = filepath.Abs(o.sidecar); err != nil {
 		return err
 	}
 	et, err := startEtcd(dir)
@@ -91,6 +96,7 @@ func run(ctx context.Context, o options) error {
 		{"hand-off", w.handoff},
 		{"crash", w.crash},
 		{"scale", w.scale},
+		{"footprint", w.footprint},
 	}
 	for _, s := range steps {
 		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), s.name) {

@@ -10,15 +10,16 @@ import (
 
 // results is everything measured.
 type results struct {
-	order    []string                  // contenders, first seen first
-	cycles   map[string]map[int]series // contender → C → rounds
-	refusals map[string]series
-	entries  map[string][]float64 // raft entries per refusal, per round
-	reads    map[string][]float64 // etcd reads per refusal, per round
-	handoff  map[string]series
-	crash    []time.Duration
-	crashTTL time.Duration
-	scale    []scaleResult
+	order     []string                  // contenders, first seen first
+	cycles    map[string]map[int]series // contender → C → rounds
+	refusals  map[string]series
+	entries   map[string][]float64 // raft entries per refusal, per round
+	reads     map[string][]float64 // etcd reads per refusal, per round
+	handoff   map[string]series
+	crash     []time.Duration
+	crashTTL  time.Duration
+	scale     []scaleResult
+	footprint []footprintResult
 }
 
 const (
@@ -81,6 +82,9 @@ func (r *results) print(w io.Writer, o options) {
 	if r.crashTTL > 0 {
 		r.printCrash(w)
 	}
+	if len(r.footprint) > 0 {
+		r.printFootprint(w)
+	}
 	r.printCPU(w)
 	r.printGoals(w)
 }
@@ -131,6 +135,13 @@ func (r *results) printHandoff(w io.Writer) {
 	for _, name := range handoffOrder {
 		s := r.handoff[name]
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s |\n", name, s.rate(), ms(s.quantile(0.5)), ms(s.quantile(0.99)))
+	}
+}
+
+func (r *results) printFootprint(w io.Writer) {
+	fmt.Fprintf(w, "\n## One idle sidecar (%v after one acquire + release)\n\n| build | binary | RSS |\n|---|---|---|\n", idleFor)
+	for _, f := range r.footprint {
+		fmt.Fprintf(w, "| %s | %.1f MB | %.1f MiB |\n", f.name, float64(f.size)/1e6, float64(f.rss)/(1<<20))
 	}
 }
 
@@ -195,6 +206,10 @@ func (r *results) printGoals(w io.Writer) {
 		goal(s.rss <= 150<<20, "%d held locks: sidecar RSS %.1f MiB (goal ≤ 150 MiB)", s.n, float64(s.rss)/(1<<20))
 		goal(s.released <= 1500*time.Millisecond, "%d held locks: all released %s after SIGTERM (goal ≤ 1.5 s)", s.n, ms(s.released))
 		goal(s.worstWrite <= 100*time.Millisecond, "%d held locks: slowest etcd write during the release %s (goal ≤ 100 ms)", s.n, ms(s.worstWrite))
+	}
+	if len(r.footprint) > 0 {
+		lean := r.footprint[0]
+		goal(lean.rss <= 20<<20, "an idle sidecar in a pod (the lean build) on an external etcd: RSS %.1f MiB, binary %.1f MB (goal ≤ 20 MiB; the full build: %.1f MiB)", float64(lean.rss)/(1<<20), float64(lean.size)/1e6, float64(r.footprint[1].rss)/(1<<20))
 	}
 	if r.crashTTL > 0 {
 		worst := slices.Max(append([]time.Duration{0}, r.crash...))

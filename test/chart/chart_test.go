@@ -477,7 +477,7 @@ func TestSchedulingKnobs(t *testing.T) {
 			t.Errorf("%s topologySpreadConstraints %+v, want the zone spread over the %s pods", what, c, component)
 		}
 	}
-	if manifest, err := render(t, "", "--set", "fullnameOverride=team-locks"); err != nil || !strings.Contains(manifest, "name: team-locks-controller\n") || strings.Contains(manifest, "baton-controller") {
+	if manifest, err := render(t, "", "--set", "fullnameOverride=team-locks"); err != nil || !strings.Contains(manifest, "name: team-locks-controller\n") || strings.Contains(manifest, "name: baton-controller") {
 		t.Errorf("fullnameOverride: %v", err)
 	}
 }

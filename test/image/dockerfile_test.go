@@ -174,17 +174,23 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 
-	// The image: the binary copied out of the build stage, run as make
-	// image's image runs it.
-	if len(outputs) != 1 {
-		t.Fatalf("the image copies %v out of the build stage; want the baton binary", outputs)
+	// The image: the binaries copied out of the build stage (the lean
+	// sidecar and the controller's full build), run as make image's image
+	// runs them.
+	if !slices.Equal(outputs, []string{"/baton", "/baton-controller"}) {
+		t.Fatalf("the image copies %v out of the build stage; want /baton and /baton-controller", outputs)
 	}
-	bin := abs(outputs[0])
-	if !isStatic(t, bin) {
-		t.Errorf("%s is dynamically linked; %s has no libc", outputs[0], final.base)
+	for _, o := range outputs {
+		bin := abs(o)
+		if !isStatic(t, bin) {
+			t.Errorf("%s is dynamically linked; %s has no libc", o, final.base)
+		}
+		if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "baton v9.8.7-test (commit c0ffee1,") {
+			t.Errorf("%s version of the Dockerfile's build: %v %q; want the VERSION and COMMIT given", o, err, out)
+		}
 	}
-	if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "baton v9.8.7-test (commit c0ffee1,") {
-		t.Errorf("baton version of the Dockerfile's build: %v %q; want the VERSION and COMMIT given", err, out)
+	if out, err := exec.Command(abs("/baton"), "mirror").CombinedOutput(); err == nil || !strings.Contains(string(out), "unknown command") {
+		t.Errorf("/baton mirror: %v %q; want unknown command, /baton is the lean build", err, out)
 	}
 	img := read(t, filepath.Join(dir(t), "baton.tar")).config.Config
 	var user string

@@ -217,8 +217,18 @@ func TestBatonImage(t *testing.T) {
 	if tmp := a.files["/tmp"]; tmp.hdr == nil || tmp.hdr.Typeflag != tar.TypeDir || tmp.hdr.Mode != 0o1777 {
 		t.Errorf("/tmp: %+v, want a directory with mode 1777", tmp.hdr)
 	}
-	if out := a.runStatic(t, "/baton", "version"); !strings.HasPrefix(out, "baton ") || !strings.Contains(out, "etcd 3.7.3") {
-		t.Errorf("baton version: %q", out)
+	for _, bin := range []string{"/baton", "/baton-controller"} {
+		if out := a.runStatic(t, bin, "version"); !strings.HasPrefix(out, "baton ") || !strings.Contains(out, "etcd 3.7.3") {
+			t.Errorf("%s version: %q", bin, out)
+		}
+	}
+	// The entrypoint, what every pod's sidecar runs, is the lean build;
+	// the controller's command is the full one.
+	if out := a.runStatic(t, "/baton", "--help"); strings.Contains(out, "mirror") {
+		t.Errorf("/baton --help lists mirror: not the lean build\n%s", out)
+	}
+	if out := a.runStatic(t, "/baton-controller", "mirror", "--help"); !strings.Contains(out, "--inject-config") {
+		t.Errorf("/baton-controller mirror --help: %q", out)
 	}
 }
 
