@@ -5,17 +5,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
-// TestReadmeClients runs the curl, Python, Node and Go clients that README
-// shows against a real sidecar: once on a free lock (granted, then released
-// by closing the connection) and once on a held one (the webhook pattern:
-// 409 with the running execution's id). It also checks README shows each
-// file as it is. A missing interpreter fails the test.
-func TestReadmeClients(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestGuideClients runs the curl, Python, Node and Go clients that the
+// user guide shows against a real sidecar: once on a free lock (granted,
+// then released by closing the connection) and once on a held one (the
+// webhook pattern: 409 with the running execution's id). It also checks
+// the guide shows each file as it is. A missing interpreter fails the test.
+func TestGuideClients(t *testing.T) {
+	guide, err := os.ReadFile("../../docs/user-guide.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,11 +46,11 @@ func TestReadmeClients(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(string(readme), string(src)) {
-				t.Errorf("README does not show examples/clients/%s as it is", cl.file)
+			if !strings.Contains(string(guide), string(src)) {
+				t.Errorf("docs/user-guide.md does not show examples/clients/%s as it is", cl.file)
 			}
 			if _, err := exec.LookPath(cl.cmd[0]); err != nil {
-				t.Fatalf("%s is needed to test the README's client: %v", cl.cmd[0], err)
+				t.Fatalf("%s is needed to test the user guide's client: %v", cl.cmd[0], err)
 			}
 			runClient := func() string {
 				t.Helper()
@@ -87,4 +90,91 @@ func TestReadmeClients(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDocsLinks: every relative link of README.md and docs/ leads to a
+// file of the repository, and every #anchor to a heading of its page (as
+// GitHub names them); every page of docs/ is linked from the README.
+func TestDocsLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil || len(pages) < 7 {
+		t.Fatalf("docs/*.md: %v %v", pages, err)
+	}
+	readme := filepath.Join(root, "README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range append([]string{readme}, pages...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(withoutCode(string(b)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			to := page
+			if file != "" {
+				to = filepath.Join(filepath.Dir(page), file)
+			}
+			if _, err := os.Stat(to); err != nil {
+				t.Errorf("%s links to %s: %v", page, target, err)
+				continue
+			}
+			if anchor != "" && !slices.Contains(anchors(t, to), anchor) {
+				t.Errorf("%s links to %s: %s has no heading #%s", page, target, to, anchor)
+			}
+		}
+	}
+	b, _ := os.ReadFile(readme)
+	for _, page := range pages {
+		if !strings.Contains(string(b), "](docs/"+filepath.Base(page)+")") {
+			t.Errorf("README links no docs/%s", filepath.Base(page))
+		}
+	}
+}
+
+// withoutCode is markdown without its fenced code blocks.
+func withoutCode(md string) string {
+	var out []string
+	fenced := false
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// anchors are the anchors GitHub gives the headings of the page at path:
+// lower case, punctuation but - and _ dropped, spaces as dashes.
+func anchors(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(withoutCode(string(b)), "\n") {
+		h, ok := strings.CutPrefix(l, "#")
+		if !ok {
+			continue
+		}
+		h = strings.ToLower(strings.TrimSpace(strings.TrimLeft(h, "#")))
+		out = append(out, strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				return r
+			}
+			return -1
+		}, h))
+	}
+	return out
 }

@@ -5,7 +5,7 @@
 package lockapi
 
 // Error codes of the socket API: the "code" field of every error body.
-// README's error table lists each of them (a test in the server compares
+// docs/api.md's error table lists each of them (a test in the server compares
 // the two).
 const (
 	CodeAlreadyRunning   = "already_running"

@@ -13,11 +13,11 @@ import (
 	"testing"
 )
 
-// TestReadmeListsEveryErrorCode compares README's error table with the
+// TestDocsListEveryErrorCode compares the error table of docs/api.md with the
 // error codes the server can answer: the Code constants of package
 // lockapi. It also checks that the handlers name codes only by those
 // constants, so that the list is the whole truth.
-func TestReadmeListsEveryErrorCode(t *testing.T) {
+func TestDocsListEveryErrorCode(t *testing.T) {
 	fset := token.NewFileSet()
 	names, err := filepath.Glob("*.go")
 	if err != nil {
@@ -68,13 +68,13 @@ func TestReadmeListsEveryErrorCode(t *testing.T) {
 		t.Fatalf("found only %d Code constants: %v", len(codes), codes)
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(readme), "| status | code | when |")
+	_, table, ok := strings.Cut(string(doc), "| status | code | when |")
 	if !ok {
-		t.Fatal("README has no error table (| status | code | when |)")
+		t.Fatal("docs/api.md has no error table (| status | code | when |)")
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
 	// The code column of each row: | 409 | `already_running` | ...
@@ -86,12 +86,12 @@ func TestReadmeListsEveryErrorCode(t *testing.T) {
 	}
 	for _, c := range codes {
 		if !slices.Contains(listed, c) {
-			t.Errorf("error code %q is missing from README's error table", c)
+			t.Errorf("error code %q is missing from the error table of docs/api.md", c)
 		}
 	}
 	for _, l := range listed {
 		if !slices.Contains(codes, l) {
-			t.Errorf("README's error table lists %q, which the server never answers", l)
+			t.Errorf("the error table of docs/api.md lists %q, which the server never answers", l)
 		}
 	}
 }
