@@ -41,7 +41,9 @@ type Config struct {
 	// WatchDelay is how long a lock is held before the scope's watch opens
 	// for it. Default 250ms: a lock released sooner costs the sidecar no
 	// watch event, and a delete of its key by someone else (a force
-	// release) meanwhile is reported when the delay is up. Hold streams,
+	// release) meanwhile is reported when the delay is up. The locks of a
+	// burst are watched in batches, each up to a quarter of the delay
+	// sooner than its own delay would say. Hold streams,
 	// Grant.Done and waiters open the watch at once; 0 opens it at every
 	// grant.
 	WatchDelay time.Duration

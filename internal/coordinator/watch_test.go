@@ -137,6 +137,36 @@ func TestWatchDelay(t *testing.T) {
 			t.Error("the watch opened")
 		}
 	})
+	t.Run("young locks are watched in batches, none before three quarters of its delay", func(t *testing.T) {
+		a := newSidecar(t, "pod-batch", func(c *Config) { c.WatchDelay = time.Second })
+		watched := func(g Grant) bool {
+			a.c.mu.Lock()
+			defer a.c.mu.Unlock()
+			return g.h.watched
+		}
+		first := a.mustAcquire(t, key(t, "batch-1"), "o")
+		time.Sleep(100 * time.Millisecond)
+		second := a.mustAcquire(t, key(t, "batch-2"), "o") // due within a quarter of the first
+		time.Sleep(500 * time.Millisecond)
+		third := a.mustAcquire(t, key(t, "batch-3"), "o") // due well after
+		waitFor(t, 5*time.Second, "the first lock watched", func() bool { return watched(first) })
+		a.c.mu.Lock()
+		second1, third1 := second.h.watched, third.h.watched
+		a.c.mu.Unlock()
+		if since := time.Since(first.AcquiredAt); since < 750*time.Millisecond {
+			t.Errorf("the first lock was watched %v after its grant, before three quarters of its 1s delay", since)
+		}
+		if !second1 {
+			t.Error("the second lock, due 100ms after the first, was not taken in the first's batch")
+		}
+		if third1 {
+			t.Error("the third lock, due 600ms after the first, was taken in the first's batch")
+		}
+		waitFor(t, 5*time.Second, "the third lock watched", func() bool { return watched(third) })
+		if since := time.Since(third.AcquiredAt); since < 750*time.Millisecond {
+			t.Errorf("the third lock was watched %v after its grant, before three quarters of its 1s delay", since)
+		}
+	})
 	t.Run("held past the delay, a lock is watched", func(t *testing.T) {
 		a := newSidecar(t, "pod-old", func(c *Config) { c.WatchDelay = 200 * time.Millisecond })
 		k := key(t, "old")

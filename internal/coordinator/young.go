@@ -11,7 +11,11 @@ import (
 // sidecar an event for each of their releases. A lock still held when its
 // delay is up is watched from then on (Coordinator.watched), and the watch,
 // once established, reads again every held key older than itself, so a
-// loss during the delay is reported then. Guarded by Coordinator.mu.
+// loss during the delay is reported then. The timer takes the locks in
+// batches: when it fires, the locks whose delay ends within youngSlack of
+// then are watched too, so that it fires about once per youngSlack however
+// many locks are granted meanwhile, rather than once per grant (each firing
+// is a goroutine and a wake-up). Guarded by Coordinator.mu.
 type young struct {
 	queue []youngLock
 	head  int         // queue[:head] were handled
@@ -56,16 +60,22 @@ func (c *Coordinator) armYoungLocked(d time.Duration) {
 	y.timer.Reset(d)
 }
 
-// matureYoung watches the locks whose delay is up and are still held.
+// youngSlack is how much sooner than its delay a young lock may be
+// watched, for the timer to take the locks in batches.
+func youngSlack(delay time.Duration) time.Duration { return delay / 4 }
+
+// matureYoung watches the locks still held whose delay is up, or ends
+// within youngSlack.
 func (c *Coordinator) matureYoung() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	y := &c.young
 	y.armed = false
 	now := time.Now()
+	batch := now.Add(youngSlack(c.cfg.WatchDelay))
 	for ; y.head < len(y.queue); y.head++ {
 		l := y.queue[y.head]
-		if l.due.After(now) {
+		if l.due.After(batch) {
 			c.armYoungLocked(l.due.Sub(now))
 			return
 		}
