@@ -11,9 +11,12 @@ import (
 // (the sidecar is starting or etcd was away), and makes sure its end is
 // watched.
 func (c *Coordinator) session(ctx context.Context) (lockstore.Session, error) {
-	wctx, cancel := c.etcdCtx(ctx)
-	s, err := c.sessions.Wait(wctx)
-	cancel()
+	s, err := c.sessions.Current() // as nearly always: no timer to wait with
+	if err != nil {
+		wctx, cancel := c.etcdCtx(ctx)
+		s, err = c.sessions.Wait(wctx)
+		cancel()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

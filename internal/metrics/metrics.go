@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ type Metrics struct {
 	lost         *prometheus.CounterVec
 	expired      *prometheus.CounterVec
 	etcd         *prometheus.HistogramVec
+	etcdOps      sync.Map // gRPC method → its prometheus.Observer in etcd
 	batch        prometheus.Histogram
 	sessionLost  prometheus.Counter
 }
@@ -142,10 +144,21 @@ func (m *Metrics) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		op := method[strings.LastIndexByte(method, '/')+1:]
-		m.etcd.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		m.etcdOp(method).Observe(time.Since(start).Seconds())
 		return err
 	}
+}
+
+// etcdOp returns the observer of a gRPC method's requests, labelled with
+// its last segment (Txn, Range, LeaseGrant...): looked up once per method,
+// not hashed again on every request.
+func (m *Metrics) etcdOp(method string) prometheus.Observer {
+	if o, ok := m.etcdOps.Load(method); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.etcd.WithLabelValues(method[strings.LastIndexByte(method, '/')+1:])
+	m.etcdOps.Store(method, o)
+	return o
 }
 
 // RegisterBuildInfo registers baton_build_info on reg: always 1, labelled
