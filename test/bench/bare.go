@@ -17,10 +17,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
-// bareChildEnv holds "socket|etcd endpoint" for a re-executed bench binary
-// that runs the bare sidecar instead of the bench.
+// bareChildEnv holds "socket|etcd endpoint[|shaped]" for a re-executed
+// bench binary that runs the bare sidecar instead of the bench; shaped
+// makes its transactions Baton's (bareShaped).
 const bareChildEnv = "BATON_BENCH_BARE"
 
 // runBareChild runs the least a sidecar can be: an HTTP server on a unix
@@ -30,11 +33,12 @@ const bareChildEnv = "BATON_BENCH_BARE"
 // Baton's default. Its cycle is the floor of any
 // design that puts a process between the app and etcd.
 func runBareChild(spec string) int {
-	socket, endpoint, ok := strings.Cut(spec, "|")
-	if !ok {
-		fmt.Fprintf(os.Stderr, "%s=%q: want socket|endpoint\n", bareChildEnv, spec)
+	parts := strings.Split(spec, "|")
+	if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "shaped") {
+		fmt.Fprintf(os.Stderr, "%s=%q: want socket|endpoint or socket|endpoint|shaped\n", bareChildEnv, spec)
 		return 2
 	}
+	socket, endpoint, shaped := parts[0], parts[1], len(parts) == 3
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -69,11 +73,16 @@ func runBareChild(spec string) int {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		k := "/bench/bare/" + r.PathValue("name")
 		// As in Baton, the outcome must not depend on the caller hanging
 		// up mid-call: a put committed for a gone caller would stay.
-		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, body.Owner, clientv3.WithLease(l.ID))).Commit()
+		txn := cli.Txn(context.WithoutCancel(r.Context()))
+		if shaped {
+			txn = shapedTry(txn, r.PathValue("name"), body.Owner, l.ID)
+		} else {
+			k := "/bench/bare/" + r.PathValue("name")
+			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, body.Owner, clientv3.WithLease(l.ID)))
+		}
+		resp, err := txn.Commit()
 		if err != nil {
 			answerTxn(w, nil, err, "", nil)
 			return
@@ -87,6 +96,9 @@ func runBareChild(spec string) int {
 			return
 		}
 		k := "/bench/bare/" + r.PathValue("name")
+		if shaped {
+			k = shapedKey(r.PathValue("name"), l.ID)
+		}
 		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", fence)).
 			Then(clientv3.OpDelete(k)).Commit()
 		answerTxn(w, resp, err, "not held", map[string]any{"fence": fence})
@@ -102,16 +114,49 @@ func runBareChild(spec string) int {
 	return 0
 }
 
-// startBare starts the bare sidecar on the bench's etcd.
-func (w *world) startBare() (*sidecar, error) {
+// shapedLayout is the key layout of the shaped bare sidecar's locks.
+var shapedLayout = must(keyspace.NewLayout("bench-bare"))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err) // a constant, valid scope
+	}
+	return v
+}
+
+// shapedKey is the contender key of the lock name under lease l, in
+// Baton's layout.
+func shapedKey(name string, l clientv3.LeaseID) string {
+	return shapedLayout.ContenderKey(must(keyspace.ParseKey(name)), int64(l))
+}
+
+// shapedTry makes txn Baton's try of the lock name: put my contender key
+// with a holder record if the lock's prefix has none, else read the first
+// contender (the holder).
+func shapedTry(txn clientv3.Txn, name, owner string, l clientv3.LeaseID) clientv3.Txn {
+	pfx := shapedLayout.LockPrefix(must(keyspace.ParseKey(name)))
+	now := time.Now()
+	rec := keyspace.Holder{Owner: owner, Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
+	return txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(shapedKey(name, l), rec.Encode(), clientv3.WithLease(l))).
+		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
+}
+
+// startBare starts the bare sidecar on the bench's etcd; shaped, with
+// Baton's transactions.
+func (w *world) startBare(shaped bool) (*sidecar, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	socket := filepath.Join(w.dir, "bare.sock")
+	name, spec := "bare", w.etcd.endpoint
+	if shaped {
+		name, spec = "bare-shaped", spec+"|shaped"
+	}
+	socket := filepath.Join(w.dir, name+".sock")
 	cmd := exec.Command(self)
 	// On one CPU, as Baton's sidecar runs by default (--max-procs).
-	cmd.Env = append(os.Environ(), bareChildEnv+"="+socket+"|"+w.etcd.endpoint, "GOMAXPROCS=1")
+	cmd.Env = append(os.Environ(), bareChildEnv+"="+socket+"|"+spec, "GOMAXPROCS=1")
 	p, err := startProc(cmd, "serving on")
 	if err != nil {
 		return nil, err
@@ -121,9 +166,10 @@ func (w *world) startBare() (*sidecar, error) {
 	return s, nil
 }
 
-// bare takes and releases the lock through the bare sidecar.
-func (w *world) bare(s *sidecar) contender {
-	return contender{name: bareName, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
+// bare takes and releases the lock through the bare sidecar s, reported
+// as name.
+func (w *world) bare(s *sidecar, name string) contender {
+	return contender{name: name, setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
 		return func(ctx context.Context, i int) error {
 			var got struct {
 				Fence int64 `json:"fence"`

@@ -30,6 +30,9 @@ const (
 	rawShapedName = "raw etcd Txn, Baton's transactions"
 	// bareName is the bare sidecar: HTTP in, one raw Txn per request.
 	bareName = "bare sidecar (HTTP → 1 raw Txn)"
+	// bareShapedName is the bare sidecar with Baton's transactions: the
+	// prefix compare, the holder record, the read of the holder on refusal.
+	bareShapedName = "bare sidecar, Baton's transactions"
 	// batonAllProcs is Baton with --max-procs 0: Go's default GOMAXPROCS.
 	batonAllProcs = "Baton, --max-procs 0 (every CPU)"
 	// batonShared is Baton with the clients spread over 4 sidecars sharing
@@ -42,6 +45,8 @@ const (
 
 // handoffOrder is the order of the hot-key contenders in the tables.
 var handoffOrder = []string{"Baton try loop", "Mutex TryLock loop", "Baton blocking wait", "Mutex.Lock"}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
@@ -189,6 +194,19 @@ func (r *results) printGoals(w io.Writer) {
 		tr := bt[64].rate() / rw[64].rate()
 		goal(tr >= 0.85, "Baton throughput at C=64 is %.2f× raw Txn's (%.0f vs %.0f cycles/s; goal ≥ 0.85×%s)", tr, bt[64].rate(), rw[64].rate(), floor64)
 	}
+	if bt, br := r.cycles[baton], r.cycles[bareName]; bt != nil && br != nil {
+		// The sidecar's own CPU per cycle against the least a sidecar can
+		// spend; beside it, against the bare sidecar with Baton's
+		// transactions, which tells the lock protocol's share from the
+		// rest of the path.
+		b, f := bt[1].cpuPerOp().sidecars, br[1].cpuPerOp().sidecars
+		shaped := ""
+		if bs := r.cycles[bareShapedName]; bs != nil {
+			fs := bs[1].cpuPerOp().sidecars
+			shaped = fmt.Sprintf("; %.2f× the bare sidecar with Baton's transactions, %s", float64(b)/float64(fs), us(fs))
+		}
+		goal(f > 0 && float64(b) <= 1.15*float64(f), "sidecar CPU per cycle at C=1 is %.2f× the bare sidecar's (%s vs %s; goal ≤ 1.15×%s)", float64(b)/float64(f), us(b), us(f), shaped)
+	}
 	if len(r.refusals) > 0 {
 		br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
 		goal(br >= 3*mr, "Baton refusals/s are %.2f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
@@ -245,7 +263,6 @@ func (r *results) printCPU(w io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 	fmt.Fprintf(w, "\n## CPU time per operation (etcd, sidecars, the bench's clients)\n\n"+
 		"Read from /proc around each run (10 ms ticks); the ceiling is %d cores divided by the total.\n\n"+
 		"The last columns count, per operation, the transactions etcd served and the watch events it sent (to every watching sidecar).\n\n"+

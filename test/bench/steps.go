@@ -29,11 +29,16 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 	if w.o.profile != "" {
 		profAddr = w.mainProf
 	}
-	bare, err := w.startBare()
+	bare, err := w.startBare(false)
 	if err != nil {
 		return err
 	}
 	defer bare.term()
+	bareShaped, err := w.startBare(true)
+	if err != nil {
+		return err
+	}
+	defer bareShaped.term()
 	// The same sidecar with Go's default GOMAXPROCS (every CPU): what
 	// --max-procs 1 saves.
 	// Its own scope: the keys are named alike, and a cycle cut short at
@@ -57,7 +62,7 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 		return err
 	}
 	defer termAll(watchAll)
-	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare),
+	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare, bareName), w.bare(bareShaped, bareShapedName),
 		w.batonNamed(allProcs, batonAllProcs), w.batonSpread(shared, batonShared), w.batonSpread(watchAll, batonWatchAll), w.roundTrips(main)}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
