@@ -23,7 +23,7 @@ import (
 
 // bareChildEnv holds "socket|etcd endpoint[|shaped]" for a re-executed
 // bench binary that runs the bare sidecar instead of the bench; shaped
-// makes its transactions Baton's (bareShaped).
+// makes its transactions Baton's (batonTry).
 const bareChildEnv = "BATON_BENCH_BARE"
 
 // runBareChild runs the least a sidecar can be: an HTTP server on a unix
@@ -39,6 +39,37 @@ func runBareChild(spec string) int {
 		return 2
 	}
 	socket, endpoint, shaped := parts[0], parts[1], len(parts) == 3
+	layout, err := keyspace.NewLayout("bench-bare")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// key is the lock name's key: a plain one, or (shaped) Baton's
+	// contender key under lease l.
+	key := func(name string, l clientv3.LeaseID) (string, error) {
+		if !shaped {
+			return "/bench/bare/" + name, nil
+		}
+		k, err := keyspace.ParseKey(name)
+		if err != nil {
+			return "", err
+		}
+		return layout.ContenderKey(k, int64(l)), nil
+	}
+	// try is the Txn that takes the lock name: a put if the key is free,
+	// or (shaped) Baton's try.
+	try := func(txn clientv3.Txn, name, owner string, l clientv3.LeaseID) (clientv3.Txn, error) {
+		if shaped {
+			k, err := keyspace.ParseKey(name)
+			if err != nil {
+				return nil, err
+			}
+			txn, _ = batonTry(txn, layout, k, owner, l)
+			return txn, nil
+		}
+		k, _ := key(name, l) // a plain key is any name
+		return txn.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, owner, clientv3.WithLease(l))), nil
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -75,12 +106,10 @@ func runBareChild(spec string) int {
 		}
 		// As in Baton, the outcome must not depend on the caller hanging
 		// up mid-call: a put committed for a gone caller would stay.
-		txn := cli.Txn(context.WithoutCancel(r.Context()))
-		if shaped {
-			txn = shapedTry(txn, r.PathValue("name"), body.Owner, l.ID)
-		} else {
-			k := "/bench/bare/" + r.PathValue("name")
-			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, body.Owner, clientv3.WithLease(l.ID)))
+		txn, err := try(cli.Txn(context.WithoutCancel(r.Context())), r.PathValue("name"), body.Owner, l.ID)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
 		resp, err := txn.Commit()
 		if err != nil {
@@ -95,9 +124,10 @@ func runBareChild(spec string) int {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		k := "/bench/bare/" + r.PathValue("name")
-		if shaped {
-			k = shapedKey(r.PathValue("name"), l.ID)
+		k, err := key(r.PathValue("name"), l.ID)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
 		resp, err := cli.Txn(context.WithoutCancel(r.Context())).If(clientv3.Compare(clientv3.CreateRevision(k), "=", fence)).
 			Then(clientv3.OpDelete(k)).Commit()
@@ -112,34 +142,6 @@ func runBareChild(spec string) int {
 	srv.Close()
 	cli.Revoke(context.Background(), l.ID)
 	return 0
-}
-
-// shapedLayout is the key layout of the shaped bare sidecar's locks.
-var shapedLayout = must(keyspace.NewLayout("bench-bare"))
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err) // a constant, valid scope
-	}
-	return v
-}
-
-// shapedKey is the contender key of the lock name under lease l, in
-// Baton's layout.
-func shapedKey(name string, l clientv3.LeaseID) string {
-	return shapedLayout.ContenderKey(must(keyspace.ParseKey(name)), int64(l))
-}
-
-// shapedTry makes txn Baton's try of the lock name: put my contender key
-// with a holder record if the lock's prefix has none, else read the first
-// contender (the holder).
-func shapedTry(txn clientv3.Txn, name, owner string, l clientv3.LeaseID) clientv3.Txn {
-	pfx := shapedLayout.LockPrefix(must(keyspace.ParseKey(name)))
-	now := time.Now()
-	rec := keyspace.Holder{Owner: owner, Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
-	return txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(shapedKey(name, l), rec.Encode(), clientv3.WithLease(l))).
-		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
 }
 
 // startBare starts the bare sidecar on the bench's etcd; shaped, with

@@ -48,14 +48,22 @@ func (w *world) rawShaped() contender {
 		if err != nil {
 			return "", nil, err
 		}
-		pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, int64(l))
-		now := time.Now()
-		rec := keyspace.Holder{Owner: fmt.Sprintf("c%d", i), Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
-		r, err := w.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(l))).
-			Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+		txn, key := batonTry(w.cli.Txn(ctx), layout, k, fmt.Sprintf("c%d", i), l)
+		r, err := txn.Commit()
 		return key, r, err
 	})
+}
+
+// batonTry makes txn Baton's try of lock k under lease l: put the
+// contender key with a holder record if the lock's prefix has none, else
+// read the first contender (the holder). It returns the key it puts.
+func batonTry(txn clientv3.Txn, layout keyspace.Layout, k keyspace.Key, owner string, l clientv3.LeaseID) (clientv3.Txn, string) {
+	pfx, key := layout.LockPrefix(k), layout.ContenderKey(k, int64(l))
+	now := time.Now()
+	rec := keyspace.Holder{Owner: owner, Pod: "bench", Node: "bench", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)}
+	return txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(key, rec.Encode(), clientv3.WithLease(l))).
+		Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)), key
 }
 
 // leased is a contender whose clients take a key under one lease with
