@@ -6,42 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
-
-// MaxOwnerLen bounds an owner (execution id).
-const MaxOwnerLen = 256
-
-// AcquireRequest asks for a lock.
-type AcquireRequest struct {
-	Key keyspace.Key
-	// Owner is the caller's execution id; NewOwner() makes one when empty.
-	Owner string
-	// TTL is how long the lock may be held before the sidecar releases it;
-	// 0 means Config.DefaultTTL; at most Config.MaxHold.
-	TTL time.Duration
-	// Wait is how long to queue for the lock; 0 tries once.
-	Wait time.Duration
-	// OnQueued, if set, is called from the waiting goroutine with the number
-	// of contenders ahead of the caller, each time that number is learned.
-	// It may run under the coordinator's lock: it must return at once and
-	// must not call the coordinator.
-	OnQueued func(ahead int)
-	// Hold marks a lock bound to its caller's connection (a hold stream): a
-	// restarted sidecar does not keep it, since the connection died too.
-	// Such a lock is meant to last as long as its caller: TTL is then the
-	// renewal window, which the caller (the server's stream) keeps moving
-	// with Renew while the connection lives.
-	Hold bool
-	// MaxHold, with Hold, caps how long the lock may be held however often
-	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
-	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
-	MaxHold time.Duration
-}
 
 // Grant is a lock held by a local owner.
 type Grant struct {
@@ -162,71 +130,107 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 	return Grant{}, false, nil
 }
 
-func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
-	if req.Key.IsZero() {
-		return invalid("key", "no key")
-	}
-	if req.Owner == "" {
-		req.Owner = NewOwner()
-	} else if err := CheckOwner(req.Owner); err != nil {
-		return err
-	}
-	ttl, err := c.checkTTL(req.TTL)
-	if err != nil {
-		return err
-	}
-	req.TTL = ttl
-	switch {
-	case req.MaxHold < 0:
-		return invalid("max_hold", "%v is negative; leave it out to hold for as long as the stream stays open", req.MaxHold)
-	case req.MaxHold > 0 && !req.Hold:
-		return invalid("max_hold", "applies to hold streams (POST /v1/locks/KEY:hold), which renew their lock; a plain acquire ends at its ttl")
-	case req.MaxHold > 0 && req.MaxHold < time.Second:
-		return invalid("max_hold", "%v is shorter than 1s", req.MaxHold)
-	case req.MaxHold > c.cfg.MaxHold:
-		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v", req.MaxHold, c.cfg.MaxHold)
-	case req.MaxHold > 0 && req.TTL > req.MaxHold:
-		req.TTL = req.MaxHold // the cap comes first
-	}
-	switch {
-	case req.Wait < 0:
-		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
-	case req.Wait > c.cfg.MaxWait:
-		return invalid("wait", "%v is longer than the sidecar's maximum wait %v", req.Wait, c.cfg.MaxWait)
-	}
-	return nil
-}
+// maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
+// the memory starts over (a forgotten lock costs one write on its next
+// refusal, nothing more).
+const maxHeldElsewhere = 1 << 16
 
-func (c *Coordinator) checkTTL(ttl time.Duration) (time.Duration, error) {
-	switch {
-	case ttl == 0:
-		return c.cfg.DefaultTTL, nil
-	case ttl < 0:
-		return 0, invalid("ttl", "%v is negative", ttl)
-	case ttl < time.Second:
-		return 0, invalid("ttl", "%v is shorter than 1s", ttl)
-	case ttl > c.cfg.MaxHold:
-		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v", ttl, c.cfg.MaxHold)
+// tryLocked tries once, with c.mu locked, which it unlocks: in etcd when
+// the turn is free or is being freed by a release here, else it is
+// refused naming the holder.
+func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+	if c.tryTurnLocked(e) {
+		c.mu.Unlock()
+		return c.try(ctx, e, req)
 	}
-	return ttl, nil
-}
-
-// CheckOwner validates an owner: 1 to MaxOwnerLen bytes of printable UTF-8.
-func CheckOwner(owner string) error {
-	switch {
-	case owner == "":
-		return invalid("owner", "is empty")
-	case len(owner) > MaxOwnerLen:
-		return invalid("owner", "is %d bytes long, at most %d are allowed", len(owner), MaxOwnerLen)
-	case !utf8.ValidString(owner):
-		return invalid("owner", "is not valid UTF-8")
-	}
-	for _, r := range owner {
-		if !unicode.IsPrint(r) || r == ' ' {
-			return invalid("owner", "%q has %q; use printable characters without spaces", owner, r)
+	if letGo := e.retiring || (e.held != nil && e.held.ending); letGo {
+		// The lock is being released here: etcd may already show it
+		// free. Wait for that one request, then try.
+		wctx, cancel := c.etcdCtx(ctx)
+		err := c.waitTurnLocked(wctx, e, false)
+		cancel()
+		if err == nil {
+			c.mu.Unlock()
+			return c.try(ctx, e, req)
 		}
 	}
-	return nil
+	c.mu.Unlock()
+	// A local caller is queued in etcd: whoever holds the lock, it is
+	// not this caller.
+	return Grant{}, c.refusal(ctx, req.Key, false, 0)
+}
+
+// try makes one attempt in one etcd transaction; the caller has the turn.
+func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+	sess, err := c.session(ctx)
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	key, pfx := c.layout.ContenderKey(req.Key, int64(sess.ID())), c.layout.LockPrefix(req.Key)
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+
+	// A lock last seen held elsewhere is read first: a refusal is then a
+	// linearizable read, with no raft entry (a transaction whose compare
+	// fails still costs one, and an fsync, when it has a write branch).
+	c.mu.Lock()
+	readFirst := c.heldElsewhere[req.Key.String()]
+	load := len(c.locks)
+	c.mu.Unlock()
+	id := sess.LeaseFor(load)
+	if readFirst {
+		first, err := c.firstContender(ctx, req.Key)
+		if err != nil {
+			c.leaveTurn(e)
+			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+		}
+		if first != nil {
+			c.leaveTurn(e)
+			return Grant{}, heldFrom(req.Key, first, false, 0)
+		}
+		c.mu.Lock()
+		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
+		c.mu.Unlock()
+	}
+
+	// The outcome must not depend on the caller hanging up mid-call: the
+	// store carries out a write whatever the caller does.
+	out, err := c.store.Try(pfx, lockstore.Put{Key: key, Lease: id, Record: rec})
+	if err != nil {
+		c.retire(e, key, 0, sess) // the put may have committed
+		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+	}
+	if !out.OK {
+		c.mu.Lock()
+		if len(c.heldElsewhere) >= maxHeldElsewhere {
+			clear(c.heldElsewhere)
+		}
+		c.heldElsewhere[req.Key.String()] = true
+		c.mu.Unlock()
+		c.leaveTurn(e)
+		return Grant{}, heldFrom(req.Key, out.First, false, 0)
+	}
+	return c.grant(e, req, sess, id, key, out.Rev, rec)
+}
+
+// refusal reads who holds k (a read, no write) for a refused caller.
+func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, wait time.Duration) error {
+	first, err := c.firstContender(ctx, k)
+	if err != nil {
+		return unavailable(fmt.Sprintf("acquire %q", k), err)
+	}
+	return heldFrom(k, first, waited, wait)
+}
+
+// heldFrom is the refusal naming first, which is nil when the lock was
+// found free (a wait that ran out just as its holder left).
+func heldFrom(k keyspace.Key, first *lockstore.Contender, waited bool, wait time.Duration) error {
+	he := &HeldError{Key: k, Waited: waited, Wait: wait.Round(time.Millisecond)}
+	if first != nil {
+		he.Holder, he.Fence = first.Holder, first.Create
+	}
+	return he
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the

@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -129,26 +127,4 @@ func invalidCode(field string) string {
 		return lockapi.CodeInvalidMaxHold
 	}
 	return lockapi.CodeInvalidRequest
-}
-
-// writeJSON answers v as one JSON line. It marshals first and writes
-// once, so that net/http sends the answer with its Content-Length.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only a bug gets here: every answer is made of plain fields.
-		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"the answer could not be encoded"}`)
-	}
-	b = append(b, '\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b) // the caller may be gone; nothing to do about it
-}
-
-// deliverJSON is writeJSON sent at once, with the error of sending it: on
-// a unix socket, writing to a caller that hung up fails.
-func deliverJSON(w http.ResponseWriter, status int, v any) error {
-	writeJSON(w, status, v)
-	return http.NewResponseController(w).Flush()
 }

@@ -95,6 +95,21 @@ func runBareChild(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	srv := &http.Server{Handler: bareMux(cli, l.ID, key, try)}
+	go srv.Serve(ln)
+	fmt.Println("serving on", socket)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	srv.Close()
+	cli.Revoke(context.Background(), l.ID)
+	return 0
+}
+
+// bareMux serves the bare sidecar's two calls under lease l: key names a
+// lock's key, try builds the transaction that takes it.
+func bareMux(cli *clientv3.Client, l clientv3.LeaseID, key func(string, clientv3.LeaseID) (string, error),
+	try func(clientv3.Txn, string, string, clientv3.LeaseID) (clientv3.Txn, error)) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /k/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -106,7 +121,7 @@ func runBareChild(spec string) int {
 		}
 		// As in Baton, the outcome must not depend on the caller hanging
 		// up mid-call: a put committed for a gone caller would stay.
-		txn, err := try(cli.Txn(context.WithoutCancel(r.Context())), r.PathValue("name"), body.Owner, l.ID)
+		txn, err := try(cli.Txn(context.WithoutCancel(r.Context())), r.PathValue("name"), body.Owner, l)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -124,7 +139,7 @@ func runBareChild(spec string) int {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		k, err := key(r.PathValue("name"), l.ID)
+		k, err := key(r.PathValue("name"), l)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -133,15 +148,7 @@ func runBareChild(spec string) int {
 			Then(clientv3.OpDelete(k)).Commit()
 		answerTxn(w, resp, err, "not held", map[string]any{"fence": fence})
 	})
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	fmt.Println("serving on", socket)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	srv.Close()
-	cli.Revoke(context.Background(), l.ID)
-	return 0
+	return mux
 }
 
 // startBare starts the bare sidecar on the bench's etcd; shaped, with

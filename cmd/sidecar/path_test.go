@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime/trace"
+	"slices"
+	"strings"
+	"testing"
+
+	xtrace "golang.org/x/exp/trace"
+)
+
+// pathRuns is how many acquires TestAcquirePath traces; a file is on the
+// path when it is seen in most of them.
+const pathRuns = 5
+
+// TestAcquirePath measures the path of one acquire from the socket to etcd
+// and back in a sidecar wired as `baton serve` wires it: Go's execution
+// tracer records the stack of the goroutine serving the request each time
+// it waits or enters the kernel (reading the request, sending the etcd
+// transaction, waiting for etcd's answer, writing the grant), and the
+// files of Baton's code on those stacks are the path. It must cross at
+// most 8 files in at most 4 packages, and docs/design.md must name each of
+// them where it walks through the path.
+func TestAcquirePath(t *testing.T) {
+	dir, err := os.MkdirTemp("", "baton-path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "baton.sock")
+	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scope", "path-test", "--health-addr", "", "--metrics-addr", freePort(t))
+	c := unixClient(sock)
+	for range 3 { // what is done once per process is not the path
+		if code, body := do(t, c, http.MethodPost, "/v1/locks/warm", `{"owner":"o"}`); code != http.StatusOK {
+			t.Fatalf("warm-up acquire: %d %s", code, body)
+		}
+		if code, body := do(t, c, http.MethodDelete, "/v1/locks/warm?owner=o", ""); code != http.StatusOK {
+			t.Fatalf("warm-up release: %d %s", code, body)
+		}
+	}
+
+	seen := map[string]int{}
+	for i := range pathRuns {
+		var buf bytes.Buffer
+		if err := trace.Start(&buf); err != nil {
+			t.Fatal(err)
+		}
+		code, body := do(t, c, http.MethodPost, fmt.Sprintf("/v1/locks/path-%d", i), `{"owner":"o"}`)
+		trace.Stop()
+		if code != http.StatusOK {
+			t.Fatalf("acquire: %d %s", code, body)
+		}
+		files, err := requestFiles(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			seen[f]++
+		}
+	}
+	var files []string
+	pkgs := map[string]bool{}
+	for f, n := range seen {
+		if n > pathRuns/2 {
+			files = append(files, f)
+			pkgs[path.Dir(f)] = true
+		}
+	}
+	slices.Sort(files)
+	t.Logf("the path of one acquire: %d files in %d packages: %s", len(files), len(pkgs), strings.Join(files, ", "))
+	// The ends of the path, or the tracer saw nothing of it.
+	for _, end := range []string{"internal/server/locks.go", "internal/lockstore/etcdstore/commit.go"} {
+		if !slices.Contains(files, end) {
+			t.Fatalf("%s is not on the traced path %v: the trace missed the request", end, files)
+		}
+	}
+	if len(files) > 8 || len(pkgs) > 4 {
+		t.Errorf("one acquire crosses %d files in %d packages; at most 8 in 4", len(files), len(pkgs))
+	}
+	doc, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "## The path of one acquire")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, f := range files {
+		if !strings.Contains(section, "`"+strings.TrimPrefix(f, "internal/")) {
+			t.Errorf("docs/design.md's path of one acquire does not name %s", strings.TrimPrefix(f, "internal/"))
+		}
+	}
+}
+
+// requestFiles reads an execution trace and returns the files of Baton's
+// code on the stacks of the goroutines that served a lock request.
+func requestFiles(r io.Reader) ([]string, error) {
+	tr, err := xtrace.NewReader(r)
+	if err != nil {
+		return nil, err
+	}
+	stacks := map[xtrace.GoID][][]xtrace.StackFrame{}
+	for {
+		ev, err := tr.ReadEvent()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if fr := slices.Collect(ev.Stack().Frames()); len(fr) > 0 {
+			stacks[ev.Goroutine()] = append(stacks[ev.Goroutine()], fr)
+		}
+	}
+	files := map[string]bool{}
+	for _, ss := range stacks {
+		serving := slices.ContainsFunc(ss, func(s []xtrace.StackFrame) bool {
+			return slices.ContainsFunc(s, func(f xtrace.StackFrame) bool { return strings.HasSuffix(f.Func, "internal/server.(*Server).lock") })
+		})
+		if !serving {
+			continue
+		}
+		for _, s := range ss {
+			for _, f := range s {
+				if rel, ok := ourFile(f.File); ok {
+					files[rel] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(func(yield func(string) bool) {
+		for f := range files {
+			if !yield(f) {
+				return
+			}
+		}
+	}), nil
+}
+
+// ourFile returns file relative to the module's root, when it is a
+// production file of Baton's (built with -trimpath or not).
+func ourFile(file string) (string, bool) {
+	const module = "github.com/baton-dev/baton/"
+	root, err := filepath.Abs("../..") // tests run in their package's directory
+	if err != nil {
+		return "", false
+	}
+	rel, ok := strings.CutPrefix(file, root+"/")
+	if !ok {
+		rel, ok = strings.CutPrefix(file, module)
+	}
+	if !ok || strings.HasSuffix(rel, "_test.go") {
+		return "", false
+	}
+	return rel, true
+}

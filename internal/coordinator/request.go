@@ -1,0 +1,106 @@
+package coordinator
+
+import (
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// MaxOwnerLen bounds an owner (execution id).
+const MaxOwnerLen = 256
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Key keyspace.Key
+	// Owner is the caller's execution id; NewOwner() makes one when empty.
+	Owner string
+	// TTL is how long the lock may be held before the sidecar releases it;
+	// 0 means Config.DefaultTTL; at most Config.MaxHold.
+	TTL time.Duration
+	// Wait is how long to queue for the lock; 0 tries once.
+	Wait time.Duration
+	// OnQueued, if set, is called from the waiting goroutine with the number
+	// of contenders ahead of the caller, each time that number is learned.
+	// It may run under the coordinator's lock: it must return at once and
+	// must not call the coordinator.
+	OnQueued func(ahead int)
+	// Hold marks a lock bound to its caller's connection (a hold stream): a
+	// restarted sidecar does not keep it, since the connection died too.
+	// Such a lock is meant to last as long as its caller: TTL is then the
+	// renewal window, which the caller (the server's stream) keeps moving
+	// with Renew while the connection lives.
+	Hold bool
+	// MaxHold, with Hold, caps how long the lock may be held however often
+	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
+	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
+	MaxHold time.Duration
+}
+
+func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
+	if req.Key.IsZero() {
+		return invalid("key", "no key")
+	}
+	if req.Owner == "" {
+		req.Owner = NewOwner()
+	} else if err := CheckOwner(req.Owner); err != nil {
+		return err
+	}
+	ttl, err := c.checkTTL(req.TTL)
+	if err != nil {
+		return err
+	}
+	req.TTL = ttl
+	switch {
+	case req.MaxHold < 0:
+		return invalid("max_hold", "%v is negative; leave it out to hold for as long as the stream stays open", req.MaxHold)
+	case req.MaxHold > 0 && !req.Hold:
+		return invalid("max_hold", "applies to hold streams (POST /v1/locks/KEY:hold), which renew their lock; a plain acquire ends at its ttl")
+	case req.MaxHold > 0 && req.MaxHold < time.Second:
+		return invalid("max_hold", "%v is shorter than 1s", req.MaxHold)
+	case req.MaxHold > c.cfg.MaxHold:
+		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v", req.MaxHold, c.cfg.MaxHold)
+	case req.MaxHold > 0 && req.TTL > req.MaxHold:
+		req.TTL = req.MaxHold // the cap comes first
+	}
+	switch {
+	case req.Wait < 0:
+		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
+	case req.Wait > c.cfg.MaxWait:
+		return invalid("wait", "%v is longer than the sidecar's maximum wait %v", req.Wait, c.cfg.MaxWait)
+	}
+	return nil
+}
+
+func (c *Coordinator) checkTTL(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case ttl == 0:
+		return c.cfg.DefaultTTL, nil
+	case ttl < 0:
+		return 0, invalid("ttl", "%v is negative", ttl)
+	case ttl < time.Second:
+		return 0, invalid("ttl", "%v is shorter than 1s", ttl)
+	case ttl > c.cfg.MaxHold:
+		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v", ttl, c.cfg.MaxHold)
+	}
+	return ttl, nil
+}
+
+// CheckOwner validates an owner: 1 to MaxOwnerLen bytes of printable UTF-8.
+func CheckOwner(owner string) error {
+	switch {
+	case owner == "":
+		return invalid("owner", "is empty")
+	case len(owner) > MaxOwnerLen:
+		return invalid("owner", "is %d bytes long, at most %d are allowed", len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return invalid("owner", "is not valid UTF-8")
+	}
+	for _, r := range owner {
+		if !unicode.IsPrint(r) || r == ' ' {
+			return invalid("owner", "%q has %q; use printable characters without spaces", owner, r)
+		}
+	}
+	return nil
+}
