@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
 // etcdOptions says how to reach an external etcd cluster.
@@ -66,10 +68,11 @@ func (e *etcdOptions) client(endpoints []string, log *zap.Logger, dial ...grpc.D
 	// outage of a few seconds the client would come back seconds after
 	// etcd did, and every session and waiter with it. Keep trying each
 	// second at most.
-	dial = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+	opts := append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: 5 * time.Second,
-	})}, dial...)
+	})}, etcdstore.DialOptions()...)
+	dial = append(opts, dial...)
 	cfg := clientv3.Config{
 		DialOptions:          dial,
 		Endpoints:            endpoints,

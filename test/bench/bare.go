@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
 // bareChildEnv holds "socket|etcd endpoint[|shaped]" for a re-executed
@@ -29,9 +30,9 @@ const bareChildEnv = "BATON_BENCH_BARE"
 // runBareChild runs the least a sidecar can be: an HTTP server on a unix
 // socket that turns each acquire into one raw etcd Txn and each release
 // into another, under one lease, with a JSON body in and out. No queue, no
-// watch, no state, no logs, no metrics; one CPU for its Go code, like
-// Baton's default. Its cycle is the floor of any
-// design that puts a process between the app and etcd.
+// watch, no state, no logs, no metrics; one CPU for its Go code and the
+// etcd client's transport settings, like Baton's. Its cycle is the floor of
+// any design that puts a process between the app and etcd.
 func runBareChild(spec string) int {
 	parts := strings.Split(spec, "|")
 	if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "shaped") {
@@ -70,7 +71,10 @@ func runBareChild(spec string) int {
 		k, _ := key(name, l) // a plain key is any name
 		return txn.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, owner, clientv3.WithLease(l))), nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	// The etcd client's transport is Baton's: what it saves is not Baton's
+	// design but gRPC's settings, which any sidecar can have.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: etcdstore.DialOptions()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
