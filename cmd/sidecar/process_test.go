@@ -288,25 +288,7 @@ func TestServesBeforeEtcdIsReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	network, target, _ := strings.Cut(testEtcd.Endpoints()[0], "://")
-	if network == "http" {
-		network = "tcp"
-	}
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial(network, target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			go func() { io.Copy(out, in); out.Close() }()
-			go func() { io.Copy(in, out); in.Close() }()
-		}
-	}()
+	testEtcd.Forward(l, nil)
 	deadline = time.Now().Add(15 * time.Second)
 	for {
 		code, body := do(t, c, http.MethodPost, "/v1/locks/job", `{"owner":"o"}`)

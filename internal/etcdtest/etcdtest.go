@@ -5,6 +5,8 @@ package etcdtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -99,6 +101,40 @@ func (c *Counter) intercept(ctx context.Context, method string, req, reply any, 
 		c.del.Add(1)
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// Forward serves s on l, a byte-for-byte forwarder per connection, until l
+// is closed: an etcd that comes up at an address of the test's choosing.
+// With send, what a client sends is copied to etcd by send(etcd, client)
+// (which may read it on the way: its HTTP/2 frames, say) instead of
+// io.Copy.
+func (s *Server) Forward(l net.Listener, send func(to io.Writer, from io.Reader)) {
+	network, target, _ := strings.Cut(s.Endpoints()[0], "://")
+	if network == "http" {
+		network = "tcp"
+	}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial(network, target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() {
+				if send != nil {
+					send(out, in)
+				} else {
+					_, _ = io.Copy(out, in) // a broken connection just ends
+				}
+				out.Close()
+			}()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
 }
 
 // Client returns a client of s closed at the end of the test, and a

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,36 +52,20 @@ func countClientFrames(t *testing.T, opts []grpc.DialOption, txns int) (pings, u
 		t.Fatal(err)
 	}
 	defer l.Close()
-	network, target, _ := strings.Cut(testEtcd.Endpoints()[0], "://")
 	var counting atomic.Bool
 	var nPing, nUpdate atomic.Int64
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
+	testEtcd.Forward(l, func(to io.Writer, from io.Reader) {
+		readFrames(io.TeeReader(from, to), func(typ, flags byte) {
+			switch {
+			case !counting.Load():
+			case typ == 0x6 && flags&0x1 == 0:
+				nPing.Add(1)
+			case typ == 0x8:
+				nUpdate.Add(1)
 			}
-			out, err := net.Dial(network, target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			go func() { io.Copy(in, out); in.Close() }()
-			go func() {
-				defer out.Close()
-				readFrames(io.TeeReader(in, out), func(typ, flags byte) {
-					switch {
-					case !counting.Load():
-					case typ == 0x6 && flags&0x1 == 0:
-						nPing.Add(1)
-					case typ == 0x8:
-						nUpdate.Add(1)
-					}
-				})
-				io.Copy(out, in)
-			}()
-		}
-	}()
+		})
+		io.Copy(to, from)
+	})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + sock}, DialTimeout: 5 * time.Second, DialOptions: opts, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
