@@ -23,6 +23,7 @@ func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 		"lease.RetryMin", "lease.MaxLeases", "coordinator.EndedRetention",
 		"server.MaxBodyBytes", "server.ReadHeaderTimeout", "server.IdleTimeout", "server.BodyTimeout", "server.HeartbeatInterval",
 		"embedetcd.PeerURL", "embedetcd.StartTimeout", "mirror.RequestTimeout", "mirror.RetryInterval",
+		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity",
 	}
 	files, err := filepath.Glob("../../internal/*/*.go")
 	if err != nil {

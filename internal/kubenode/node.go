@@ -73,7 +73,7 @@ type Node struct {
 	HostIP string
 
 	containerdSock string
-	pki            *pki
+	pki            *nodeCerts
 	server         string // the API server's URL
 	saKey          string // the service accounts' signing key
 	procs          []*proc
