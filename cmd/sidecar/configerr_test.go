@@ -22,7 +22,7 @@ func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 	unset := []string{ // fields no flag of baton sets
 		"lease.RetryMin", "lease.MaxLeases", "coordinator.EndedRetention",
 		"server.MaxBodyBytes", "server.ReadHeaderTimeout", "server.IdleTimeout", "server.BodyTimeout", "server.HeartbeatInterval",
-		"embedetcd.PeerURL", "embedetcd.StartTimeout", "mirror.RequestTimeout", "mirror.RetryInterval",
+		"embedetcd.PeerURL", "embedetcd.StartTimeout", "embedetcd.TLS", "mirror.RequestTimeout", "mirror.RetryInterval",
 		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity",
 	}
 	files, err := filepath.Glob("../../internal/*/*.go")

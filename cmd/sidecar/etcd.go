@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/pki"
 )
 
 // etcdOptions says how to reach an external etcd cluster.
@@ -60,6 +61,27 @@ func (e *etcdOptions) validate() error {
 		return fmt.Errorf("--etcd-dial-timeout %v: must be positive", e.dialTimeout)
 	}
 	return nil
+}
+
+// user names the etcd user the client authenticates as, for errors: the
+// user name, or the client certificate's common name (etcd's user for a
+// request without a password when it verifies client certificates), or ""
+// without either.
+func (e *etcdOptions) user() string {
+	if e.username != "" {
+		return e.username
+	}
+	if e.cert == "" {
+		return ""
+	}
+	b, err := os.ReadFile(e.cert)
+	if err != nil {
+		return ""
+	}
+	if c, err := pki.ParseCert(b); err == nil {
+		return c.Subject.CommonName
+	}
+	return ""
 }
 
 // client returns an etcd client for endpoints with the TLS and auth options.

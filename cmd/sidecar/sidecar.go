@@ -164,7 +164,7 @@ func (sc *sidecar) build() error {
 		return err
 	}
 	sc.sessions = etcdstore.NewSessions(sc.keeper)
-	store := etcdstore.New(sc.cli, sc.o.coord.RequestTimeout, etcdstore.OnCommit(sc.metrics.Committed))
+	store := etcdstore.New(sc.cli, sc.o.coord.RequestTimeout, etcdstore.OnCommit(sc.metrics.Committed), etcdstore.User(sc.o.etcd.user()))
 	if sc.coord, err = coordinator.New(sc.o.coord, store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics)); err != nil {
 		return err
 	}

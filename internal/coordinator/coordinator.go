@@ -61,6 +61,7 @@ type Coordinator struct {
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
 	changes       chan struct{} // poked when the set of held locks changes
+	denied        error         // etcd refuses the scope (checkAccess); nil while allowed
 }
 
 // entry is the local state of one lock. All fields are guarded by
@@ -167,17 +168,29 @@ func (c *Coordinator) Layout() keyspace.Layout { return c.layout }
 // waiters when the contender before them goes and notices holder keys
 // deleted by someone else.
 func (c *Coordinator) Run(ctx context.Context) error {
-	return c.hub.run(ctx)
+	actx, cancel := context.WithCancel(ctx)
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		c.checkAccess(actx)
+	}()
+	err := c.hub.run(ctx)
+	cancel()
+	<-checked
+	return err
 }
 
 // Ready reports nil when the sidecar can grant locks: it has a live etcd
 // session and is not shutting down.
 func (c *Coordinator) Ready() error {
 	c.mu.Lock()
-	closed := c.closed
+	closed, denied := c.closed, c.denied
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	if denied != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, denied)
 	}
 	if _, err := c.sessions.Current(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

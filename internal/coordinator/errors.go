@@ -166,5 +166,8 @@ func describe(h keyspace.Holder) string {
 }
 
 func unavailable(op string, err error) error {
+	if errors.Is(err, ErrPermissionDenied) {
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	}
 	return fmt.Errorf("%s: %w: etcd did not answer: %w", op, ErrUnavailable, err)
 }

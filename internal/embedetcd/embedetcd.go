@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
@@ -36,6 +37,21 @@ type Config struct {
 	UnsafeNoFsync bool
 	// Logger receives etcd's own logs. Default: none.
 	Logger *zap.Logger
+	// TLS, when set, serves clients over TLS; ClientURL's scheme must then
+	// be https. Default: none (plain HTTP or a unix socket).
+	TLS *ServerTLS
+}
+
+// ServerTLS is how the member serves its clients over TLS.
+type ServerTLS struct {
+	// CertFile and KeyFile are the member's serving certificate and key.
+	// etcd reads them again for each handshake, so replacing the files
+	// rotates the certificate.
+	CertFile, KeyFile string
+	// TrustedCAFile, when set, verifies client certificates, and every
+	// client must present one (etcd's --client-cert-auth). With etcd's
+	// authentication on, a certificate's common name is its user.
+	TrustedCAFile string
 }
 
 // Default returns the defaults for a data directory.
@@ -79,6 +95,14 @@ func (c Config) Validate() error {
 			return config.Invalid("embedetcd."+f.field, "%s: %w", f.name, err)
 		}
 	}
+	if c.TLS != nil {
+		if u, _ := parseURL(c.ClientURL); u.Scheme != "https" {
+			return config.Invalid("embedetcd.ClientURL", "client URL %q: TLS serves https, not %s", c.ClientURL, u.Scheme)
+		}
+		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
+			return config.Invalid("embedetcd.TLS", "TLS: a certificate and its key are both required")
+		}
+	}
 	if c.StartTimeout <= 0 {
 		return config.Invalid("embedetcd.StartTimeout", "start timeout: must be positive, got %v", c.StartTimeout)
 	}
@@ -113,11 +137,16 @@ func Start(ctx context.Context, c Config) (*Etcd, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.TLS != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile,
+			TrustedCAFile: c.TLS.TrustedCAFile, ClientCertAuth: c.TLS.TrustedCAFile != ""}
+	}
 	lg := c.Logger
 	if lg == nil {
 		lg = zap.NewNop()
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	cfg.ClientTLSInfo.Logger = lg
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", c.DataDir, err)

@@ -72,6 +72,10 @@ func TestValidate(t *testing.T) {
 		"bad scheme":    {DataDir: "d", ClientURL: "ftp://x", PeerURL: "unix:///x", StartTimeout: time.Second},
 		"no timeout":    {DataDir: "d", ClientURL: "http://127.0.0.1:1", PeerURL: "unix:///x"},
 		"empty address": {DataDir: "d", ClientURL: "http://", PeerURL: "unix:///x", StartTimeout: time.Second},
+		"TLS on http": {DataDir: "d", ClientURL: "http://127.0.0.1:1", PeerURL: "unix:///x", StartTimeout: time.Second,
+			TLS: &ServerTLS{CertFile: "c", KeyFile: "k"}},
+		"TLS without a key": {DataDir: "d", ClientURL: "https://127.0.0.1:1", PeerURL: "unix:///x", StartTimeout: time.Second,
+			TLS: &ServerTLS{CertFile: "c"}},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate() = nil, want an error", name)

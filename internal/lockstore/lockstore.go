@@ -16,9 +16,15 @@ package lockstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 )
+
+// ErrPermissionDenied is the error of an operation the store may not carry
+// out: etcd's authentication is on and this sidecar's user may not read or
+// write the keys asked for. Wrapped, it names the user and the keys.
+var ErrPermissionDenied = errors.New("etcd denied permission")
 
 // LeaseID names a lease: every key written with it goes when it ends.
 type LeaseID int64
@@ -93,6 +99,13 @@ type Store interface {
 	Holds(ctx context.Context, key string, create int64) (bool, error)
 	// LeaseGone reads whether lease id has expired or was revoked.
 	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
+
+	// CheckAccess reports whether this store may read and write every key
+	// under prefix (ErrPermissionDenied when not), writing nothing.
+	CheckAccess(ctx context.Context, prefix string) error
+	// Denied returns the last ErrPermissionDenied an operation met since
+	// CheckAccess last succeeded, or nil: a cheap, local check.
+	Denied() error
 
 	// Watch reports the keys deleted under prefix from revision from (0:
 	// from now on), until ctx ends or the watch fails; then the channel is

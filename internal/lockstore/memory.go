@@ -27,7 +27,8 @@ type Memory struct {
 	history  []Deletion // the last deletes, for watches that resume in the past
 	forgot   int64      // the revision of the last delete dropped from history
 	watches  map[*memWatch]bool
-	sessions []*MemSession // every session made, for LoseSessions
+	sessions []*MemSession   // every session made, for LoseSessions
+	denied   map[string]bool // prefixes CheckAccess refuses (Deny)
 }
 
 // maxHistory bounds the deletes a Memory keeps for watches that resume in

@@ -100,6 +100,9 @@ func classified(err error) (int, lockapi.Error) {
 	case errors.Is(err, coordinator.ErrTooManyWaiters):
 		body.Code = lockapi.CodeTooManyWaiters
 		return http.StatusTooManyRequests, body
+	case errors.Is(err, coordinator.ErrPermissionDenied):
+		body.Code = lockapi.CodeEtcdPermissionDenied
+		return http.StatusServiceUnavailable, body
 	case errors.Is(err, coordinator.ErrUnavailable):
 		body.Code = lockapi.CodeUnavailable
 		return http.StatusServiceUnavailable, body

@@ -6,6 +6,7 @@ package etcdstore
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -17,8 +18,10 @@ import (
 
 // Store is lockstore.Store on an etcd client.
 type Store struct {
-	cli     *clientv3.Client
-	commits *committer
+	cli        *clientv3.Client
+	commits    *committer
+	user       string                // the etcd user, for errors (User)
+	lastDenied atomic.Pointer[error] // for Denied
 }
 
 var _ lockstore.Store = (*Store)(nil)
@@ -47,6 +50,7 @@ func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 		then: []clientv3.Op{put(p)},
 		els:  []clientv3.Op{clientv3.OpGet(lock, clientv3.WithFirstCreate()...)},
 	})
+	err = s.denied(err, p.Key)
 	if err != nil || r.succeeded {
 		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
 	}
@@ -61,6 +65,7 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
 		then: []clientv3.Op{put(p), clientv3.OpGet(lock, newestFirst()...)},
 	})
+	err = s.denied(err, p.Key)
 	if err != nil || !r.succeeded {
 		return lockstore.Outcome{Rev: r.revision}, err
 	}
@@ -74,7 +79,7 @@ func (s *Store) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, e
 		cmp = append(cmp, clientv3.Compare(clientv3.ModRevision(p.Key), "=", mod))
 	}
 	r, err := s.commits.do(lockTxn{key: p.Key, cmp: cmp, then: []clientv3.Op{put(p)}})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, p.Key)
 }
 
 // Delete implements lockstore.Store. It compares the key's create revision,
@@ -85,14 +90,14 @@ func (s *Store) Delete(key string, create int64) (lockstore.Outcome, error) {
 		cmp[0] = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
 	r, err := s.commits.do(lockTxn{key: key, cmp: cmp, then: []clientv3.Op{clientv3.OpDelete(key)}})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
 }
 
 // First implements lockstore.Store.
 func (s *Store) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
 	resp, err := s.cli.Get(ctx, lock, clientv3.WithFirstCreate()...)
 	if err != nil {
-		return nil, err
+		return nil, s.denied(err, lock)
 	}
 	return first(resp.Kvs), nil
 }
@@ -107,7 +112,7 @@ func (s *Store) Ahead(ctx context.Context, lock, key string, create int64) ([]st
 		Then(clientv3.OpGet(lock, append(newestFirst(), clientv3.WithMaxCreateRev(create-1))...)).
 		Commit()
 	if err != nil {
-		return nil, 0, false, err
+		return nil, 0, false, s.denied(err, lock)
 	}
 	if !resp.Succeeded {
 		return nil, resp.Header.Revision, false, nil
@@ -119,7 +124,7 @@ func (s *Store) Ahead(ctx context.Context, lock, key string, create int64) ([]st
 func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]lockstore.Contender, bool, error) {
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
-		return nil, false, err
+		return nil, false, s.denied(err, prefix)
 	}
 	cs := make([]lockstore.Contender, len(resp.Kvs))
 	for i, kv := range resp.Kvs {
@@ -132,7 +137,7 @@ func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]loc
 func (s *Store) Holds(ctx context.Context, key string, create int64) (bool, error) {
 	resp, err := s.cli.Get(ctx, key, clientv3.WithKeysOnly())
 	if err != nil {
-		return false, err
+		return false, s.denied(err, key)
 	}
 	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == create, nil
 }

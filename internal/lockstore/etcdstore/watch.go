@@ -29,6 +29,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, from int64) <-chan loc
 		defer close(out)
 		for resp := range wch {
 			r, last := responseOf(resp)
+			r.Err = s.denied(r.Err, prefix)
 			select {
 			case out <- r:
 			case <-ctx.Done():

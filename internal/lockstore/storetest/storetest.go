@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"WatchReportsDeletes", testWatch},
 		{"WatchResumesInThePast", testWatchResume},
 		{"ConcurrentTriesGrantOne", testConcurrentTries},
+		{"CheckAccessWritesNothing", testCheckAccess},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.f(t, &suite{h: h, base: fmt.Sprintf("/storetest/%d/%s/", time.Now().UnixNano(), tc.name)})

@@ -1,0 +1,86 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// TestPermissionDenied: on an etcd with authentication on, a store whose
+// user may use one prefix is refused another, by CheckAccess (writing
+// nothing) and by each operation, with an error naming the user and the
+// keys; once the role grants the prefix, both pass and Denied clears.
+func TestPermissionDenied(t *testing.T) {
+	sec, err := etcdtest.StartSecure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const mine, theirs = "/baton/v1/team-a/", "/baton/v1/team-b/"
+	if err := sec.AddUser(ctx, "team-a", "", mine); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := sec.Client("team-a", "") // authenticated by its certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s := New(cli, 5*time.Second, User("team-a"))
+
+	if err := s.CheckAccess(ctx, mine); err != nil {
+		t.Fatalf("own prefix: %v", err)
+	}
+	err = s.CheckAccess(ctx, theirs)
+	if !errors.Is(err, lockstore.ErrPermissionDenied) || !strings.Contains(err.Error(), `"team-a"`) || !strings.Contains(err.Error(), theirs) {
+		t.Fatalf("another prefix: %v; want ErrPermissionDenied naming team-a and %s", err, theirs)
+	}
+	if d := s.Denied(); d == nil {
+		t.Error("Denied is nil after a refusal")
+	}
+	// The probe wrote nothing, anywhere.
+	if r, err := sec.Root().Get(ctx, "/baton/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 0 {
+		t.Errorf("keys after the checks: %v %v, want none", r, err)
+	}
+
+	l, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := keyspace.ParseKey("job")
+	layout, _ := keyspace.NewLayout("team-b")
+	put := lockstore.Put{Key: layout.ContenderKey(k, int64(l.ID)), Lease: lockstore.LeaseID(l.ID), Record: keyspace.Holder{Owner: "o"}}
+	if _, err := s.Try(layout.LockPrefix(k), put); !errors.Is(err, lockstore.ErrPermissionDenied) || !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("Try on another scope: %v, want permission denied", err)
+	}
+	if _, _, err := s.Contenders(ctx, theirs, 0); !errors.Is(err, lockstore.ErrPermissionDenied) {
+		t.Errorf("read of another scope: %v, want permission denied", err)
+	}
+	w := s.Watch(ctx, theirs, 0)
+	if r := <-w; !errors.Is(r.Err, lockstore.ErrPermissionDenied) {
+		t.Errorf("watch of another scope: %+v, want permission denied", r)
+	}
+
+	if err := sec.Grant(ctx, "team-a", theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckAccess(ctx, theirs); err != nil {
+		t.Fatalf("after the grant: %v", err)
+	}
+	if d := s.Denied(); d != nil {
+		t.Errorf("Denied after an allowed check: %v", d)
+	}
+	if out, err := s.Try(layout.LockPrefix(k), put); err != nil || !out.OK {
+		t.Errorf("Try after the grant: %+v %v", out, err)
+	}
+}

@@ -1,0 +1,53 @@
+package lockstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Deny makes CheckAccess refuse prefix and every prefix under it, and
+// Denied report it, as etcd does for a user whose role lacks the keys;
+// Deny with denied false grants them again. Other operations are not
+// refused: a test of readiness needs no more.
+func (m *Memory) Deny(prefix string, denied bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.denied == nil {
+		m.denied = map[string]bool{}
+	}
+	if denied {
+		m.denied[prefix] = true
+	} else {
+		delete(m.denied, prefix)
+	}
+}
+
+// CheckAccess implements Store.
+func (m *Memory) CheckAccess(ctx context.Context, prefix string) (err error) {
+	if err := m.read(ctx, func() {}); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deniedLocked(prefix)
+}
+
+// Denied implements Store.
+func (m *Memory) Denied() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := range m.denied {
+		return m.deniedLocked(p)
+	}
+	return nil
+}
+
+func (m *Memory) deniedLocked(prefix string) error {
+	for p := range m.denied {
+		if strings.HasPrefix(prefix, p) {
+			return fmt.Errorf("%w: the memory store denies %q", ErrPermissionDenied, prefix)
+		}
+	}
+	return nil
+}
