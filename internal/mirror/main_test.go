@@ -85,6 +85,13 @@ func needAPIServer(t *testing.T) {
 // returned stop is called (or the test ends).
 func startMirror(t *testing.T, retention time.Duration) (stop func()) {
 	t.Helper()
+	cli, _ := testEtcd.Client(t)
+	return startMirrorOn(t, cli, retention)
+}
+
+// startMirrorOn is startMirror with the etcd client cli.
+func startMirrorOn(t *testing.T, cli *clientv3.Client, retention time.Duration) (stop func()) {
+	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	if testing.Verbose() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
@@ -100,7 +107,6 @@ func startMirror(t *testing.T, retention time.Duration) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, _ := testEtcd.Client(t)
 	cfg := Default()
 	cfg.FreeRetention = retention
 	cfg.RetryInterval = 100 * time.Millisecond
@@ -155,6 +161,12 @@ type sidecar struct {
 func newSidecar(t *testing.T, scope, pod string) *sidecar {
 	t.Helper()
 	cli, _ := testEtcd.Client(t)
+	return newSidecarOn(t, cli, scope, pod)
+}
+
+// newSidecarOn is newSidecar with the etcd client cli.
+func newSidecarOn(t *testing.T, cli *clientv3.Client, scope, pod string) *sidecar {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lcfg := lease.Default()
 	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
