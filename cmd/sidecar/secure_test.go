@@ -94,8 +94,8 @@ func TestSecureEtcd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := serveSecure(t, nil, "--scope", scopeA, "--etcd-endpoints", ep, "--etcd-cacert", sec.CAFile, "--etcd-cert", certA, "--etcd-key", keyA)
-		b := serveSecure(t, map[string]string{"BATON_ETCD_PASSWORD": "b-secret"}, "--scope", scopeB, "--etcd-endpoints", ep,
+		a := serveSecure(t, nil, scopeA, "--etcd-endpoints", ep, "--etcd-cacert", sec.CAFile, "--etcd-cert", certA, "--etcd-key", keyA)
+		b := serveSecure(t, map[string]string{"BATON_ETCD_PASSWORD": "b-secret"}, scopeB, "--etcd-endpoints", ep,
 			"--etcd-cacert", sec.CAFile, "--etcd-cert", certB, "--etcd-key", keyB, "--etcd-username", "team-b")
 		for _, s := range []*secureSidecar{a, b} {
 			s.waitReady(t)
@@ -121,7 +121,7 @@ func TestSecureEtcd(t *testing.T) {
 		}
 		// team-a's certificate, team-c's scope: a namespace given the
 		// wrong credentials.
-		c := serveSecure(t, nil, "--scope", "team-c", "--etcd-endpoints", ep, "--etcd-cacert", sec.CAFile, "--etcd-cert", certA, "--etcd-key", keyA)
+		c := serveSecure(t, nil, "team-c", "--etcd-endpoints", ep, "--etcd-cacert", sec.CAFile, "--etcd-cert", certA, "--etcd-key", keyA)
 		waitUntil(t, 20*time.Second, "the log names the user and the keys", func() bool {
 			l := c.stderr.String()
 			return strings.Contains(l, "etcd refuses this sidecar its scope") && strings.Contains(l, "team-a") && strings.Contains(l, base(t, "team-c"))
@@ -187,21 +187,15 @@ type secureSidecar struct {
 	stop   func() // shuts the sidecar down, as SIGTERM does
 }
 
-// serveSecure starts `baton serve args...` with the environment vars
-// and waits for its socket.
-func serveSecure(t *testing.T, vars map[string]string, args ...string) *secureSidecar {
+// serveSecure starts `baton serve --scope scope args...` with the
+// environment vars and waits for its socket.
+func serveSecure(t *testing.T, vars map[string]string, scope string, args ...string) *secureSidecar {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "baton.sock")
-	scope := ""
-	for i, a := range args {
-		if a == "--scope" {
-			scope = args[i+1]
-		}
-	}
 	s := &secureSidecar{scope: scope, http: unixClient(sock), stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	args = append([]string{"serve", "--socket", sock, "--health-addr", "", "--state-file", filepath.Join(t.TempDir(), "state.json")}, args...)
+	args = append([]string{"serve", "--socket", sock, "--scope", scope, "--health-addr", "", "--state-file", filepath.Join(t.TempDir(), "state.json")}, args...)
 	go func() { done <- run(ctx, args, env(vars), io.Discard, s.stderr) }()
 	var once sync.Once
 	s.stop = func() { once.Do(func() { cancel(); <-done }) }
@@ -234,20 +228,11 @@ func (s *secureSidecar) waitReady(t *testing.T) {
 // call sends a request and wants status and, for an error, code.
 func (s *secureSidecar) call(t *testing.T, method, path, body string, status int, code string) lockapi.Error {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://baton"+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	got, b := do(t, s.http, method, path, body)
 	var e lockapi.Error
-	_ = json.Unmarshal(b, &e)
-	if resp.StatusCode != status || e.Code != code {
-		t.Errorf("%s %s on %s: %d %s, want %d %q", method, path, s.scope, resp.StatusCode, b, status, code)
+	_ = json.Unmarshal([]byte(b), &e)
+	if got != status || e.Code != code {
+		t.Errorf("%s %s on %s: %d %s, want %d %q", method, path, s.scope, got, b, status, code)
 	}
 	return e
 }

@@ -101,9 +101,6 @@ func (s *Secure) enableAuth() error {
 	return nil
 }
 
-// Endpoints returns the member's https client URL.
-func (s *Secure) Endpoints() []string { return []string{s.cfg.ClientURL} }
-
 // Root returns a client authenticated as root.
 func (s *Secure) Root() *clientv3.Client { return s.root }
 
