@@ -13,7 +13,12 @@ import (
 func TestLocksCommands(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "baton-locks")
 	defer os.RemoveAll(dir)
-	sc := startProc(t, filepath.Join(dir, "s.sock"), "locks-test")
+	// Force release over the socket needs a policy that allows it.
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte(allowForce), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "locks-test", "--policy-file", pol)
 	c := unixClient(sc.socket)
 	for _, body := range []struct{ key, owner string }{{"tf/prod", "exec-abc"}, {"tf/staging", "exec-def"}, {"other", "exec-x"}} {
 		if code := post(t, c, "/v1/locks/"+body.key, `{"owner":"`+body.owner+`","ttl":"10m"}`); code != 200 {

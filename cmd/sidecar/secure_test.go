@@ -41,11 +41,13 @@ func TestSecureEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	scopeA, scopeB := "team-a", "team-b"
-	if err := sec.AddUser(ctx, "team-a", "", base(t, scopeA)); err != nil {
-		t.Fatal(err)
-	}
-	if err := sec.AddUser(ctx, "team-b", "b-secret", base(t, scopeB)); err != nil {
-		t.Fatal(err)
+	for _, u := range []struct{ user, password, scope string }{{"team-a", "", scopeA}, {"team-b", "b-secret", scopeB}} {
+		if err := sec.AddUser(ctx, u.user, u.password); err != nil {
+			t.Fatal(err)
+		}
+		if err := sec.GrantScope(ctx, u.user, u.scope); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ep := sec.Endpoints()[0]
 
@@ -137,7 +139,7 @@ func TestSecureEtcd(t *testing.T) {
 		if n := countKeys(t, sec.Root(), base(t, "team-c")); n != 0 {
 			t.Errorf("%d keys written under the refused scope", n)
 		}
-		if err := sec.Grant(ctx, "team-a", base(t, "team-c")); err != nil {
+		if err := sec.GrantScope(ctx, "team-a", "team-c"); err != nil {
 			t.Fatal(err)
 		}
 		c.waitReady(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/policy"
 	"github.com/baton-dev/baton/internal/server"
 )
 
@@ -28,6 +29,8 @@ type serveOptions struct {
 	pprof           bool
 	logLevel        string
 	maxProcs        int
+	serviceAccount  string
+	policyFile      string
 
 	etcd      etcdOptions
 	dataDir   string
@@ -102,6 +105,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
+	fs.StringVar(&o.serviceAccount, "service-account", o.serviceAccount, "the pod's ServiceAccount, which lock policies name (the injector sets it from the pod)")
+	fs.StringVar(&o.policyFile, "policy-file", "", "read the lock policy from this YAML or JSON file (re-read when it changes) instead of the scope's policy in etcd, which the controller writes from LockPolicy objects")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
 	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
@@ -174,6 +179,16 @@ func (o *serveOptions) validate() error {
 	}
 	if o.metricsKeyDepth < 0 || o.metricsKeyDepth > keyspace.MaxSegments {
 		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)
+	}
+	if o.serviceAccount != "" {
+		if err := policy.CheckServiceAccount(o.serviceAccount); err != nil {
+			return fmt.Errorf("--service-account: %w", err)
+		}
+	}
+	if o.policyFile != "" {
+		if _, err := policy.ReadFile(o.policyFile); err != nil {
+			return fmt.Errorf("--policy-file: %w", err)
+		}
 	}
 	if err := o.lease.Validate(); err != nil {
 		return flagError(err)

@@ -22,9 +22,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/policy"
 	"github.com/baton-dev/baton/internal/restart"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/version"
@@ -66,6 +68,8 @@ type sidecar struct {
 	prev                   restart.State
 	keeper                 *lease.Keeper
 	sessions               *etcdstore.Sessions // the keeper's, as the coordinator sees them
+	store                  *etcdstore.Store
+	guard                  *policy.Guard // the lock policy in force
 	coord                  *coordinator.Coordinator
 	api                    *server.Server
 
@@ -164,12 +168,39 @@ func (sc *sidecar) build() error {
 		return err
 	}
 	sc.sessions = etcdstore.NewSessions(sc.keeper)
-	store := etcdstore.New(sc.cli, sc.o.coord.RequestTimeout, etcdstore.OnCommit(sc.metrics.Committed), etcdstore.User(sc.o.etcd.user()))
-	if sc.coord, err = coordinator.New(sc.o.coord, store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics)); err != nil {
+	sc.store = etcdstore.New(sc.cli, sc.o.coord.RequestTimeout, etcdstore.OnCommit(sc.metrics.Committed), etcdstore.User(sc.o.etcd.user()))
+	source := "the lock policy in etcd at " + sc.policyKey()
+	if sc.o.policyFile != "" {
+		source = "the lock policy file " + sc.o.policyFile
+	}
+	sc.guard = policy.NewGuard(sc.o.serviceAccount, source, sc.log, sc.metrics.PolicyChanged)
+	if sc.coord, err = coordinator.New(sc.o.coord, sc.store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics), coordinator.WithPolicy(sc.guard)); err != nil {
 		return err
 	}
-	sc.api, err = server.New(sc.o.server, sc.coord, sc.log)
+	id := sc.o.coord.Identity
+	sc.api, err = server.New(sc.o.server, sc.coord, sc.log,
+		server.WithAudit(server.Caller{Pod: id.Pod, Namespace: id.Namespace, ServiceAccount: sc.o.serviceAccount}, sc.metrics))
 	return err
+}
+
+// policyKey is the etcd key of the scope's lock policy.
+func (sc *sidecar) policyKey() string {
+	l, _ := keyspace.NewLayout(sc.o.coord.Scope) // validated with the options
+	return l.Policy()
+}
+
+// followPolicy keeps the guard's policy current until ctx ends: from the
+// policy file when one was given, else from etcd.
+func (sc *sidecar) followPolicy(ctx context.Context) error {
+	if sc.o.policyFile != "" {
+		policy.FollowFile(ctx, sc.o.policyFile, sc.guard, time.Second)
+		return nil
+	}
+	sc.store.Follow(ctx, sc.policyKey(), time.Second, etcdstore.Follower{
+		Set:  func(v []byte, rev int64) { sc.guard.SetJSON(v, fmt.Sprintf("etcd revision %d", rev)) },
+		Fail: sc.guard.Fail,
+	})
+	return nil
 }
 
 // run serves until ctx ends, then shuts down: every lock is released at
@@ -197,6 +228,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		}()
 	}
 	goRun(sc.keeper.Run)
+	goRun(sc.followPolicy)
 	coordCtx, stopCoord := context.WithCancel(runCtx)
 	wg.Add(1)
 	go func() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/policy"
 )
 
 // Grant is a lock held by a local owner.
@@ -62,6 +63,9 @@ func (g Grant) Err() error {
 func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	if err := c.checkAcquire(&req); err != nil {
 		return Grant{}, err
+	}
+	if err := c.allowed(policy.Lock, req.Key); err != nil {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	start := c.now()
 	defer func() { c.acquired(req, start, err) }()

@@ -38,6 +38,7 @@ type Coordinator struct {
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
+	policy   Policy // who may lock and force release what (WithPolicy)
 	now      func() time.Time
 	hub      *hub
 
@@ -145,7 +146,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, now: time.Now,
+		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, now: time.Now,
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
@@ -181,8 +182,20 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // Ready reports nil when the sidecar can grant locks: it has a live etcd
-// session and is not shutting down.
+// session, its scope and its lock policy, and is not shutting down.
 func (c *Coordinator) Ready() error {
+	if err := c.connected(); err != nil {
+		return err
+	}
+	if err := c.policy.Ready(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// connected is Ready but for the policy: the sidecar can reach etcd, which
+// grants it its scope. A policy not known is most often a consequence.
+func (c *Coordinator) connected() error {
 	c.mu.Lock()
 	closed, denied := c.closed, c.denied
 	c.mu.Unlock()

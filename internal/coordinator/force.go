@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/policy"
 )
 
 // Forced describes a lock an operator released by force.
@@ -21,6 +22,9 @@ type Forced struct {
 // its watch sees the delete.
 func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence int64, by string) (Forced, error) {
 	op := fmt.Sprintf("force release %q", k)
+	if err := c.allowed(policy.ForceRelease, k); err != nil {
+		return Forced{}, fmt.Errorf("%s: %w", op, err)
+	}
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
 	first, err := c.store.First(tctx, c.layout.LockPrefix(k))

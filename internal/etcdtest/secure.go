@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-dev/baton/internal/embedetcd"
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/pki"
 )
 
@@ -132,9 +133,10 @@ func (s *Secure) Client(user, password string) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// AddUser creates user (with password, or certificate-only when it is
-// empty) and a role of the same name that may read and write under prefix.
-func (s *Secure) AddUser(ctx context.Context, user, password, prefix string) error {
+// AddUser adds user (with password, or none for one that authenticates
+// by client certificate) and a role of the same name that grants nothing
+// yet.
+func (s *Secure) AddUser(ctx context.Context, user, password string) error {
 	opts := &clientv3.UserAddOptions{NoPassword: password == ""}
 	if _, err := s.root.UserAddWithOptions(ctx, user, password, opts); err != nil {
 		return fmt.Errorf("add user %s: %w", user, err)
@@ -145,10 +147,29 @@ func (s *Secure) AddUser(ctx context.Context, user, password, prefix string) err
 	if _, err := s.root.UserGrantRole(ctx, user, user); err != nil {
 		return fmt.Errorf("grant role %s: %w", user, err)
 	}
-	return s.Grant(ctx, user, prefix)
+	return nil
 }
 
-// Grant lets user's role read and write under prefix too.
+// GrantScope lets user's role do what a sidecar of scope needs
+// (keyspace.Layout.SidecarGrants): its locks, and its policy read only.
+func (s *Secure) GrantScope(ctx context.Context, user, scope string) error {
+	l, err := keyspace.NewLayout(scope)
+	if err != nil {
+		return err
+	}
+	for _, g := range l.SidecarGrants() {
+		perm := clientv3.PermissionType(clientv3.PermRead)
+		if g.Write {
+			perm = clientv3.PermissionType(clientv3.PermReadWrite)
+		}
+		if _, err := s.root.RoleGrantPermission(ctx, user, g.Key, g.RangeEnd, perm); err != nil {
+			return fmt.Errorf("grant %s on %s: %w", user, g.Key, err)
+		}
+	}
+	return nil
+}
+
+// Grant lets user's role read and write under prefix.
 func (s *Secure) Grant(ctx context.Context, user, prefix string) error {
 	if _, err := s.root.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		return fmt.Errorf("grant %s on %s: %w", user, prefix, err)

@@ -25,6 +25,13 @@ func (l Layout) Scope() string { return l.scope }
 // Base is the prefix of every contender key of the scope.
 func (l Layout) Base() string { return l.base }
 
+// Policy is the key of the scope's lock policy: the rules of the
+// namespace's LockPolicy objects, which the controller writes and the
+// scope's sidecars read (package policy). It is outside Base, so that an
+// etcd role may let a sidecar write its scope's locks and only read its
+// policy.
+func (l Layout) Policy() string { return Root + l.scope + "/policy" }
+
 // LockPrefix is the prefix of lock k's contender keys, ending in "/". It is
 // the name to give `etcdctl lock` (without the trailing slash) and the
 // prefix a concurrency.Mutex on the same lock uses.
@@ -82,3 +89,22 @@ func ParseAnyContender(etcdKey string) (scope string, k Key, lockPrefix string, 
 	k, lockPrefix, ok = l.ParseContender(etcdKey)
 	return scope, k, lockPrefix, ok
 }
+
+// Grant is a key range an etcd role gives: [Key, RangeEnd), or the single
+// key Key when RangeEnd is empty.
+type Grant struct {
+	Key, RangeEnd string
+	// Write: read and write; else read only.
+	Write bool
+}
+
+// SidecarGrants are what the etcd role of the scope's sidecars must grant
+// when etcd's authentication is on: read and write on the scope's locks,
+// read only on its policy, nothing else.
+func (l Layout) SidecarGrants() []Grant {
+	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: l.Policy()}}
+}
+
+// prefixEnd is the end of the range of keys that start with p: p with its
+// last byte incremented (p ends in "/", so nothing carries).
+func prefixEnd(p string) string { return p[:len(p)-1] + string(p[len(p)-1]+1) }

@@ -18,19 +18,23 @@ const (
 	// CodeEtcdPermissionDenied: etcd's authentication is on and the
 	// sidecar's etcd user may not read or write its scope's keys.
 	CodeEtcdPermissionDenied = "etcd_permission_denied"
-	CodeTooManyWaiters       = "too_many_waiters"
-	CodeInvalidKey           = "invalid_key"
-	CodeInvalidOwner         = "invalid_owner"
-	CodeInvalidTTL           = "invalid_ttl"
-	CodeInvalidWait          = "invalid_wait"
-	CodeInvalidMaxHold       = "invalid_max_hold"
-	CodeInvalidJSON          = "invalid_json"
-	CodeInvalidRequest       = "invalid_request"
-	CodeBodyTooLarge         = "body_too_large"
-	CodeBodyTimeout          = "body_timeout"
-	CodeNotFound             = "not_found"
-	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeInternal             = "internal"
+	// CodeForbidden: the namespace's lock policy does not let this pod's
+	// ServiceAccount take the key, or force release; the message names
+	// the policies and rules in force.
+	CodeForbidden        = "forbidden"
+	CodeTooManyWaiters   = "too_many_waiters"
+	CodeInvalidKey       = "invalid_key"
+	CodeInvalidOwner     = "invalid_owner"
+	CodeInvalidTTL       = "invalid_ttl"
+	CodeInvalidWait      = "invalid_wait"
+	CodeInvalidMaxHold   = "invalid_max_hold"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidRequest   = "invalid_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeBodyTimeout      = "body_timeout"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInternal         = "internal"
 )
 
 // Events of a hold stream, one JSON object a line.

@@ -30,6 +30,7 @@ type Metrics struct {
 	etcdOps      sync.Map // gRPC method → its prometheus.Observer in etcd
 	batch        prometheus.Histogram
 	sessionLost  prometheus.Counter
+	audit        auditMetrics
 }
 
 // New registers Baton's collectors on reg. keyDepth > 0 adds a "key" label
@@ -80,7 +81,9 @@ func New(reg prometheus.Registerer, keyDepth int) (*Metrics, error) {
 			Name: "baton_session_lost_total", Help: "etcd sessions (leases) lost: each loses every lock it carried.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.batch, m.sessionLost} {
+	m.audit = newAuditMetrics()
+	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.batch, m.sessionLost,
+		m.audit.denied, m.audit.forced, m.audit.policyChanges} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

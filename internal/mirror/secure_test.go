@@ -31,15 +31,17 @@ func TestMirrorOnSecureEtcd(t *testing.T) {
 	kc := kube(t)
 	namespaces := []string{namespace(t, kc, "secure-a"), namespace(t, kc, "secure-b")}
 	for _, ns := range namespaces {
-		l, err := keyspace.NewLayout(ns)
-		if err != nil {
+		if err := sec.AddUser(ctx, ns, ""); err != nil {
 			t.Fatal(err)
 		}
-		if err := sec.AddUser(ctx, ns, "", l.Base()); err != nil {
+		if err := sec.GrantScope(ctx, ns, ns); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := sec.AddUser(ctx, "baton-controller", "", keyspace.Root); err != nil {
+	if err := sec.AddUser(ctx, "baton-controller", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sec.Grant(ctx, "baton-controller", keyspace.Root); err != nil {
 		t.Fatal(err)
 	}
 	ctl, err := sec.Client("baton-controller", "")

@@ -9,6 +9,7 @@ import (
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/internal/policy"
 )
 
 // apiError is an error with its status and code, made by the handlers for
@@ -43,13 +44,14 @@ func classify(err error) (int, lockapi.Error) {
 // where err.Error() is not the one to give.
 func classified(err error) (int, lockapi.Error) {
 	var (
-		body     lockapi.Error
-		ae       *apiError
-		held     *coordinator.HeldError
-		notOwner *coordinator.NotOwnerError
-		lost     *coordinator.LostError
-		inv      *coordinator.InvalidError
-		tooBig   *http.MaxBytesError
+		body      lockapi.Error
+		ae        *apiError
+		held      *coordinator.HeldError
+		notOwner  *coordinator.NotOwnerError
+		lost      *coordinator.LostError
+		inv       *coordinator.InvalidError
+		forbidden *policy.Forbidden
+		tooBig    *http.MaxBytesError
 	)
 	no := false
 	switch {
@@ -80,6 +82,9 @@ func classified(err error) (int, lockapi.Error) {
 		return http.StatusConflict, body
 	case errors.As(err, &notOwner):
 		body.Code, body.Key, body.Holder = lockapi.CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)
+		return http.StatusForbidden, body
+	case errors.As(err, &forbidden):
+		body.Code, body.Key = lockapi.CodeForbidden, forbidden.Key
 		return http.StatusForbidden, body
 	case errors.Is(err, coordinator.ErrNotOwner):
 		body.Code = lockapi.CodeNotOwner

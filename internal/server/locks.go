@@ -156,14 +156,12 @@ func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace
 	if by == "" {
 		by = "unnamed"
 	}
-	if p, ok := peerOf(r.Context()); ok {
-		by = fmt.Sprintf("%s (uid %d, pid %d)", by, p.UID, p.PID)
-	}
-	f, err := s.locks.ForceRelease(r.Context(), k, fence, by)
+	f, err := s.locks.ForceRelease(r.Context(), k, fence, s.byWhom(r.Context(), by))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	s.audit.ForceReleased()
 	writeJSON(w, http.StatusOK, lockapi.Forced{Released: true, Forced: true, Key: k.String(), Fence: f.Fence, Holder: holderOf(f.Holder)})
 }
 
@@ -231,6 +229,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Debug("caller hung up", "method", r.Method, "path", r.URL.Path, "err", err)
 	} else if errors.Is(err, coordinator.ErrUnavailable) {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else if errors.Is(err, coordinator.ErrForbidden) {
+		s.auditDenied(r.Context(), err)
 	}
 	writeError(w, err)
 }

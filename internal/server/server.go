@@ -58,17 +58,23 @@ func (c Config) Validate() error {
 
 // Server serves the socket API.
 type Server struct {
-	cfg   Config
-	locks *coordinator.Coordinator
-	log   *slog.Logger
+	cfg    Config
+	locks  *coordinator.Coordinator
+	log    *slog.Logger
+	caller Caller // for the audit log (WithAudit)
+	audit  Audit
 }
 
 // New returns a Server for locks.
-func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger) (*Server, error) {
+func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, locks: locks, log: log}, nil
+	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Handler returns the whole socket API. It routes by hand rather than

@@ -28,7 +28,10 @@ func TestPermissionDenied(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const mine, theirs = "/baton/v1/team-a/", "/baton/v1/team-b/"
-	if err := sec.AddUser(ctx, "team-a", "", mine); err != nil {
+	if err := sec.AddUser(ctx, "team-a", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sec.Grant(ctx, "team-a", mine); err != nil {
 		t.Fatal(err)
 	}
 	cli, err := sec.Client("team-a", "") // authenticated by its certificate
@@ -82,5 +85,81 @@ func TestPermissionDenied(t *testing.T) {
 	}
 	if out, err := s.Try(layout.LockPrefix(k), put); err != nil || !out.OK {
 		t.Errorf("Try after the grant: %+v %v", out, err)
+	}
+}
+
+// TestFollow: Follow reports a key's value at start and after each put
+// and delete, and a refusal naming the user and the key; once the role
+// grants the key, it follows it.
+func TestFollow(t *testing.T) {
+	sec, err := etcdtest.StartSecure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, _ := keyspace.NewLayout("team-a")
+	if err := sec.AddUser(ctx, "team-a", ""); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := sec.Client("team-a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s := New(cli, 5*time.Second, User("team-a"))
+	type seen struct {
+		value string
+		gone  bool
+		err   error
+	}
+	got := make(chan seen, 16)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Follow(fctx, l.Policy(), 50*time.Millisecond, Follower{
+			Set:  func(v []byte, _ int64) { got <- seen{value: string(v), gone: v == nil} },
+			Fail: func(err error) { got <- seen{err: err} },
+		})
+	}()
+	defer func() { stop(); <-done }()
+	next := func() seen {
+		t.Helper()
+		select {
+		case g := <-got:
+			return g
+		case <-ctx.Done():
+			t.Fatal("Follow told nothing")
+			return seen{}
+		}
+	}
+	if g := next(); !errors.Is(g.err, lockstore.ErrPermissionDenied) || !strings.Contains(g.err.Error(), `"team-a" may not read "/baton/v1/team-a/policy"`) {
+		t.Fatalf("before the grant: %+v", g)
+	}
+	if err := sec.GrantScope(ctx, "team-a", "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	for g := next(); !g.gone; g = next() {
+		if g.err == nil {
+			t.Fatalf("a value before any was written: %+v", g)
+		}
+	}
+	if _, err := sec.Root().Put(ctx, l.Policy(), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if g := next(); g.value != "v1" {
+		t.Fatalf("after the put: %+v", g)
+	}
+	if _, err := sec.Root().Delete(ctx, l.Policy()); err != nil {
+		t.Fatal(err)
+	}
+	if g := next(); !g.gone {
+		t.Fatalf("after the delete: %+v", g)
+	}
+	// The sidecar's role reads its policy and may not write it.
+	if _, err := cli.Put(ctx, l.Policy(), "mine"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("a sidecar wrote its own policy: %v", err)
 	}
 }
