@@ -122,9 +122,9 @@ $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum $(TOOLCHAIN_STAMP)
 	cd hack/tools && $(GO) build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 
 .PHONY: manifests
-manifests: $(BIN)/controller-gen ## Generate the Lock CRD (config/crd), the mirror's RBAC (config/rbac) and api deep copies from the code's markers.
+manifests: $(BIN)/controller-gen ## Generate the Lock and LockPolicy CRDs (config/crd), the controller's RBAC (config/rbac) and api deep copies from the code's markers.
 	$(CONTROLLER_GEN) object paths=./api/...
-	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... paths=./internal/policysync/... \
 	  output:crd:dir=config/crd output:rbac:dir=config/rbac
 
 # golangci-lint, pinned by hack/golangci-lint/go.mod and built into bin

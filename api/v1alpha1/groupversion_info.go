@@ -22,7 +22,7 @@ func GroupVersion() schema.GroupVersion {
 
 // AddToScheme registers Lock and LockList with s.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion(), &Lock{}, &LockList{})
+	s.AddKnownTypes(GroupVersion(), &Lock{}, &LockList{}, &LockPolicy{}, &LockPolicyList{})
 	metav1.AddToGroupVersion(s, GroupVersion())
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package controller runs Baton's controller: one controller-runtime
 // manager in which the leader among the replicas mirrors etcd's locks into
-// Lock objects and carries out force releases (package mirror), and every
-// replica serves the sidecar injector webhook (package webhook).
+// Lock objects and carries out force releases (package mirror) and writes
+// LockPolicy objects into etcd (package policysync), and every replica
+// serves the sidecar injector webhook (package webhook).
 package controller
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
+	"github.com/baton-dev/baton/internal/policysync"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/internal/webhook"
 )
@@ -146,6 +148,9 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 		}
 	}
 	if _, err := mirror.Setup(mgr, cfg.Mirror, cli); err != nil {
+		return err
+	}
+	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout); err != nil {
 		return err
 	}
 	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)

@@ -60,8 +60,8 @@ type sidecarProc struct {
 }
 
 // startSidecarProc starts `baton serve` for scope as pod, on the test etcd
-// with a 2 s lease TTL, and waits until it serves.
-func startSidecarProc(t *testing.T, scope, pod string) *sidecarProc {
+// with a 2 s lease TTL and the extra flags, and waits until it serves.
+func startSidecarProc(t *testing.T, scope, pod string, extra ...string) *sidecarProc {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "bm")
 	if err != nil {
@@ -69,9 +69,10 @@ func startSidecarProc(t *testing.T, scope, pod string) *sidecarProc {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "s.sock")
-	cmd := exec.Command(baton(t), "serve", "--socket", sock, "--scope", scope,
+	args := append([]string{"serve", "--socket", sock, "--scope", scope,
 		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
-		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "warn")
+		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(baton(t), args...)
 	cmd.Env = append(os.Environ(), "POD_NAME="+pod, "NODE_NAME=node-1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -123,14 +124,17 @@ func (p *sidecarProc) kill() {
 	<-p.done
 }
 
-// TestMirrorCommand runs `baton mirror` as a process with a kubeconfig
-// file, limited to one scope: it mirrors that scope's locks, leaves the
-// others alone, and stops on SIGTERM.
-func TestMirrorCommand(t *testing.T) {
-	needAPIServer(t)
-	kc := kube(t)
-	ns := namespace(t, kc, "command")
-	other := namespace(t, kc, "command-other")
+// mirrorProc is a `baton mirror` process.
+type mirrorProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan error
+}
+
+// startMirrorProc runs `baton mirror` with a kubeconfig file of a cluster
+// admin, on the test etcd, limited to scope and electing its leader there.
+func startMirrorProc(t *testing.T, scope string) *mirrorProc {
+	t.Helper()
 	user, err := testEnv.AddUser(envtest.User{Name: "mirror", Groups: []string{"system:masters"}}, restConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -143,20 +147,49 @@ func TestMirrorCommand(t *testing.T) {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(baton(t), "mirror", "--kubeconfig", path, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
-		"--scopes", ns, "--leader-election-namespace", ns, "--health-addr", "127.0.0.1:0", "--metrics-addr", "")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	m := &mirrorProc{stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	m.cmd = exec.Command(baton(t), "mirror", "--kubeconfig", path, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scopes", scope, "--leader-election-namespace", scope, "--health-addr", "127.0.0.1:0", "--metrics-addr", "")
+	m.cmd.Stderr = m.stderr
+	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+	go func() { m.exited <- m.cmd.Wait() }()
+	t.Cleanup(func() {
+		if m.cmd.ProcessState == nil {
+			m.cmd.Process.Kill()
 		}
-	}()
+	})
+	return m
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestMirrorCommand runs `baton mirror` as a process with a kubeconfig
+// file, limited to one scope: it mirrors that scope's locks, leaves the
+// others alone, and stops on SIGTERM.
+func TestMirrorCommand(t *testing.T) {
+	needAPIServer(t)
+	kc := kube(t)
+	ns := namespace(t, kc, "command")
+	other := namespace(t, kc, "command-other")
+	m := startMirrorProc(t, ns)
 
 	a, b := newSidecar(t, ns, "pod-a"), newSidecar(t, other, "pod-b")
 	g, err := a.c.Acquire(context.Background(), coordinator.AcquireRequest{Key: key(t, "mine"), Owner: "o"})
@@ -171,13 +204,13 @@ func TestMirrorCommand(t *testing.T) {
 	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: other, Name: ObjectName("theirs")}, &l); !apierrors.IsNotFound(err) {
 		t.Errorf("a lock of a scope not in --scopes was mirrored: %v", err)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-exited:
+	case err := <-m.exited:
 		if err != nil {
-			t.Errorf("baton mirror exited with %v after SIGTERM: %s", err, stderr.String())
+			t.Errorf("baton mirror exited with %v after SIGTERM: %s", err, m.stderr.String())
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("baton mirror still running 15s after SIGTERM: %s", stderr.String())
+		t.Fatalf("baton mirror still running 15s after SIGTERM: %s", m.stderr.String())
 	}
 }

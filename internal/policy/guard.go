@@ -71,7 +71,7 @@ func (g *Guard) Set(d Document, version string) {
 	if prev.err == nil && string(prev.doc.Encode()) == string(d.Encode()) {
 		return
 	}
-	g.log.Info("lock policy in force", "source", g.source, "version", version, "policies", d.names(),
+	g.log.Info("lock policy in force", "source", g.source, "version", version, "policies", d.Names(),
 		"serviceAccount", g.sa, "allows", d.summary(g.sa))
 	if g.onChange != nil {
 		g.onChange()
@@ -108,7 +108,8 @@ func (g *Guard) Fail(err error) {
 	}
 }
 
-func (d Document) names() []string {
+// Names are the names of d's policies, in order.
+func (d Document) Names() []string {
 	out := make([]string, len(d.Policies))
 	for i, p := range d.Policies {
 		out[i] = p.Name

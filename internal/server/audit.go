@@ -16,6 +16,14 @@ type Caller struct {
 	Pod, Namespace, ServiceAccount string
 }
 
+// pod names the pod as namespace/name, or name alone outside Kubernetes.
+func (c Caller) pod() string {
+	if c.Namespace == "" {
+		return c.Pod
+	}
+	return c.Namespace + "/" + c.Pod
+}
+
 // Audit counts what the audit log records (package metrics).
 type Audit interface {
 	// Denied: the lock policy refused a call; action is "lock" or
@@ -51,7 +59,7 @@ func (s *Server) auditDenied(ctx context.Context, err error) {
 
 // who are the log attributes naming the caller of ctx's request.
 func (s *Server) who(ctx context.Context) []any {
-	attrs := []any{slog.String("serviceAccount", s.caller.ServiceAccount), slog.String("pod", s.caller.Namespace+"/"+s.caller.Pod)}
+	attrs := []any{slog.String("serviceAccount", s.caller.ServiceAccount), slog.String("pod", s.caller.pod())}
 	if p, ok := peerOf(ctx); ok {
 		attrs = append(attrs, slog.Int("peerUID", int(p.UID)), slog.Int("peerPID", int(p.PID)))
 	}
@@ -61,7 +69,7 @@ func (s *Server) who(ctx context.Context) []any {
 // byWhom is the force release's "by", as the coordinator logs it: what the
 // caller said, and who it is.
 func (s *Server) byWhom(ctx context.Context, by string) string {
-	who := fmt.Sprintf("ServiceAccount %q of pod %s/%s", s.caller.ServiceAccount, s.caller.Namespace, s.caller.Pod)
+	who := fmt.Sprintf("ServiceAccount %q of pod %s", s.caller.ServiceAccount, s.caller.pod())
 	if p, ok := peerOf(ctx); ok {
 		who += fmt.Sprintf(", uid %d, pid %d", p.UID, p.PID)
 	}

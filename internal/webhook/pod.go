@@ -238,6 +238,8 @@ func sidecar(cfg Config, o overrides) corev1.Container {
 		fieldEnv("POD_NAME", "metadata.name"),
 		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 		fieldEnv("NODE_NAME", "spec.nodeName"),
+		// The identity lock policies name (--service-account).
+		fieldEnv("BATON_SERVICE_ACCOUNT", "spec.serviceAccountName"),
 	}
 	if cfg.EtcdAuthSecret != "" {
 		env = append(env, secretEnv("BATON_ETCD_USERNAME", cfg.EtcdAuthSecret, "username"), secretEnv("BATON_ETCD_PASSWORD", cfg.EtcdAuthSecret, "password"))

@@ -68,7 +68,7 @@ func TestInjectAddsANativeSidecar(t *testing.T) {
 	if !slices.Equal(sc.Args, wantArgs) || sc.Image != "ghcr.io/baton-dev/baton:test" {
 		t.Errorf("image %s args %q, want %q", sc.Image, sc.Args, wantArgs)
 	}
-	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName"} {
+	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "NODE_NAME": "spec.nodeName", "BATON_SERVICE_ACCOUNT": "spec.serviceAccountName"} {
 		e := env(&sc, name)
 		if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
 			t.Errorf("%s: %+v, want the downward API's %s", name, e, path)

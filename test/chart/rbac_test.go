@@ -1,0 +1,57 @@
+package chart
+
+import (
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// TestUserRoles: the chart adds Baton's resources to Kubernetes' default
+// roles: view reads Locks and LockPolicies and writes nothing; admin (a
+// namespace's owner) also writes LockPolicies and annotates Locks for a
+// force release; edit may not change who may lock what.
+func TestUserRoles(t *testing.T) {
+	needCluster(t)
+	eachRendering(t, func(t *testing.T, variant, manifest string) {
+		roles := map[string][]rbacv1.PolicyRule{}
+		for _, o := range find(objects(t, manifest), "ClusterRole") {
+			var r rbacv1.ClusterRole
+			strict(t, o, &r)
+			for _, to := range []string{"view", "edit", "admin"} {
+				if r.Labels["rbac.authorization.k8s.io/aggregate-to-"+to] == "true" {
+					roles[to] = append(roles[to], r.Rules...)
+				}
+			}
+		}
+		for _, tt := range []struct {
+			role, verb, resource string
+			want                 bool
+		}{
+			{"view", "list", "locks", true},
+			{"view", "watch", "lockpolicies", true},
+			{"view", "patch", "locks", false},
+			{"view", "create", "lockpolicies", false},
+			{"edit", "get", "lockpolicies", true},
+			{"edit", "update", "lockpolicies", false},
+			{"admin", "create", "lockpolicies", true},
+			{"admin", "delete", "lockpolicies", true},
+			{"admin", "patch", "locks", true},
+			{"admin", "create", "locks", false},
+		} {
+			if got := allows(roles[tt.role], tt.verb, tt.resource); got != tt.want {
+				t.Errorf("%s %s %s: %v, want %v", tt.role, tt.verb, tt.resource, got, tt.want)
+			}
+		}
+	})
+}
+
+// allows reports whether rules grant verb on resource of baton.dev.
+func allows(rules []rbacv1.PolicyRule, verb, resource string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, "baton.dev") && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
+}
