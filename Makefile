@@ -38,7 +38,7 @@ ETCD_IMAGE ?= gcr.io/etcd-development/etcd:v3.7.3
 IMAGES     := $(BIN)/images
 
 .PHONY: image
-image: $(BIN)/image $(K8S_BIN)/etcd ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE) (/baton, the lean sidecar, its entrypoint; /baton-controller for the controller), etcd as $(ETCD_IMAGE).
+image: $(BIN)/image $(K8S_BIN)/etcd $(K8S_BIN)/etcdctl ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE) (/baton, the lean sidecar, its entrypoint; /baton-controller for the controller), etcd as $(ETCD_IMAGE).
 	@mkdir -p $(BIN)/image-root $(IMAGES)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton-controller ./cmd/sidecar
@@ -46,7 +46,7 @@ image: $(BIN)/image $(K8S_BIN)/etcd ## Write the images the chart runs as docker
 	  -file /baton=$(BIN)/image-root/baton:0755 -file /baton-controller=$(BIN)/image-root/baton-controller:0755 \
 	  -dir /tmp:1777 -dir /var/run/baton
 	$(BIN)/image -o $(IMAGES)/etcd.tar -tag $(ETCD_IMAGE) -env PATH=/usr/local/bin \
-	  -file /usr/local/bin/etcd=$(K8S_BIN)/etcd:0755 -dir /tmp:1777 -dir /var/lib/etcd
+	  -file /usr/local/bin/etcd=$(K8S_BIN)/etcd:0755 -file /usr/local/bin/etcdctl=$(K8S_BIN)/etcdctl:0755 -dir /tmp:1777 -dir /var/lib/etcd
 	@echo "wrote $(IMAGES)/baton.tar ($(IMAGE)) and $(IMAGES)/etcd.tar ($(ETCD_IMAGE)): docker load -i, or ctr -n k8s.io images import"
 
 .PHONY: docker-image
@@ -124,7 +124,7 @@ $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum $(TOOLCHAIN_STAMP)
 .PHONY: manifests
 manifests: $(BIN)/controller-gen ## Generate the Lock and LockPolicy CRDs (config/crd), the controller's RBAC (config/rbac) and api deep copies from the code's markers.
 	$(CONTROLLER_GEN) object paths=./api/...
-	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... paths=./internal/policysync/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... paths=./internal/policysync/... paths=./internal/access/... \
 	  output:crd:dir=config/crd output:rbac:dir=config/rbac
 
 # golangci-lint, pinned by hack/golangci-lint/go.mod and built into bin
@@ -254,6 +254,12 @@ node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images 
 $(K8S_BIN)/etcd: hack/envtest-assets/etcd/go.mod hack/envtest-assets/etcd/go.sum hack/envtest-assets/etcd/main.go
 	@mkdir -p $(K8S_BIN)
 	cd hack/envtest-assets/etcd && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(K8S_BIN)/etcd .
+
+# etcdctl, in the test etcd image as in the official one: the node tests
+# attack the chart's etcd with it.
+$(K8S_BIN)/etcdctl: hack/envtest-assets/etcdctl/go.mod hack/envtest-assets/etcdctl/go.sum
+	@mkdir -p $(K8S_BIN)
+	cd hack/envtest-assets/etcdctl && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(K8S_BIN)/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 .PHONY: clean
 clean: ## Remove build output and the data of `make run`.

@@ -45,6 +45,20 @@ func flagOf(field string) string {
 		return "--webhook-port"
 	case "controller.ElectionNamespace":
 		return "--leader-election-namespace"
+	case "access.Namespace":
+		return "--etcd-secrets-namespace"
+	case "access.CASecret":
+		return "--etcd-ca-secret"
+	case "access.ServerSecret":
+		return "--etcd-server-secret"
+	case "access.ServerNames":
+		return "--etcd-server-names"
+	case "access.ClientSecret":
+		return "--etcd-client-secret"
+	case "access.Validity":
+		return "--etcd-cert-validity"
+	case "access.Scopes":
+		return "--scopes"
 	}
 	return ""
 }

@@ -23,7 +23,7 @@ func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 		"lease.RetryMin", "lease.MaxLeases", "coordinator.EndedRetention",
 		"server.MaxBodyBytes", "server.ReadHeaderTimeout", "server.IdleTimeout", "server.BodyTimeout", "server.HeartbeatInterval",
 		"embedetcd.PeerURL", "embedetcd.StartTimeout", "embedetcd.TLS", "mirror.RequestTimeout", "mirror.RetryInterval",
-		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity",
+		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity", "access.Resync",
 	}
 	files, err := filepath.Glob("../../internal/*/*.go")
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +25,7 @@ type etcdOptions struct {
 	caCert, cert, key  string
 	username, password string
 	dialTimeout        time.Duration
+	tls                *tls.Config // made by the controller (--etcd-ca-secret); replaces the files
 }
 
 // addFlags registers the --etcd-* flags; endpointsHelp describes
@@ -105,6 +107,7 @@ func (e *etcdOptions) client(endpoints []string, log *zap.Logger, dial ...grpc.D
 		Password:             e.password,
 		Logger:               log,
 	}
+	cfg.TLS = e.tls
 	if e.caCert != "" || e.cert != "" {
 		tlsInfo := transport.TLSInfo{CertFile: e.cert, KeyFile: e.key, TrustedCAFile: e.caCert}
 		tlsCfg, err := tlsInfo.ClientConfig()

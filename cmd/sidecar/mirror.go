@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/controller"
 	"github.com/baton-dev/baton/internal/webhook"
 )
@@ -27,6 +29,7 @@ type mirrorOptions struct {
 	ctl          controller.Config
 	logLevel     string
 	injectConfig string // empty: no injector
+	access       access.Config
 }
 
 // kubeCommands are the controller's commands, which the lean build leaves
@@ -60,10 +63,12 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 		etcd:     etcdOptions{dialTimeout: 5 * time.Second},
 		ctl:      controller.Default(),
 		logLevel: "info",
+		access:   access.Default(),
 	}
 	if ns := getenv("POD_NAMESPACE"); ns != "" {
 		o.ctl.ElectionNamespace = ns
 	}
+	o.access.Namespace = o.ctl.ElectionNamespace
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, in-cluster, ~/.kube/config")
@@ -78,6 +83,12 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.StringVar(&o.injectConfig, "inject-config", "", "serve the sidecar injector (a mutating webhook for pods labelled baton.dev/inject=true) with this file's settings (YAML); empty: no injector")
 	fs.IntVar(&o.ctl.WebhookPort, "webhook-port", o.ctl.WebhookPort, "port of the webhook server (HTTPS), with --inject-config")
 	fs.StringVar(&o.ctl.WebhookCertDir, "webhook-cert-dir", o.ctl.WebhookCertDir, "directory with the webhook server's tls.crt and tls.key")
+	fs.StringVar(&o.access.CASecret, "etcd-ca-secret", "", "keep etcd's certificates and users (the chart's own etcd): the CA in this Secret of --etcd-secrets-namespace, made on first start; the controller is etcd's root user. Empty: etcd is secured by others")
+	fs.StringVar(&o.access.Namespace, "etcd-secrets-namespace", o.access.Namespace, "namespace of the CA and etcd's certificate; default $POD_NAMESPACE")
+	fs.StringVar(&o.access.ServerSecret, "etcd-server-secret", "", "with --etcd-ca-secret: the Secret to keep etcd's certificate in, for clients and peers")
+	fs.StringSliceVar(&o.access.ServerNames, "etcd-server-names", nil, "with --etcd-ca-secret: the DNS names and IPs in etcd's certificate, comma-separated")
+	fs.StringVar(&o.access.ClientSecret, "etcd-client-secret", o.access.ClientSecret, "with --etcd-ca-secret: the Secret made in each namespace with injected pods, holding its sidecars' etcd certificate")
+	fs.DurationVar(&o.access.Validity, "etcd-cert-validity", o.access.Validity, "with --etcd-ca-secret: how long issued certificates are valid; each is renewed at two thirds of its life")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		if err := o.validate(); err != nil {
@@ -104,6 +115,15 @@ func (o *mirrorOptions) validate() error {
 	}
 	if err := o.ctl.Validate(); err != nil {
 		return flagError(err)
+	}
+	if o.access.CASecret != "" {
+		o.access.Scopes = o.ctl.Mirror.Scopes
+		if o.etcd.caCert != "" || o.etcd.cert != "" || o.etcd.username != "" {
+			return errors.New("--etcd-ca-secret: the controller makes its own etcd credentials; give no --etcd-cacert, --etcd-cert or --etcd-username with it")
+		}
+		if err := o.access.Validate(); err != nil {
+			return flagError(err)
+		}
 	}
 	for flag, addr := range map[string]string{"--health-addr": o.ctl.HealthAddr, "--metrics-addr": o.ctl.MetricsAddr} {
 		if addr == "" {
@@ -156,11 +176,25 @@ func runMirror(cmd *cobra.Command, o *mirrorOptions, getenv func(string) string,
 	if err != nil {
 		return err
 	}
+	log := logr.FromSlogHandler(logs.log.Handler())
+	if o.access.CASecret != "" {
+		c, err := client.New(kcfg, client.Options{})
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		if o.ctl.Access, err = access.Prepare(cmd.Context(), c, o.access, log); err != nil {
+			return err
+		}
+		o.etcd.tls = o.ctl.Access.ClientTLS()
+	}
 	cli, err := o.etcd.client(o.etcd.endpoints, logs.etcdClient)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	if o.ctl.Access != nil {
+		o.ctl.Access.Connect(cli)
+	}
 	logs.log.Info("starting the controller", "etcd", o.etcd.endpoints)
-	return controller.Run(cmd.Context(), kcfg, cli, o.ctl, logr.FromSlogHandler(logs.log.Handler()))
+	return controller.Run(cmd.Context(), kcfg, cli, o.ctl, log)
 }

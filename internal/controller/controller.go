@@ -1,8 +1,9 @@
 // Package controller runs Baton's controller: one controller-runtime
 // manager in which the leader among the replicas mirrors etcd's locks into
 // Lock objects and carries out force releases (package mirror) and writes
-// LockPolicy objects into etcd (package policysync), and every replica
-// serves the sidecar injector webhook (package webhook).
+// LockPolicy objects into etcd (package policysync) and, for the chart's
+// own etcd, keeps its certificates and users (package access), and every
+// replica serves the sidecar injector webhook (package webhook).
 package controller
 
 import (
@@ -23,6 +24,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
@@ -53,6 +55,11 @@ type Config struct {
 	// HTTPS server.
 	WebhookPort    int
 	WebhookCertDir string
+	// Access, when not nil, keeps the chart's etcd's certificates and
+	// users (access.Prepare made it; the etcd client authenticates with
+	// its ClientTLS and was given to it by Connect), and the injector gives
+	// each namespace its credentials before its first pod.
+	Access *access.Keeper
 }
 
 // Default returns the documented defaults: leader election on, health on
@@ -123,7 +130,14 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 		return fmt.Errorf("controller manager: %w", err)
 	}
 	if cfg.Inject != nil {
-		inj, err := webhook.NewInjector(*cfg.Inject, scheme)
+		var opts []webhook.Option
+		if cfg.Access != nil {
+			opts = append(opts, webhook.WithCredentials(func(ctx context.Context, ns string) error {
+				_, err := cfg.Access.Ensure(ctx, ns)
+				return err
+			}))
+		}
+		inj, err := webhook.NewInjector(*cfg.Inject, scheme, opts...)
 		if err != nil {
 			return fmt.Errorf("injector: %w", err)
 		}
@@ -152,6 +166,11 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	}
 	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout); err != nil {
 		return err
+	}
+	if cfg.Access != nil {
+		if err := cfg.Access.Setup(mgr); err != nil {
+			return err
+		}
 	}
 	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
 	return mgr.Start(ctx)

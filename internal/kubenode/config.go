@@ -90,7 +90,10 @@ func cniConfig(ipamDir string) string {
 
 // kubeletConfig is the kubelet's configuration: cgroups v1 through
 // cgroupfs (these machines have no systemd running), the API server's
-// requests authenticated by certificate and authorized by the API server.
+// requests authenticated by certificate and authorized by the API server,
+// and pods synced every 10s rather than every minute, so that a renewed
+// Secret reaches the files of the pods that mount it within seconds (the
+// node tests rotate etcd's certificates every minute or so).
 func kubeletConfig(runtimeSock, ca, cert, key, resolvConf, logs string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -113,6 +116,7 @@ port: 10250
 readOnlyPort: 0
 podLogsDir: %q
 serializeImagePulls: false
+syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
 `, runtimeSock, ca, cert, key, resolvConf, DNSServiceIP, logs)

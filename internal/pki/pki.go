@@ -192,12 +192,22 @@ func ParseCert(certPEM []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(b.Bytes)
 }
 
-// RenewAt is when a certificate is due to be replaced: two thirds into its
-// lifetime, so that a replacement has a third of it to reach every reader
-// before the old one expires.
+// RenewAt is when a certificate is due to be replaced: two thirds into
+// its lifetime from its issue, so that a replacement has a third of it to
+// reach every reader before the old one expires.
 func RenewAt(cert *x509.Certificate) time.Time {
+	return cert.NotAfter.Add(-Lifetime(cert) / 3)
+}
+
+// Lifetime is how long a certificate is valid from its issue. A
+// certificate of Baton's is issued backdate after its NotBefore (see
+// Issue), so that a short one is not due at once.
+func Lifetime(cert *x509.Certificate) time.Duration {
 	life := cert.NotAfter.Sub(cert.NotBefore)
-	return cert.NotBefore.Add(life * 2 / 3)
+	if life > backdate {
+		life -= backdate
+	}
+	return life
 }
 
 func newSerial() (*big.Int, error) {

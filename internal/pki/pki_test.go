@@ -171,12 +171,20 @@ func TestLifetimes(t *testing.T) {
 	if c, err = ParseCert(p.CertPEM); err != nil {
 		t.Fatal(err)
 	}
-	life := c.NotAfter.Sub(c.NotBefore)
-	if got, want := RenewAt(c), c.NotBefore.Add(life*2/3); !got.Equal(want) {
+	issued := c.NotBefore.Add(backdate)
+	if got, want := RenewAt(c), issued.Add(c.NotAfter.Sub(issued)*2/3); !got.Equal(want) {
 		t.Errorf("renew at %v, want %v", got, want)
 	}
 	if !RenewAt(c).Before(c.NotAfter) || !RenewAt(c).After(now) {
 		t.Errorf("renew at %v: not between now %v and the end %v", RenewAt(c), now, c.NotAfter)
+	}
+	// A certificate shorter than the backdate is not due at once.
+	p = issue(t, ca, Request{CommonName: "team-a", Client: true, Validity: 30 * time.Second})
+	if c, err = ParseCert(p.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	if got := RenewAt(c).Sub(now); got < 19*time.Second || got > 21*time.Second {
+		t.Errorf("a 30s certificate is due %v after its issue, want 20s", got)
 	}
 }
 

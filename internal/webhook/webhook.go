@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -20,16 +21,32 @@ const Path = "/inject-v1-pod"
 // label baton.dev/inject=true as Inject says, and refuses one whose
 // annotations or names conflict, saying why.
 type Injector struct {
-	cfg     Config
-	decoder admission.Decoder
+	cfg         Config
+	decoder     admission.Decoder
+	credentials func(ctx context.Context, namespace string) error
+}
+
+// Option configures an Injector.
+type Option func(*Injector)
+
+// WithCredentials makes the injector call ensure for the namespace of each
+// pod it injects, before answering: the namespace's etcd credentials
+// (Config.EtcdTLSSecret) are then there before the pod is. A pod whose
+// namespace cannot be given them is refused, saying why.
+func WithCredentials(ensure func(ctx context.Context, namespace string) error) Option {
+	return func(i *Injector) { i.credentials = ensure }
 }
 
 // NewInjector returns an Injector for cfg, which must be valid.
-func NewInjector(cfg Config, scheme *runtime.Scheme) (*Injector, error) {
+func NewInjector(cfg Config, scheme *runtime.Scheme, opts ...Option) (*Injector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Injector{cfg: cfg, decoder: admission.NewDecoder(scheme)}, nil
+	i := &Injector{cfg: cfg, decoder: admission.NewDecoder(scheme)}
+	for _, o := range opts {
+		o(i)
+	}
+	return i, nil
 }
 
 // Register serves the injector on srv at Path.
@@ -38,7 +55,7 @@ func (i *Injector) Register(srv crwebhook.Server) {
 }
 
 // Handle implements admission.Handler.
-func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Response {
+func (i *Injector) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("Baton injects sidecars into pods only when they are created")
 	}
@@ -53,6 +70,12 @@ func (i *Injector) Handle(_ context.Context, req admission.Request) admission.Re
 	}
 	if err := Inject(pod, i.cfg); err != nil {
 		return admission.Denied("Baton sidecar injection: " + err.Error())
+	}
+	if i.credentials != nil {
+		if err := i.credentials(ctx, req.Namespace); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable,
+				fmt.Errorf("baton sidecar injection: cannot give namespace %s its etcd credentials (Secret %s), try again: %w", req.Namespace, i.cfg.EtcdTLSSecret, err))
+		}
 	}
 	patched, err := json.Marshal(pod)
 	if err != nil {

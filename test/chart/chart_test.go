@@ -245,7 +245,10 @@ func TestRenderings(t *testing.T) {
 		}
 		if injecting {
 			checkWebhook(t, webhooks[0])
-			checkInjectConfig(t, objs, variant)
+			cfg := checkInjectConfig(t, objs, variant)
+			if managed := variant != "external-etcd-tls" && variant != "insecure-etcd"; managed != (cfg.EtcdTLSSecret == "baton-etcd-client" && cfg.EtcdClientCert) {
+				t.Errorf("injected sidecars' etcd credentials %q (client certificate %v) with the chart's secured etcd %v", cfg.EtcdTLSSecret, cfg.EtcdClientCert, managed)
+			}
 		}
 		external := variant == "external-etcd-tls"
 		if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
@@ -256,10 +259,14 @@ func TestRenderings(t *testing.T) {
 			etcd = "baton-locks-etcd"
 		}
 		args := fmt.Sprint(deployments[0])
+		managed := !external && variant != "insecure-etcd"
 		for want, on := range map[string]bool{
-			"--etcd-endpoints=http://" + etcd + ".baton.svc:2379": !external,
-			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":            external,
-			"--inject-config=/etc/baton/inject/config.yaml":       injecting,
+			"--etcd-endpoints=https://" + etcd + ".baton.svc:2379": managed,
+			"--etcd-endpoints=http://" + etcd + ".baton.svc:2379":  !external && !managed,
+			"--etcd-ca-secret=" + etcd + "-ca":                     managed,
+			"--etcd-server-secret=" + etcd + "-tls":                managed,
+			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":             external,
+			"--inject-config=/etc/baton/inject/config.yaml":        injecting,
 		} {
 			if strings.Contains(args, want) != on {
 				t.Errorf("controller %s: %v, want %v", want, !on, on)
@@ -289,7 +296,7 @@ func checkWebhook(t *testing.T, o map[string]any) {
 
 // checkInjectConfig loads the rendered inject ConfigMap as the controller
 // does.
-func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
+func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) webhook.Config {
 	t.Helper()
 	var text string
 	for _, o := range find(objs, "ConfigMap") {
@@ -315,6 +322,7 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) {
 	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"})) {
 		t.Errorf("the variant's sidecar settings did not arrive: %+v", cfg)
 	}
+	return cfg
 }
 
 // TestBadValuesAreRefused: values.schema.json names what is wrong.
@@ -322,6 +330,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 	needCluster(t)
 	for set, want := range map[string]string{
 		"etcd.replicas=2":                                   "etcd.replicas",
+		"etcd.secure=maybe":                                 "etcd.secure",
+		"etcd.certValidity=monthly":                         "etcd.certValidity",
 		"sidecar.leaseTTL=soon":                             "sidecar.leaseTTL",
 		"webhook.failurePolicy=Sometimes":                   "webhook.failurePolicy",
 		"etcd.endpoints={etcd:2379}":                        "etcd.endpoints",

@@ -55,3 +55,35 @@ func allows(rules []rbacv1.PolicyRule, verb, resource string) bool {
 	}
 	return false
 }
+
+// TestControllerReadsNoForeignSecrets: whatever the variant, the
+// controller may not list, watch or read Secrets it did not make: its
+// rules on Secrets name them, but for create.
+func TestControllerReadsNoForeignSecrets(t *testing.T) {
+	needCluster(t)
+	eachRendering(t, func(t *testing.T, variant, manifest string) {
+		objs := objects(t, manifest)
+		named := 0
+		for _, kind := range []string{"ClusterRole", "Role"} {
+			for _, o := range find(objs, kind) {
+				var r rbacv1.ClusterRole // a Role's fields are the same
+				strict(t, map[string]any{"metadata": o["metadata"], "rules": o["rules"]}, &r)
+				for _, rule := range r.Rules {
+					if !slices.Contains(rule.Resources, "secrets") && !slices.Contains(rule.Resources, "*") {
+						continue
+					}
+					if len(rule.ResourceNames) > 0 {
+						named++
+						continue
+					}
+					if !slices.Equal(rule.Verbs, []string{"create"}) {
+						t.Errorf("%s %s lets the controller %v every Secret", kind, r.Name, rule.Verbs)
+					}
+				}
+			}
+		}
+		if managed := variant != "external-etcd-tls" && variant != "insecure-etcd"; managed != (named == 2) {
+			t.Errorf("%d rules naming Secrets with the chart's secured etcd %v; want its CA's and etcd's, and the namespaces' client Secret", named, managed)
+		}
+	})
+}

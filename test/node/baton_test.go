@@ -296,6 +296,12 @@ func TestBatonOnANode(t *testing.T) {
 
 	t.Run("the README's example", readmeExample)
 
+	t.Run("the chart's etcd is a boundary: TLS, client certificates, a user per namespace", etcdIsABoundary)
+
+	t.Run("certificates rotate under running sidecars and the mirror, no lock lost", func(t *testing.T) {
+		certificatesRotate(t, chart, log)
+	})
+
 	t.Run("helm upgrade keeps running pods and their locks", func(t *testing.T) {
 		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=2")
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")

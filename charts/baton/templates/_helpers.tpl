@@ -48,12 +48,30 @@ app.kubernetes.io/component: etcd
 {{- define "baton.etcd" -}}{{ include "baton.fullname" . }}-etcd{{- end -}}
 {{- define "baton.etcdPeers" -}}{{ include "baton.fullname" . }}-etcd-peers{{- end -}}
 
+{{/* "true" when the chart runs its own etcd secured by the controller:
+     TLS, client certificates and a user per namespace. */}}
+{{- define "baton.etcdManaged" -}}
+{{- if and (not .Values.etcd.endpoints) .Values.etcd.secure -}}true{{- end -}}
+{{- end -}}
+{{- define "baton.etcdScheme" -}}{{ if include "baton.etcdManaged" . }}https{{ else }}http{{ end }}{{- end -}}
+{{- define "baton.etcdCASecret" -}}{{ include "baton.etcd" . }}-ca{{- end -}}
+{{- define "baton.etcdServerSecret" -}}{{ include "baton.etcd" . }}-tls{{- end -}}
+
+{{/* The names in the chart's etcd's certificate: its Service, each member
+     (for clients and peers), and loopback (etcd's own client). */}}
+{{- define "baton.etcdServerNames" -}}
+{{- $ns := .Release.Namespace -}}
+{{- $etcd := include "baton.etcd" . -}}
+{{- $peers := include "baton.etcdPeers" . -}}
+{{- list $etcd (printf "%s.%s.svc" $etcd $ns) (printf "%s.%s.svc.cluster.local" $etcd $ns) (printf "*.%s.%s.svc" $peers $ns) (printf "*.%s.%s.svc.cluster.local" $peers $ns) "localhost" "127.0.0.1" | join "," -}}
+{{- end -}}
+
 {{/* The etcd client URLs, comma-separated: the given ones or the chart's etcd. */}}
 {{- define "baton.etcdEndpoints" -}}
 {{- if .Values.etcd.endpoints -}}
 {{- join "," .Values.etcd.endpoints -}}
 {{- else -}}
-{{- printf "http://%s.%s.svc:2379" (include "baton.etcd" .) .Release.Namespace -}}
+{{- printf "%s://%s.%s.svc:2379" (include "baton.etcdScheme" .) (include "baton.etcd" .) .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
 
