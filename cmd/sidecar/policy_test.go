@@ -51,9 +51,10 @@ func TestLockPolicyFromEtcd(t *testing.T) {
 	if !strings.Contains(body.Message, "no LockPolicy") || !strings.Contains(body.Message, `"web"`) {
 		t.Errorf("default refusal %q does not say why and whom", body.Message)
 	}
-	if !strings.Contains(web.stderr.String(), "audit: call refused by the lock policy") || !strings.Contains(web.stderr.String(), "peerPID") {
-		t.Errorf("no audit line naming the peer for the refused force release:\n%s", web.stderr.String())
-	}
+	// The log arrives through a pipe: a moment after the answer.
+	eventually(t, "an audit line naming the peer for the refused force release", func() bool {
+		return strings.Contains(web.stderr.String(), "audit: call refused by the lock policy") && strings.Contains(web.stderr.String(), "peerPID")
+	})
 
 	doc := policy.Document{Policies: []policy.Policy{
 		{Name: "pipelines", Rules: []policy.Rule{{ServiceAccounts: []string{"runner"}, Keys: []string{"tf/", "deploy-"}, ForceRelease: true}}},
@@ -84,9 +85,10 @@ func TestLockPolicyFromEtcd(t *testing.T) {
 	expect(t, rc, "POST", "/v1/locks/other", `{"owner":"r"}`, http.StatusForbidden, lockapi.CodeForbidden)
 	expect(t, rc, "DELETE", "/v1/locks/shared/cache?force=true", "", http.StatusForbidden, lockapi.CodeForbidden)
 	expect(t, rc, "DELETE", "/v1/locks/tf/prod?force=true&by=oncall", "", http.StatusOK, "")
-	if s := runner.stderr.String(); !strings.Contains(s, "lock force-released") || !strings.Contains(s, `ServiceAccount \"runner\"`) {
-		t.Errorf("the force release's log does not name the ServiceAccount:\n%s", s)
-	}
+	eventually(t, "the force release's log naming the ServiceAccount", func() bool {
+		s := runner.stderr.String()
+		return strings.Contains(s, "lock force-released") && strings.Contains(s, `ServiceAccount \"runner\"`)
+	})
 	// Releasing one's own lock is never refused.
 	expect(t, wc, "DELETE", "/v1/locks/shared/cache?owner=w", "", http.StatusOK, "")
 
@@ -146,6 +148,12 @@ func TestLockPolicyFile(t *testing.T) {
 		return code == http.StatusForbidden
 	})
 	expect(t, c, "POST", "/v1/locks/batch/1", `{"owner":"a"}`, http.StatusOK, "")
+	// baton run says so, with its own exit status.
+	errb.Reset()
+	if code := run(context.Background(), []string{"run", "--socket", p.socket, "--key", "job", "--", "true"}, env(nil), &strings.Builder{}, &errb); code != exitForbidden ||
+		!strings.Contains(errb.String(), "forbidden") || !strings.Contains(errb.String(), "narrow") {
+		t.Errorf("baton run outside the policy: exit %d, %s; want %d naming the policy", code, errb.String(), exitForbidden)
+	}
 }
 
 // expect makes a call and checks its status and, when code is not empty,

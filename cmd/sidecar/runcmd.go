@@ -24,6 +24,7 @@ const (
 	exitHeld        = 75 // EX_TEMPFAIL: someone else runs it (or the wait ran out)
 	exitUnavailable = 69 // EX_UNAVAILABLE: the sidecar or etcd cannot be reached
 	exitLost        = 70 // the lock was lost while the command ran; it was stopped
+	exitForbidden   = 77 // EX_NOPERM: the lock policy does not let this pod take the key
 )
 
 // exitError carries an exit code out of a command.
@@ -61,8 +62,9 @@ SIGINT and SIGTERM are forwarded to it. If the lock is lost while it runs
 gets SIGTERM, then SIGKILL after --kill-grace.
 
 Exit status: the command's own; 75 when someone else holds the lock (or the
-wait ran out); 70 when the lock was lost while the command ran; 69 when the
-sidecar cannot be reached; 2 for a bad command line.`,
+wait ran out); 70 when the lock was lost while the command ran; 77 when the
+lock policy does not let this pod take the key; 69 when the sidecar cannot
+be reached; 2 for a bad command line.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	fs := cmd.Flags()
@@ -246,6 +248,8 @@ func holdFailed(err error, wait time.Duration) error {
 			return exitError{exitHeld, refused(ae.Code, ae.Holder, ae.Message, wait)}
 		case lockapi.CodeUnavailable:
 			return exitError{exitUnavailable, ae.Message}
+		case lockapi.CodeForbidden:
+			return exitError{exitForbidden, ae.Message + " (forbidden)"}
 		}
 		if ae.Status == 400 {
 			return usageError{errors.New(ae.Message)}

@@ -2,6 +2,9 @@ package access
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"os"
@@ -308,5 +311,73 @@ func TestReplicasAgreeOnTheCA(t *testing.T) {
 	cfg.Validity = time.Hour
 	if _, err := Prepare(ctx, c, cfg, crzap.New(crzap.WriteTo(io.Discard))); err != nil || serial(t, readSecret(t, c, "replicas", "etcd")) == before {
 		t.Errorf("a shortened validity kept etcd's 30-day certificate: %v", err)
+	}
+}
+
+// TestExternalCA: with cert-manager keeping the CA (its default key
+// encoding, SEC 1) and etcd's certificate, the keeper waits for the CA,
+// issues the namespaces' certificates from it, and writes neither the CA
+// nor etcd's Secret.
+func TestExternalCA(t *testing.T) {
+	if skipReason != "" {
+		t.Skip("no kube-apiserver: " + skipReason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(restConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"cm", "cm-app"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := Default()
+	cfg.Namespace, cfg.CASecret, cfg.ExternalCA = "cm", "etcd-ca", true
+	ready := make(chan *Keeper, 1)
+	go func() {
+		k, err := Prepare(ctx, c, cfg, crzap.New(crzap.WriteTo(io.Discard)))
+		if err != nil {
+			t.Error(err)
+		}
+		ready <- k
+	}()
+	time.Sleep(1500 * time.Millisecond) // Prepare waits meanwhile
+	select {
+	case <-ready:
+		t.Fatal("Prepare returned before the CA was made")
+	default:
+	}
+	ca, err := pki.NewCA("cert-manager-ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(ca.KeyPEM)
+	key, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec1, _ := x509.MarshalECPrivateKey(key.(*ecdsa.PrivateKey))
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "cm", Name: "etcd-ca"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": ca.CertPEM, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1}), "ca.crt": ca.CertPEM}}); err != nil {
+		t.Fatal(err)
+	}
+	k := <-ready
+	if k == nil || !k.ca.Cert.Equal(ca.Cert) {
+		t.Fatal("the keeper does not use cert-manager's CA")
+	}
+	var secrets corev1.SecretList
+	if err := c.List(ctx, &secrets, client.InNamespace("cm")); err != nil || len(secrets.Items) != 1 {
+		t.Errorf("Secrets in the controller's namespace: %d (%v), want cert-manager's CA alone", len(secrets.Items), err)
+	}
+	// A namespace's certificate needs etcd for its user: KeepCert alone
+	// shows it is of cert-manager's CA.
+	if _, err := KeepCert(ctx, c, k.ca, client.ObjectKey{Namespace: "cm-app", Name: cfg.ClientSecret}, clientRequest(ScopeUser("cm-app"), time.Hour), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCert(readSecret(t, c, "cm-app", cfg.ClientSecret).Data["tls.crt"])
+	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil {
+		t.Errorf("the namespace's certificate is not of cert-manager's CA: %v", err)
 	}
 }

@@ -19,12 +19,18 @@ import (
 type Config struct {
 	// Namespace holds CASecret and ServerSecret: the controller's.
 	Namespace string
-	// CASecret keeps the CA (tls.crt, tls.key); made on first start.
+	// CASecret keeps the CA (tls.crt, tls.key); made on first start
+	// unless ExternalCA.
 	CASecret string
+	// ExternalCA says that another (cert-manager) makes and renews
+	// CASecret: the keeper waits for it and never writes it.
+	ExternalCA bool
 	// ServerSecret keeps etcd's certificate for clients and peers
-	// (tls.crt, tls.key, ca.crt), valid for ServerNames.
+	// (tls.crt, tls.key, ca.crt), valid for ServerNames. Empty: another
+	// (cert-manager) keeps etcd's certificate.
 	ServerSecret string
-	// ServerNames are the DNS names (and IP addresses) etcd is reached by.
+	// ServerNames are the DNS names (and IP addresses) etcd is reached by;
+	// with ServerSecret.
 	ServerNames []string
 	// ClientSecret names the Secret that each namespace with injected pods
 	// gets (tls.crt, tls.key, ca.crt): its sidecars' etcd identity.
@@ -52,9 +58,7 @@ func (c Config) Validate() error {
 		return config.Invalid("access.Namespace", "namespace of the CA and server Secrets: required")
 	case c.CASecret == "":
 		return config.Invalid("access.CASecret", "CA Secret: required")
-	case c.ServerSecret == "":
-		return config.Invalid("access.ServerSecret", "etcd's server Secret: required")
-	case len(c.ServerNames) == 0:
+	case c.ServerSecret != "" && len(c.ServerNames) == 0:
 		return config.Invalid("access.ServerNames", "etcd's server names: give the DNS names its clients and peers use")
 	case c.ClientSecret == "":
 		return config.Invalid("access.ClientSecret", "client Secret name: required")

@@ -45,11 +45,16 @@ func Prepare(ctx context.Context, c client.Client, cfg Config, log logr.Logger) 
 		return nil, err
 	}
 	k := &Keeper{cfg: cfg, c: c, now: time.Now, log: log.WithName("access")}
-	ca, err := LoadCA(ctx, c, client.ObjectKey{Namespace: cfg.Namespace, Name: cfg.CASecret}, k.now())
+	key := client.ObjectKey{Namespace: cfg.Namespace, Name: cfg.CASecret}
+	var err error
+	if cfg.ExternalCA {
+		k.ca, err = k.awaitCA(ctx, key)
+	} else {
+		k.ca, err = LoadCA(ctx, c, key, k.now())
+	}
 	if err != nil {
 		return nil, err
 	}
-	k.ca = ca
 	// Another replica may write the Secret at the same time: once more.
 	if _, err := k.keepServer(ctx); err != nil {
 		if _, err = k.keepServer(ctx); err != nil {
@@ -57,6 +62,33 @@ func Prepare(ctx context.Context, c client.Client, cfg Config, log logr.Logger) 
 		}
 	}
 	return k, nil
+}
+
+// awaitCA reads the CA that another keeps in Secret key, waiting for it
+// to be made, until ctx ends.
+func (k *Keeper) awaitCA(ctx context.Context, key client.ObjectKey) (*pki.CA, error) {
+	var said time.Time
+	for ; ; sleep(ctx, time.Second) {
+		var s corev1.Secret
+		err := k.c.Get(ctx, key, &s)
+		if err == nil {
+			ca, err := pki.ParseCA(s.Data[keyCert], s.Data[keyKey])
+			if err != nil {
+				return nil, fmt.Errorf("the CA Secret %s: %w", key, err)
+			}
+			return ca, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("read the CA Secret %s: %w", key, err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("the CA Secret %s was never made (by cert-manager?): %w", key, ctx.Err())
+		}
+		if time.Since(said) > 10*time.Second {
+			k.log.Info("waiting for the CA Secret, which cert-manager makes", "secret", key)
+			said = time.Now()
+		}
+	}
 }
 
 // ClientTLS is the controller's own TLS configuration for etcd: it trusts
@@ -200,6 +232,9 @@ func (k *Keeper) forgetIfGone(ctx context.Context, ns string) (bool, error) {
 // keepServer keeps etcd's certificate in its Secret, returning when it is
 // next due.
 func (k *Keeper) keepServer(ctx context.Context) (time.Time, error) {
+	if k.cfg.ServerSecret == "" {
+		return k.now().Add(k.cfg.Resync), nil // cert-manager's
+	}
 	key := client.ObjectKey{Namespace: k.cfg.Namespace, Name: k.cfg.ServerSecret}
 	return KeepCert(ctx, k.c, k.ca, key, serverRequest(k.cfg.ServerNames, k.cfg.Validity), k.now())
 }

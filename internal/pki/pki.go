@@ -85,22 +85,42 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !cert.IsCA {
 		return nil, fmt.Errorf("CA certificate %q is not a CA", cert.Subject.CommonName)
 	}
-	b, _ := pem.Decode(keyPEM)
-	if b == nil {
-		return nil, errors.New("CA key: no PEM block")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	signer, err := parseKey(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
-	}
-	signer, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("CA key: %T cannot sign", k)
 	}
 	if !publicKeysEqual(signer.Public(), cert.PublicKey) {
 		return nil, errors.New("CA key does not match the CA certificate")
 	}
 	return &CA{Cert: cert, key: signer, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// parseKey reads a private key in any of the PEM forms a CA's Secret may
+// hold: PKCS #8 (Baton's), SEC 1 EC or PKCS #1 RSA (cert-manager's
+// default encoding).
+func parseKey(keyPEM []byte) (crypto.Signer, error) {
+	b, _ := pem.Decode(keyPEM)
+	if b == nil {
+		return nil, errors.New("no PEM block")
+	}
+	var k any
+	var err error
+	switch b.Type {
+	case "EC PRIVATE KEY":
+		k, err = x509.ParseECPrivateKey(b.Bytes)
+	case "RSA PRIVATE KEY":
+		k, err = x509.ParsePKCS1PrivateKey(b.Bytes)
+	default:
+		k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%T cannot sign", k)
+	}
+	return signer, nil
 }
 
 // Request describes a certificate to issue.

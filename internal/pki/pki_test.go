@@ -1,8 +1,10 @@
 package pki
 
 import (
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -208,6 +210,19 @@ func TestParseCA(t *testing.T) {
 	}
 	if _, err := ParseCA([]byte("junk"), ca.KeyPEM); err == nil {
 		t.Error("junk certificate accepted")
+	}
+	// cert-manager's default encoding of an ECDSA key: SEC 1.
+	b, _ := pem.Decode(ca.KeyPEM)
+	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(k.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseCA(ca.CertPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})); err != nil {
+		t.Errorf("an EC PRIVATE KEY: %v", err)
 	}
 }
 

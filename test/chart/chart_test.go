@@ -251,6 +251,16 @@ func TestRenderings(t *testing.T) {
 			}
 		}
 		external := variant == "external-etcd-tls"
+		// With cert-manager, it keeps etcd's CA and certificate.
+		var etcdCerts []string
+		for _, c := range find(objs, "Certificate") {
+			if name := c["metadata"].(map[string]any)["name"].(string); strings.Contains(name, "etcd") {
+				etcdCerts = append(etcdCerts, name)
+			}
+		}
+		if want := variant == "cert-manager"; want != (len(etcdCerts) == 2) {
+			t.Errorf("cert-manager Certificates for etcd: %v", etcdCerts)
+		}
 		if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
 			t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
 		}
@@ -264,7 +274,8 @@ func TestRenderings(t *testing.T) {
 			"--etcd-endpoints=https://" + etcd + ".baton.svc:2379": managed,
 			"--etcd-endpoints=http://" + etcd + ".baton.svc:2379":  !external && !managed,
 			"--etcd-ca-secret=" + etcd + "-ca":                     managed,
-			"--etcd-server-secret=" + etcd + "-tls":                managed,
+			"--etcd-server-secret=" + etcd + "-tls":                managed && variant != "cert-manager",
+			"--etcd-ca-external":                                   managed && variant == "cert-manager",
 			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":             external,
 			"--inject-config=/etc/baton/inject/config.yaml":        injecting,
 		} {

@@ -302,6 +302,8 @@ func TestBatonOnANode(t *testing.T) {
 		certificatesRotate(t, chart, log)
 	})
 
+	t.Run("a LockPolicy governs running pods within seconds", lockPolicyOnANode)
+
 	t.Run("helm upgrade keeps running pods and their locks", func(t *testing.T) {
 		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=2")
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")

@@ -191,4 +191,70 @@ func certificatesRotate(t *testing.T, chart, phases string) {
 	case <-time.After(3 * time.Minute):
 		t.Fatal("the run holding its lock through the rotations did not end")
 	}
+	// The mirror, on its renewed certificate, saw the release.
+	eventually(t, 30*time.Second, "the mirror showing the lock freed", func() error {
+		if out := kubectl(t, "get", "locks", "-n", appNS, "-l", "baton.dev/key=held-through-rotation", "-o", "jsonpath={.items[*].status.phase}"); out != "Free" {
+			return fmt.Errorf("phase %q", out)
+		}
+		return nil
+	})
+}
+
+// lockPolicyOnANode: a LockPolicy applied with kubectl reaches the app's
+// running sidecars within seconds: a key outside its rules is refused
+// (baton run exits 77, forbidden, naming the policy, and the sidecar's log
+// names the pod's ServiceAccount), force release over the socket too, the
+// phase it allows goes on; deleted, the default is back.
+func lockPolicyOnANode(t *testing.T) {
+	ctx := context.Background()
+	policy := `apiVersion: baton.dev/v1alpha1
+kind: LockPolicy
+metadata:
+  name: report-only
+  namespace: ` + appNS + `
+spec:
+  rules:
+  - serviceAccounts: [default]
+    keys: [nightly/]
+`
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := node.Client.CoreV1().Pods(appNS).List(ctx, metav1.ListOptions{LabelSelector: "app=report"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the app's pods: %v", err)
+	}
+	pod := pods.Items[0].Name
+	batonIn := func(args ...string) (int, string) {
+		cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"exec", "-n", appNS, pod, "-c", "worker", "--", "baton"}, args...)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	kubectl(t, "apply", "-f", file)
+	start := time.Now()
+	eventually(t, 30*time.Second, "the policy in force in the running sidecar", func() error {
+		if code, out := batonIn("run", "--key", "adhoc/job", "--", "sleep", "0"); code != 77 || !strings.Contains(out, "report-only") {
+			return fmt.Errorf("exit %d: %s", code, out)
+		}
+		return nil
+	})
+	t.Logf("the LockPolicy was in force in a running pod %v after kubectl apply", time.Since(start).Round(time.Millisecond))
+	if code, out := batonIn("locks", "release", phaseKey, "--force"); code == 0 || !strings.Contains(out, "forbidden") {
+		t.Errorf("force release outside the policy: exit %d, %s", code, out)
+	}
+	if out := kubectl(t, "get", "lockpolicies", "-n", appNS); !strings.Contains(out, "report-only   True") {
+		t.Errorf("kubectl get lockpolicies:\n%s", out)
+	}
+	if out := kubectl(t, "logs", "-n", appNS, pod, "-c", "baton"); !strings.Contains(out, "audit: call refused by the lock policy") || !strings.Contains(out, `"serviceAccount":"default"`) {
+		t.Errorf("the sidecar's log has no audit line naming the pod's ServiceAccount:\n%s", out)
+	}
+	kubectl(t, "delete", "-f", file)
+	eventually(t, 30*time.Second, "the default back", func() error {
+		if code, out := batonIn("run", "--key", "adhoc/job", "--", "sleep", "0"); code != 0 {
+			return fmt.Errorf("exit %d: %s", code, out)
+		}
+		return nil
+	})
 }
