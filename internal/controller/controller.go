@@ -161,10 +161,14 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 			return err
 		}
 	}
-	if _, err := mirror.Setup(mgr, cfg.Mirror, cli); err != nil {
+	counts, err := metrics.NewController(crmetrics.Registry)
+	if err != nil {
 		return err
 	}
-	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout); err != nil {
+	if _, err := mirror.Setup(mgr, cfg.Mirror, cli, mirror.OnForceRelease(counts.ForceReleased)); err != nil {
+		return err
+	}
+	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout, policysync.OnWrite(counts.PolicyWritten)); err != nil {
 		return err
 	}
 	if cfg.Access != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ var (
 	restConfig *rest.Config
 	scheme     = runtime.NewScheme()
 	skipReason string
+	// forceReleases counts the force releases of the mirrors the tests
+	// start (OnForceRelease).
+	forceReleases atomic.Int64
 )
 
 func TestMain(m *testing.M) {
@@ -110,7 +114,7 @@ func startMirrorOn(t *testing.T, cli *clientv3.Client, retention time.Duration) 
 	cfg := Default()
 	cfg.FreeRetention = retention
 	cfg.RetryInterval = 100 * time.Millisecond
-	if _, err := Setup(mgr, cfg, cli); err != nil {
+	if _, err := Setup(mgr, cfg, cli, OnForceRelease(func() { forceReleases.Add(1) })); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

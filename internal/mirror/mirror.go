@@ -33,11 +33,19 @@ type Mirror struct {
 	log      logr.Logger
 	view     *view
 	events   chan event.GenericEvent
+	forced   func() // hears each force release (OnForceRelease)
 }
+
+// Option configures a Mirror.
+type Option func(*Mirror)
+
+// OnForceRelease makes f hear each force release the mirror carries out,
+// for a metric.
+func OnForceRelease(f func()) Option { return func(m *Mirror) { m.forced = f } }
 
 // Setup adds the mirror to mgr: the etcd follower (a leader-elected
 // runnable) and the Lock controller. mgr's scheme must know the Lock type.
-func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client) (*Mirror, error) {
+func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client, opts ...Option) (*Mirror, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -47,6 +55,10 @@ func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client) (*Mirror, err
 		log:      mgr.GetLogger().WithName("mirror"),
 		view:     newView(),
 		events:   make(chan event.GenericEvent, 1024),
+		forced:   func() {},
+	}
+	for _, o := range opts {
+		o(m)
 	}
 	if err := mgr.Add(manager.RunnableFunc(m.follow)); err != nil {
 		return nil, fmt.Errorf("add the etcd follower: %w", err)

@@ -160,6 +160,7 @@ func TestForceReleaseByAnnotation(t *testing.T) {
 	}
 	obj := lockShows(t, kc, ns, k, 10*time.Second, "Held", heldBy("wedged", "pod-a", fenceOf(t, body), 0))
 
+	counted := forceReleases.Load()
 	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=wedged since Tuesday")
 	lockShows(t, kc, ns, k, 10*time.Second, "Free, annotation removed", func(l *batonv1.Lock) error {
 		if _, still := l.Annotations[batonv1.AnnotationForceRelease]; still || l.Status.Phase != batonv1.PhaseFree {
@@ -174,6 +175,9 @@ func TestForceReleaseByAnnotation(t *testing.T) {
 		t.Errorf("the old holder's release: %d %s; want 410 force_released", code, body)
 	}
 	waitEvent(t, kc, ns, obj.Name, "ForceReleased", "wedged since Tuesday", "wedged (pod pod-a)")
+	if forceReleases.Load() <= counted {
+		t.Error("the force release was not counted (OnForceRelease)")
+	}
 
 	// The next holder is not hit by an annotation on an object that still
 	// shows an older fence (as it would if the mirror lagged): the mirror

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -35,7 +36,7 @@ func TestLockPolicyCommand(t *testing.T) {
 	ns := namespace(t, kc, "team-a") // the example's
 	layout, _ := keyspace.NewLayout(ns)
 	cli, _ := testEtcd.Client(t)
-	startMirrorProc(t, ns)
+	m := startMirrorProc(t, ns)
 	runner := startSidecarProc(t, ns, "pod-runner", "--service-account", "pipeline-runner")
 	web := startSidecarProc(t, ns, "pod-web", "--service-account", "web")
 
@@ -107,6 +108,26 @@ func TestLockPolicyCommand(t *testing.T) {
 	if r, err := cli.Get(ctx, layout.Policy()); err != nil || len(r.Kvs) != 0 {
 		t.Errorf("the policy key after the last LockPolicy went: %v %v", r, err)
 	}
+	// Written, changed, deleted: counted.
+	resp, err := http.Get(m.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "baton_controller_policy_writes_total 3") {
+		t.Errorf("the controller's metrics do not count 3 policy writes:\n%s", grepLines(string(body), "baton_controller"))
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // examplePolicy is the LockPolicy of examples/k8s/lockpolicy.yaml, which

@@ -126,9 +126,10 @@ func (p *sidecarProc) kill() {
 
 // mirrorProc is a `baton mirror` process.
 type mirrorProc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan error
+	cmd     *exec.Cmd
+	stderr  *syncBuffer
+	exited  chan error
+	metrics string // its /metrics URL
 }
 
 // startMirrorProc runs `baton mirror` with a kubeconfig file of a cluster
@@ -147,9 +148,15 @@ func startMirrorProc(t *testing.T, scope string) *mirrorProc {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := &mirrorProc{stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for its metrics
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	m := &mirrorProc{stderr: &syncBuffer{}, exited: make(chan error, 1), metrics: "http://" + addr + "/metrics"}
 	m.cmd = exec.Command(baton(t), "mirror", "--kubeconfig", path, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
-		"--scopes", scope, "--leader-election-namespace", scope, "--health-addr", "127.0.0.1:0", "--metrics-addr", "")
+		"--scopes", scope, "--leader-election-namespace", scope, "--health-addr", "127.0.0.1:0", "--metrics-addr", addr)
 	m.cmd.Stderr = m.stderr
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)

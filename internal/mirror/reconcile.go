@@ -148,6 +148,7 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 		m.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ForceReleased", "ForceRelease",
 			"released %q held by %s with fence %d: %s", obj.Status.Key, describe(holderOf(*target)), shown, reason)
 		m.log.Info("force released", "lock", obj.Status.Key, "scope", obj.Namespace, "fence", shown, "holder", describe(holderOf(*target)), "reason", reason)
+		m.forced()
 		next := obj.DeepCopy()
 		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
 			Type: batonv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: "ForceReleased",

@@ -44,15 +44,26 @@ type Syncer struct {
 	log     logr.Logger
 	scopes  []string // the namespaces synced; empty: all
 	timeout time.Duration
+	written func() // hears each policy written (OnWrite)
 }
+
+// Option configures a Syncer.
+type Option func(*Syncer)
+
+// OnWrite makes f hear each namespace's policy written into etcd (or
+// deleted), for a metric.
+func OnWrite(f func()) Option { return func(s *Syncer) { s.written = f } }
 
 // Setup adds the Syncer to mgr, whose scheme must know LockPolicy. It
 // syncs the namespaces of scopes (empty: every namespace), each etcd
 // request bounded by timeout. Namespaces are watched too, so that a
 // namespace whose policies went while the controller was down is set
 // back to the default at start.
-func Setup(mgr manager.Manager, etcd *clientv3.Client, scopes []string, timeout time.Duration) (*Syncer, error) {
-	s := &Syncer{etcd: etcd, client: mgr.GetClient(), log: mgr.GetLogger().WithName("policy"), scopes: scopes, timeout: timeout}
+func Setup(mgr manager.Manager, etcd *clientv3.Client, scopes []string, timeout time.Duration, opts ...Option) (*Syncer, error) {
+	s := &Syncer{etcd: etcd, client: mgr.GetClient(), log: mgr.GetLogger().WithName("policy"), scopes: scopes, timeout: timeout, written: func() {}}
+	for _, o := range opts {
+		o(s)
+	}
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		ns := o.GetNamespace()
 		if _, isNS := o.(*corev1.Namespace); isNS {
@@ -120,7 +131,9 @@ func (s *Syncer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		return reconcile.Result{}, err
 	}
 	if changed {
+		// Who changed the objects is in the API server's audit log.
 		s.log.Info("lock policy written", "namespace", ns, "key", layout.Policy(), "policies", doc.Names(), "revision", rev)
+		s.written()
 	}
 	for _, p := range live {
 		s.setApplied(ctx, p, metav1.ConditionTrue, "InForce",
