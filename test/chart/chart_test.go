@@ -428,6 +428,27 @@ func TestInstallAndUpgrade(t *testing.T) {
 			t.Errorf("can the controller %s %s in %s? %q %v; want %v", c.verb, c.resource, c.namespace, out, err, c.want)
 		}
 	}
+	// The Secrets of the chart's secured etcd, by name only.
+	for _, c := range []struct {
+		verb, secret, namespace string
+		want                    bool
+	}{
+		{"get", "certs-baton-etcd-ca", namespace, true},
+		{"update", "certs-baton-etcd-tls", namespace, true},
+		{"get", "baton-etcd-client", "team-a", true},
+		{"update", "baton-etcd-client", "team-a", true},
+		{"get", "app-credentials", "team-a", false},
+		{"list", "", "team-a", false},
+	} {
+		out, _ := run(t, kubectl, "--kubeconfig", kubeconfig, "auth", "can-i", c.verb, strings.TrimSuffix("secrets/"+c.secret, "/"), "--namespace", c.namespace, "--as", sa)
+		if got := strings.TrimSpace(out) == "yes"; got != c.want {
+			t.Errorf("can the controller %s secret %q in %s? %q; want %v", c.verb, c.secret, c.namespace, out, c.want)
+		}
+	}
+	// An upgrade cannot switch the running etcd between http and https.
+	if _, err := run(t, helm, append(helmArgs("upgrade"), "--set", "etcd.secure=false")...); err == nil || !strings.Contains(err.Error(), "etcd.secure=false") {
+		t.Errorf("an upgrade turning TLS off a running etcd: %v, want refused naming etcd.secure", err)
+	}
 }
 
 // eachRendering runs f, as a subtest, on the chart rendered with each
