@@ -58,27 +58,33 @@ func (d *Document) Check(a Action, sa, key string) error {
 			Why: fmt.Sprintf("force release of %q over the socket is refused: this namespace has no LockPolicy allowing it (the default); "+
 				"force release through the Lock object's baton.dev/force-release annotation, or add a LockPolicy rule with forceRelease: true for ServiceAccount %q", key, saName(sa))}
 	}
-	var names, granted []string
-	named := false
 	for _, p := range d.Policies {
-		names = append(names, p.Name)
-		for i, r := range p.Rules {
-			if !r.names(sa) || (a == ForceRelease && !r.ForceRelease) {
-				continue
-			}
-			named = true
-			if r.covers(key) {
+		for _, r := range p.Rules {
+			if r.grants(a, sa) && r.covers(key) {
 				return nil
 			}
-			granted = append(granted, fmt.Sprintf("%s (LockPolicy %s rule %d)", quoteAll(r.Keys), p.Name, i+1))
 		}
 	}
+	return d.refusal(a, sa, key)
+}
+
+// refusal says why no rule of d lets sa do a with key.
+func (d *Document) refusal(a Action, sa, key string) *Forbidden {
+	var granted []string
+	for _, p := range d.Policies {
+		for i, r := range p.Rules {
+			if r.grants(a, sa) {
+				granted = append(granted, fmt.Sprintf("%s (LockPolicy %s rule %d)", quoteAll(r.Keys), p.Name, i+1))
+			}
+		}
+	}
+	names := d.Names()
 	f := &Forbidden{Action: a, ServiceAccount: sa, Key: key, Policies: names}
 	verb := "lock"
 	if a == ForceRelease {
 		verb = "force release"
 	}
-	if !named {
+	if len(granted) == 0 {
 		f.Why = fmt.Sprintf("ServiceAccount %q may not %s %q: no rule of this namespace's LockPolicies (%s) lets it %s any key",
 			saName(sa), verb, key, strings.Join(names, ", "), verb)
 	} else {
@@ -86,6 +92,11 @@ func (d *Document) Check(a Action, sa, key string) error {
 			saName(sa), verb, key, strings.Join(granted, "; "), strings.Join(names, ", "))
 	}
 	return f
+}
+
+// grants reports whether r gives sa action a (on its keys).
+func (r Rule) grants(a Action, sa string) bool {
+	return r.names(sa) && (a == Lock || r.ForceRelease)
 }
 
 func (r Rule) names(sa string) bool {

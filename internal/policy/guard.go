@@ -108,15 +108,6 @@ func (g *Guard) Fail(err error) {
 	}
 }
 
-// Names are the names of d's policies, in order.
-func (d Document) Names() []string {
-	out := make([]string, len(d.Policies))
-	for i, p := range d.Policies {
-		out[i] = p.Name
-	}
-	return out
-}
-
 // summary says, for the log, what sa may do under d.
 func (d Document) summary(sa string) string {
 	if len(d.Policies) == 0 {

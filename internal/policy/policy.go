@@ -77,6 +77,15 @@ func (d Document) Encode() []byte {
 	return b
 }
 
+// Names are the names of d's policies, in order.
+func (d Document) Names() []string {
+	out := make([]string, len(d.Policies))
+	for i, p := range d.Policies {
+		out[i] = p.Name
+	}
+	return out
+}
+
 // Validate checks every policy and rule, naming the first fault.
 func (d Document) Validate() error {
 	var names []string
