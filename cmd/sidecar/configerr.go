@@ -57,8 +57,6 @@ func flagOf(field string) string {
 		return "--etcd-client-secret"
 	case "access.Validity":
 		return "--etcd-cert-validity"
-	case "access.Scopes":
-		return "--scopes"
 	}
 	return ""
 }

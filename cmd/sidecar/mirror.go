@@ -73,7 +73,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.SortFlags = false
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, in-cluster, ~/.kube/config")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated (required)")
-	fs.StringSliceVar(&o.ctl.Mirror.Scopes, "scopes", nil, "mirror only these scopes, comma-separated; default: all")
+	fs.StringSliceVar(&o.ctl.Mirror.Scopes, "scopes", nil, "mirror only these scopes, and write only their lock policies, comma-separated; default: all")
 	fs.DurationVar(&o.ctl.Mirror.FreeRetention, "free-retention", o.ctl.Mirror.FreeRetention, "how long a freed lock's object shows its last holder before it is deleted")
 	fs.BoolVar(&o.ctl.LeaderElection, "leader-elect", o.ctl.LeaderElection, "elect one leader among the replicas (a Lease); turn off only for a single replica")
 	fs.StringVar(&o.ctl.ElectionNamespace, "leader-election-namespace", o.ctl.ElectionNamespace, "namespace of the election's Lease; default $POD_NAMESPACE or default")
@@ -118,7 +118,6 @@ func (o *mirrorOptions) validate() error {
 		return flagError(err)
 	}
 	if o.access.CASecret != "" {
-		o.access.Scopes = o.ctl.Mirror.Scopes
 		if o.etcd.caCert != "" || o.etcd.cert != "" || o.etcd.username != "" {
 			return errors.New("--etcd-ca-secret: the controller makes its own etcd credentials; give no --etcd-cacert, --etcd-cert or --etcd-username with it")
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/config"
-	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 // Config says where the certificates are kept.
@@ -39,8 +38,6 @@ type Config struct {
 	// Validity of issued certificates; each is renewed at two thirds of
 	// its life. Default 720h (30 days).
 	Validity time.Duration
-	// Scopes limits the namespaces given credentials; empty: all.
-	Scopes []string
 	// Resync is how often the leader looks at every namespace's Secret,
 	// making a deleted one again. Default 5m.
 	Resync time.Duration
@@ -66,11 +63,6 @@ func (c Config) Validate() error {
 		return config.Invalid("access.Resync", "resync %v: must be positive", c.Resync)
 	case c.Validity < 30*time.Second:
 		return config.Invalid("access.Validity", "certificate validity %v: at least 30s", c.Validity)
-	}
-	for _, s := range c.Scopes {
-		if err := keyspace.ValidateScope(s); err != nil {
-			return config.Invalid("access.Scopes", "scope %q: %w", s, err)
-		}
 	}
 	return nil
 }

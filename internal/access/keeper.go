@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -106,9 +105,6 @@ func (k *Keeper) Connect(cli *clientv3.Client) { k.etcd = cli }
 // is there before the pod), and the leader's loop for every namespace that
 // has them. It returns when they are next due.
 func (k *Keeper) Ensure(ctx context.Context, ns string) (time.Time, error) {
-	if len(k.cfg.Scopes) > 0 && !slices.Contains(k.cfg.Scopes, ns) {
-		return time.Time{}, fmt.Errorf("namespace %s is not among the scopes given etcd credentials (%v)", ns, k.cfg.Scopes)
-	}
 	key := client.ObjectKey{Namespace: ns, Name: k.cfg.ClientSecret}
 	r := clientRequest(ScopeUser(ns), k.cfg.Validity)
 	if due, ok := k.current(ctx, key, r); ok {
