@@ -42,6 +42,8 @@ type Forbidden struct {
 	Why string
 }
 
+// Error says why the call is refused, naming the policies and rules in
+// force.
 func (f *Forbidden) Error() string { return f.Why }
 
 // Unwrap makes a Forbidden an ErrForbidden.
