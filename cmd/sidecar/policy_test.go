@@ -132,6 +132,10 @@ func TestLockPolicyFile(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), `--policy-file`) || !strings.Contains(errb.String(), `unknown field "keyz"`) {
 		t.Errorf("a bad policy file: exit %d, %s", code, errb.String())
 	}
+	// The file docs/security.md shows, as it is.
+	if doc, err := os.ReadFile("../../docs/security.md"); err != nil || !strings.Contains(string(doc), "```yaml\n"+allowForce+"```") {
+		t.Errorf("docs/security.md does not show the policy file this test uses (%v)", err)
+	}
 	if err := os.WriteFile(pol, []byte(allowForce), 0o600); err != nil {
 		t.Fatal(err)
 	}

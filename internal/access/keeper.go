@@ -106,31 +106,13 @@ func (k *Keeper) Connect(cli *clientv3.Client) { k.etcd = cli }
 // has them. It returns when they are next due.
 func (k *Keeper) Ensure(ctx context.Context, ns string) (time.Time, error) {
 	key := client.ObjectKey{Namespace: ns, Name: k.cfg.ClientSecret}
-	r := clientRequest(ScopeUser(ns), k.cfg.Validity)
-	if due, ok := k.current(ctx, key, r); ok {
-		return due, nil // the common case: no etcd request
-	}
-	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err := EnsureScope(ectx, k.etcd, ns)
-	cancel()
-	if err != nil {
-		return time.Time{}, err
-	}
-	return KeepCert(ctx, k.c, k.ca, key, r, k.now())
-}
-
-// current reports whether Secret key holds a certificate for r that is not
-// yet due, and when it is.
-func (k *Keeper) current(ctx context.Context, key client.ObjectKey, r pki.Request) (time.Time, bool) {
-	var s corev1.Secret
-	if err := k.c.Get(ctx, key, &s); err != nil {
-		return time.Time{}, false
-	}
-	cert, ok := current(s, k.ca, r, k.now())
-	if !ok {
-		return time.Time{}, false
-	}
-	return pki.RenewAt(cert), true
+	// Commonly the Secret is current: one read, no etcd request.
+	return KeepCert(ctx, k.c, k.ca, key, clientRequest(ScopeUser(ns), k.cfg.Validity), k.now(), func() error {
+		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := EnsureScope(ectx, k.etcd, ns)
+		return err
+	})
 }
 
 // Setup adds to mgr, to run on the leader: etcd's authentication turned

@@ -95,9 +95,10 @@ func clientRequest(user string, validity time.Duration) pki.Request {
 
 // KeepCert makes Secret key hold a certificate of ca for r (tls.crt,
 // tls.key, ca.crt), issuing a new one when it is missing, was not issued
-// by ca, no longer matches r, or is due for renewal. It returns when it
-// is next due.
-func KeepCert(ctx context.Context, c client.Client, ca *pki.CA, key client.ObjectKey, r pki.Request, now time.Time) (time.Time, error) {
+// by ca, no longer matches r, or is due for renewal. Each of before, when
+// a new one is due, runs first and may refuse it (an etcd user to make
+// before its certificate). It returns when the certificate is next due.
+func KeepCert(ctx context.Context, c client.Client, ca *pki.CA, key client.ObjectKey, r pki.Request, now time.Time, before ...func() error) (time.Time, error) {
 	var s corev1.Secret
 	err := c.Get(ctx, key, &s)
 	exists := err == nil
@@ -107,6 +108,11 @@ func KeepCert(ctx context.Context, c client.Client, ca *pki.CA, key client.Objec
 	if exists {
 		if cert, ok := current(s, ca, r, now); ok {
 			return pki.RenewAt(cert), nil
+		}
+	}
+	for _, f := range before {
+		if err := f(); err != nil {
+			return time.Time{}, err
 		}
 	}
 	pair, err := ca.Issue(r, now)

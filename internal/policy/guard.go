@@ -46,9 +46,6 @@ func NewGuard(sa, source string, log *slog.Logger, onChange func()) *Guard {
 	return g
 }
 
-// ServiceAccount is the ServiceAccount the Guard checks calls for.
-func (g *Guard) ServiceAccount() string { return g.sa }
-
 // Check decides whether this sidecar's callers may do a with key: nil, a
 // *Forbidden (ErrForbidden), or ErrNoPolicy when no policy is in force.
 func (g *Guard) Check(a Action, key string) error {

@@ -20,31 +20,18 @@ import (
 // nothing) and by each operation, with an error naming the user and the
 // keys; once the role grants the prefix, both pass and Denied clears.
 func TestPermissionDenied(t *testing.T) {
-	sec, err := etcdtest.StartSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sec.Close()
+	const mine, theirs = "/baton/v1/team-a/", "/baton/v1/team-b/"
+	sec, cli, s := secureStore(t, "team-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const mine, theirs = "/baton/v1/team-a/", "/baton/v1/team-b/"
-	if err := sec.AddUser(ctx, "team-a", ""); err != nil {
-		t.Fatal(err)
-	}
 	if err := sec.Grant(ctx, "team-a", mine); err != nil {
 		t.Fatal(err)
 	}
-	cli, err := sec.Client("team-a", "") // authenticated by its certificate
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	s := New(cli, 5*time.Second, User("team-a"))
 
 	if err := s.CheckAccess(ctx, mine); err != nil {
 		t.Fatalf("own prefix: %v", err)
 	}
-	err = s.CheckAccess(ctx, theirs)
+	err := s.CheckAccess(ctx, theirs)
 	if !errors.Is(err, lockstore.ErrPermissionDenied) || !strings.Contains(err.Error(), `"team-a"`) || !strings.Contains(err.Error(), theirs) {
 		t.Fatalf("another prefix: %v; want ErrPermissionDenied naming team-a and %s", err, theirs)
 	}
@@ -92,23 +79,10 @@ func TestPermissionDenied(t *testing.T) {
 // and delete, and a refusal naming the user and the key; once the role
 // grants the key, it follows it.
 func TestFollow(t *testing.T) {
-	sec, err := etcdtest.StartSecure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sec.Close()
+	sec, cli, s := secureStore(t, "team-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, _ := keyspace.NewLayout("team-a")
-	if err := sec.AddUser(ctx, "team-a", ""); err != nil {
-		t.Fatal(err)
-	}
-	cli, err := sec.Client("team-a", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	s := New(cli, 5*time.Second, User("team-a"))
 	type seen struct {
 		value string
 		gone  bool
@@ -162,4 +136,27 @@ func TestFollow(t *testing.T) {
 	if _, err := cli.Put(ctx, l.Policy(), "mine"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("a sidecar wrote its own policy: %v", err)
 	}
+}
+
+// secureStore starts an etcd with TLS and authentication and returns it,
+// a client authenticated by the certificate of user (who is granted
+// nothing yet) and a Store on that client; all go when the test ends.
+func secureStore(t *testing.T, user string) (*etcdtest.Secure, *clientv3.Client, *Store) {
+	t.Helper()
+	sec, err := etcdtest.StartSecure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sec.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sec.AddUser(ctx, user, ""); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := sec.Client(user, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return sec, cli, New(cli, 5*time.Second, User(user))
 }
