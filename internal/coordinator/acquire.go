@@ -28,6 +28,9 @@ type Grant struct {
 	// MaxHoldAt is when the lock ends whatever its renewals (the request's
 	// MaxHold); zero when uncapped.
 	MaxHoldAt time.Time
+	// Claim is what the grant holds: the lock whole, as a reader, or units
+	// of a semaphore.
+	Claim keyspace.Claim
 
 	h *held
 }
@@ -80,6 +83,16 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		c.mu.Unlock()
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
+	if !req.Claim.IsExclusive() {
+		return c.acquireSharedLocked(ctx, req, start)
+	}
+	if len(c.units) > 0 {
+		if s := c.locks[slotName(req.Key, req.Owner)]; s != nil && s.held != nil {
+			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: s.claim, Holder: c.recordOf(s.held), Fence: s.held.fence, Own: true}
+			c.mu.Unlock()
+			return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+		}
+	}
 	e := c.refLocked(req.Key)
 	defer c.unref(e)
 	if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
@@ -121,6 +134,10 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 	switch {
 	case h == nil:
 		return Grant{}, false, nil
+	case h.owner == req.Owner && h.claim != req.Claim:
+		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim, Holder: c.recordOf(h), Fence: h.fence, Own: true}
+		c.mu.Unlock()
+		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
 	case h.owner == req.Owner:
 		g := grantOf(e, h)
 		g.Repeated = true
@@ -191,7 +208,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		}
 		if first != nil {
 			c.leaveTurn(e)
-			return Grant{}, heldFrom(req.Key, first, false, 0)
+			return Grant{}, refusedBy(req.Key, first)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -213,7 +230,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		c.leaveTurn(e)
-		return Grant{}, heldFrom(req.Key, out.First, false, 0)
+		return Grant{}, refusedBy(req.Key, out.First)
 	}
 	return c.grant(e, req, sess, id, key, out.Rev, rec)
 }
@@ -225,6 +242,16 @@ func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, 
 		return unavailable(fmt.Sprintf("acquire %q", k), err)
 	}
 	return heldFrom(k, first, waited, wait)
+}
+
+// refusedBy is the refusal of an exclusive try by first, the lock's first
+// contender: a semaphore's tells the caller that it asks for the wrong
+// kind of lock.
+func refusedBy(k keyspace.Key, first *lockstore.Contender) error {
+	if first != nil && !first.Holder.Foreign && first.Holder.Limit > 0 {
+		return fmt.Errorf("acquire %q: %w", k, &MismatchError{Key: k, InForce: first.Holder.Claim, Holder: first.Holder, Fence: first.Create})
+	}
+	return heldFrom(k, first, false, 0)
 }
 
 // heldFrom is the refusal naming first, which is nil when the lock was
@@ -250,7 +277,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
 	}
 	h := &held{
-		owner: req.Owner, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
+		owner: req.Owner, claim: req.Claim, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
 	}
 	if req.MaxHold > 0 {
@@ -290,5 +317,5 @@ func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim, h: h}
 }

@@ -22,14 +22,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	if err != nil {
 		return 0, unavailable("adopt", err)
 	}
-	first := map[string]int64{} // lock prefix → lowest create revision
-	for _, ct := range cs {
-		if _, pfx, ok := c.layout.ParseContender(ct.Key); ok {
-			if r, seen := first[pfx]; !seen || ct.Create < r {
-				first[pfx] = ct.Create
-			}
-		}
-	}
+	holding := holdingKeys(c.layout, cs)
 	hold := map[string]bool{}
 	for _, p := range previous {
 		hold[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] = p.Hold
@@ -39,20 +32,25 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	c.mu.Lock()
 	c.watchLocked(sess)
 	for _, ct := range cs {
-		k, pfx, ok := c.layout.ParseContender(ct.Key)
+		k, _, ok := c.layout.ParseContender(ct.Key)
 		if !ok || !sess.Owns(ct.Lease) {
 			continue
 		}
 		id := fmt.Sprintf("%s\x00%d", k, ct.Create)
 		found[id] = true
-		if first[pfx] != ct.Create || hold[id] {
+		if !holding[ct.Key] || hold[id] {
 			stray = append(stray, ct)
 			continue
 		}
 		rec := ct.Holder
-		e := c.refLocked(k) // the holder's reference
+		var e *entry // the holder's reference
+		if rec.IsExclusive() {
+			e = c.refLocked(k)
+		} else {
+			e = c.slotLocked(k, rec.Owner, rec.Claim)
+		}
 		e.busy = true
-		h := &held{owner: rec.Owner, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
+		h := &held{owner: rec.Owner, claim: rec.Claim, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
 		// The callers the record counts as queued here died with the
@@ -77,6 +75,24 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		}
 	}
 	return adopted, nil
+}
+
+// holdingKeys returns the contender keys of cs that hold their lock.
+func holdingKeys(l keyspace.Layout, cs []lockstore.Contender) map[string]bool {
+	lines := map[string][]lockstore.Contender{}
+	for _, ct := range cs {
+		if _, pfx, ok := l.ParseContender(ct.Key); ok {
+			lines[pfx] = append(lines[pfx], ct)
+		}
+	}
+	holding := map[string]bool{}
+	for _, line := range lines {
+		sortLine(line)
+		for _, ct := range line[:holdersOf(line)] {
+			holding[ct.Key] = true
+		}
+	}
+	return holding
 }
 
 // Forget records the locks of an earlier process whose lease is gone as

@@ -47,7 +47,8 @@ type Coordinator struct {
 	watching map[lockstore.Session]bool // sessions whose end is watched
 
 	mu    sync.Mutex
-	locks map[string]*entry
+	locks map[string]*entry // by name: the key's, or a shared claim's slotName
+	units map[string]*entry // the shared claims held here, by contender key
 	ended map[endedKey]endedLock
 	// heldElsewhere names the locks that a try found held by another
 	// sidecar and whose holder's delete has not been seen since: the next
@@ -69,7 +70,14 @@ type Coordinator struct {
 // Coordinator.mu.
 type entry struct {
 	key  keyspace.Key
-	refs int // callers and holders using the entry; 0 lets it go
+	name string // its name in Coordinator.locks: the key's, or a shared claim's slotName
+	refs int    // callers and holders using the entry; 0 lets it go
+
+	// claim is the entry's claim: exclusive for the key's entry, whose
+	// turn the local callers share, and a shared claim for a slot, which
+	// has an owner and a contender key (tag) of its own.
+	claim keyspace.Claim
+	tag   uint32
 
 	// The turn: whoever has it owns this sidecar's contender slot.
 	busy     bool
@@ -86,6 +94,7 @@ type entry struct {
 // held is a lock granted to a local owner.
 type held struct {
 	owner      string
+	claim      keyspace.Claim
 	fence      int64
 	etcdKey    string
 	sess       lockstore.Session
@@ -150,6 +159,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
+		units:         map[string]*entry{},
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
@@ -264,6 +274,9 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bo
 	}
 	c.armLocked(e, h, d)
 	e.held = h
+	if !e.claim.IsExclusive() {
+		c.units[h.etcdKey] = e
+	}
 	c.obs.Granted(e.key.String())
 	c.journal.held++
 	c.changedLocked(e, h, false)
@@ -276,6 +289,9 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	}
 	c.disarmLocked(h)
 	e.held = nil
+	if c.units[h.etcdKey] == e {
+		delete(c.units, h.etcdKey)
+	}
 	h.ended = true
 	if h.watched {
 		c.watched--

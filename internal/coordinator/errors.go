@@ -28,6 +28,11 @@ var (
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrInvalid: a request field is out of range.
 	ErrInvalid = errors.New("invalid request")
+	// ErrLimitMismatch: the caller's claim does not agree with the lock's:
+	// another limit than the semaphore's, a semaphore of a lock that is
+	// not one, or an owner asking again with another claim (a
+	// *MismatchError).
+	ErrLimitMismatch = errors.New("limit mismatch")
 	// ErrFenceMismatch: a force release named a fence that no longer holds
 	// the lock (a *HeldError names the holder now).
 	ErrFenceMismatch = errors.New("fence mismatch")
@@ -79,6 +84,46 @@ func (e *HeldError) Is(target error) bool {
 		return target == ErrFenceMismatch
 	}
 	return target == ErrHeld || (e.Waited && target == ErrWaitTimeout)
+}
+
+// MismatchError tells a caller that its claim does not agree with the
+// claim in force on the lock.
+type MismatchError struct {
+	Key keyspace.Key
+	// Asked is the caller's claim; InForce the lock's, as its first Baton
+	// contender (Holder) has it.
+	Asked, InForce keyspace.Claim
+	Holder         keyspace.Holder
+	Fence          int64
+	// Own says the caller itself holds the lock with another claim.
+	Own bool
+}
+
+func (e *MismatchError) Error() string {
+	asked := "a lock (mutex or read/write)"
+	if e.Asked.Limit > 0 {
+		asked = fmt.Sprintf("a semaphore of %d units", e.Asked.Limit)
+	}
+	if e.Own {
+		return fmt.Sprintf("lock %q is held by %s as %s (mode %q); release it before asking for it as %s (mode %q)",
+			e.Key.String(), e.Holder.Owner, e.InForce.Kind(), modeName(e.InForce), asked, modeName(e.Asked))
+	}
+	fix := "leave limit out"
+	if e.InForce.Limit > 0 {
+		fix = fmt.Sprintf("ask with limit %d", e.InForce.Limit)
+	}
+	return fmt.Sprintf("lock %q is %s (as %s, fence %d, has it), not %s; every caller of a lock must agree on its limit: %s",
+		e.Key.String(), e.InForce.Kind(), describe(e.Holder), e.Fence, asked, fix)
+}
+
+// Is makes errors.Is(err, ErrLimitMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrLimitMismatch }
+
+func modeName(c keyspace.Claim) string {
+	if c.Mode == keyspace.Read {
+		return "read"
+	}
+	return "write"
 }
 
 // NotOwnerError tells a caller that another owner holds the lock.

@@ -3,8 +3,10 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 	"github.com/baton-dev/baton/internal/policy"
 )
 
@@ -25,32 +27,57 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	if err := c.allowed(policy.ForceRelease, k); err != nil {
 		return Forced{}, fmt.Errorf("%s: %w", op, err)
 	}
-	tctx, cancel := c.etcdCtx(ctx)
-	defer cancel()
-	first, err := c.store.First(tctx, c.layout.LockPrefix(k))
+	line, err := c.lineOf(ctx, k)
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}
-	if first == nil {
-		return Forced{}, fmt.Errorf("%s: %w: nobody holds it", op, ErrNotHeld)
+	target, err := forceTarget(k, line, fence)
+	if err != nil {
+		return Forced{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if fence != 0 && first.Create != fence {
-		return Forced{}, fmt.Errorf("%s: %w", op, &HeldError{Key: k, Holder: first.Holder, Fence: first.Create, Mismatch: fence})
-	}
-	del, err := c.store.Delete(first.Key, first.Create)
+	del, err := c.store.Delete(target.Key, target.Create)
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}
 	if !del.OK {
 		return Forced{}, fmt.Errorf("%s: %w: the holder changed while releasing; look again", op, ErrFenceMismatch)
 	}
-	c.log.Warn("lock force-released", "lock", k.String(), "owner", first.Holder.Owner, "pod", first.Holder.Pod, "fence", first.Create, "by", by)
+	c.log.Warn("lock force-released", "lock", k.String(), "owner", target.Holder.Owner, "pod", target.Holder.Pod, "fence", target.Create, "by", by)
 	// Held here: lost now, whether or not the watch is open for it.
 	c.mu.Lock()
-	if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.fence == first.Create && !e.held.ending {
+	e := c.locks[k.String()]
+	if u := c.units[target.Key]; u != nil {
+		e = u
+	}
+	if e != nil && e.held != nil && e.held.fence == target.Create && !e.held.ending {
 		c.loseLocked(e, e.held, ForceReleased)
 		c.passTurnLocked(e)
 	}
 	c.mu.Unlock()
-	return Forced{Holder: first.Holder, Fence: first.Create}, nil
+	return Forced{Holder: target.Holder, Fence: target.Create}, nil
+}
+
+// forceTarget picks the holder of line that a force release with fence
+// deletes: the one with that fence, or with fence 0 the only holder.
+func forceTarget(k keyspace.Key, line []lockstore.Contender, fence int64) (lockstore.Contender, error) {
+	holders := line[:holdersOf(line)]
+	switch {
+	case len(holders) == 0:
+		return lockstore.Contender{}, fmt.Errorf("%w: nobody holds it", ErrNotHeld)
+	case fence != 0:
+		for _, h := range holders {
+			if h.Create == fence {
+				return h, nil
+			}
+		}
+		return lockstore.Contender{}, &HeldError{Key: k, Holder: holders[0].Holder, Fence: holders[0].Create, Mismatch: fence}
+	case len(holders) > 1:
+		fences := make([]string, len(holders))
+		for i, h := range holders {
+			fences[i] = fmt.Sprintf("%d (%s)", h.Create, describe(h.Holder))
+		}
+		return lockstore.Contender{}, invalid("fence", "lock %q has %d holders: %s; name the fence of the one to release",
+			k.String(), len(holders), strings.Join(fences, ", "))
+	}
+	return holders[0], nil
 }

@@ -274,6 +274,21 @@ func (c *counted) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error)
 	return c.Store.Queue(lock, p)
 }
 
+func (c *counted) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.TryIn(lock, p, seen)
+}
+
+func (c *counted) Join(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Join(lock, p)
+}
+
+func (c *counted) Line(ctx context.Context, lock, key string, create int64) ([]lockstore.Contender, int64, bool, error) {
+	c.reads.Add(1)
+	return c.Store.Line(ctx, lock, key, create)
+}
+
 func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
 	c.writes.Add(1)
 	return c.Store.Update(p, create, mod)

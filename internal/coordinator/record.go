@@ -45,7 +45,9 @@ func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holde
 }
 
 func (c *Coordinator) recordOf(h *held) keyspace.Holder {
-	return c.record(h.owner, h.acquiredAt, h.expiresAt)
+	r := c.record(h.owner, h.acquiredAt, h.expiresAt)
+	r.Claim = h.claim
+	return r
 }
 
 // contendLocked notes that e's contender key was written, created at
@@ -168,5 +170,5 @@ func (c *Coordinator) publish(e *entry) {
 // instants).
 func sameRecord(a, b keyspace.Holder) bool {
 	return a.Owner == b.Owner && a.Pod == b.Pod && a.Namespace == b.Namespace && a.Node == b.Node &&
-		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign
+		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign && a.Claim == b.Claim
 }

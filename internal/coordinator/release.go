@@ -89,7 +89,8 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		exp = h.capAt
 	}
 	c.mu.Lock()
-	rec := c.record(owner, h.acquiredAt, exp)
+	rec := c.recordOf(h)
+	rec.ExpiresAt = exp.UTC()
 	rec.Queued = e.queued
 	c.mu.Unlock()
 	out, err := c.store.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
@@ -135,6 +136,11 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	e := c.locks[k.String()]
 	if e != nil {
 		h = e.held
+	}
+	if h == nil || h.owner != owner {
+		if s := c.locks[slotName(k, owner)]; s != nil && s.held != nil {
+			e, h = s, s.held
+		}
 	}
 	if h != nil && !h.ending && !h.sess.Alive() {
 		// The session was given up and its watcher has not run yet.
@@ -258,6 +264,9 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	c.mu.Lock()
 	delete(c.heldElsewhere, k.String())
 	e := c.locks[k.String()]
+	if u := c.units[key]; u != nil {
+		e = u
+	}
 	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending {
 		c.mu.Unlock()
 		return

@@ -36,6 +36,11 @@ type AcquireRequest struct {
 	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
 	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
 	MaxHold time.Duration
+	// Claim is what the caller asks of the lock: exclusive (the zero
+	// Claim, the mutex or a writer), a reader (Mode keyspace.Read), or
+	// Weight of the Limit units of a semaphore. A limit of 1 taken whole is
+	// the mutex.
+	Claim keyspace.Claim
 }
 
 func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
@@ -64,11 +69,42 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	case req.MaxHold > 0 && req.TTL > req.MaxHold:
 		req.TTL = req.MaxHold // the cap comes first
 	}
+	if err := checkClaim(&req.Claim); err != nil {
+		return err
+	}
 	switch {
 	case req.Wait < 0:
 		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
 	case req.Wait > c.cfg.MaxWait:
 		return invalid("wait", "%v is longer than the sidecar's maximum wait %v", req.Wait, c.cfg.MaxWait)
+	}
+	return nil
+}
+
+// checkClaim validates a claim and puts it in its one form: a weight of
+// 1 when none is given, a limit of 1 taken whole as the mutex.
+func checkClaim(cl *keyspace.Claim) error {
+	switch {
+	case cl.Mode != keyspace.Exclusive && cl.Mode != keyspace.Read:
+		return invalid("mode", "%q is not a mode; use read or write (the default)", cl.Mode)
+	case cl.Limit < 0:
+		return invalid("limit", "%d is negative; a semaphore has 1 to %d units", cl.Limit, keyspace.MaxLimit)
+	case cl.Limit > keyspace.MaxLimit:
+		return invalid("limit", "%d is more than %d units; a semaphore that large is a queue, not a lock", cl.Limit, keyspace.MaxLimit)
+	case cl.Weight < 0:
+		return invalid("weight", "%d is negative; a weight is 1 to the limit", cl.Weight)
+	case cl.Weight > 0 && cl.Limit == 0:
+		return invalid("weight", "applies to semaphores: give the limit too")
+	case cl.Weight > cl.Limit:
+		return invalid("weight", "%d is more than the limit of %d units: it could never be granted", cl.Weight, cl.Limit)
+	case cl.Mode == keyspace.Read && cl.Limit > 0:
+		return invalid("mode", "read is a mode of read/write locks; a semaphore (limit %d) has none", cl.Limit)
+	}
+	if cl.Limit > 0 {
+		cl.Weight = max(cl.Weight, 1)
+	}
+	if cl.Limit == 1 {
+		*cl = keyspace.Claim{} // one unit taken whole: the mutex
 	}
 	return nil
 }

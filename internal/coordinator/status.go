@@ -13,12 +13,25 @@ const MaxListKeys = 10000
 
 // Status is what etcd says about one lock.
 type Status struct {
-	Key    keyspace.Key
-	Held   bool
+	Key  keyspace.Key
+	Held bool
+	// Holder and Fence are the first holder's (the only one's, but for a
+	// read/write lock held by readers and a semaphore).
 	Holder keyspace.Holder
 	Fence  int64
 	// Waiters counts the callers waiting for the lock, in every sidecar.
 	Waiters int
+	// Limit is the units of a semaphore, 0 for any other lock; HeldUnits
+	// how many of them are held.
+	Limit, HeldUnits int
+	// Holders are every holder, the first created first.
+	Holders []Holding
+}
+
+// Holding is one holder of a lock.
+type Holding struct {
+	Holder keyspace.Holder
+	Fence  int64
 }
 
 // Status reads lock k from etcd (one linearizable read of its contenders).
@@ -52,28 +65,53 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 }
 
 // summarize returns the status of each lock of the contenders cs, in the
-// order the locks first appear. A lock's holder is its first contender;
-// its waiters are the callers of every contender (each counts those queued
-// behind it in its sidecar) but the holder.
+// order the locks first appear. A lock's holders are the front of its
+// line that keyspace.Holders says; its waiters are the callers of every
+// contender (each counts those queued behind it in its sidecar) but the
+// holders.
 func (c *Coordinator) summarize(cs []lockstore.Contender) []Status {
-	var locks []Status
-	byPrefix := map[string]int{}
+	var order []string
+	lines := map[string][]lockstore.Contender{}
+	keys := map[string]keyspace.Key{}
 	for _, ct := range cs {
 		k, pfx, ok := c.layout.ParseContender(ct.Key)
 		if !ok {
 			continue
 		}
-		i, seen := byPrefix[pfx]
-		if !seen {
-			byPrefix[pfx] = len(locks)
-			locks = append(locks, Status{Key: k, Held: true, Holder: ct.Holder, Fence: ct.Create, Waiters: ct.Holder.Callers() - 1})
-			continue
+		if _, seen := lines[pfx]; !seen {
+			order = append(order, pfx)
+			keys[pfx] = k
 		}
-		s := &locks[i]
-		s.Waiters += ct.Holder.Callers()
-		if ct.Create < s.Fence {
-			s.Holder, s.Fence = ct.Holder, ct.Create
-		}
+		lines[pfx] = append(lines[pfx], ct)
+	}
+	locks := make([]Status, 0, len(order))
+	for _, pfx := range order {
+		locks = append(locks, statusOf(keys[pfx], lines[pfx]))
 	}
 	return locks
+}
+
+// statusOf is the status of lock k with the contenders line.
+func statusOf(k keyspace.Key, line []lockstore.Contender) Status {
+	sortLine(line)
+	n := holdersOf(line)
+	s := Status{Key: k, Held: n > 0, Holders: make([]Holding, n)}
+	for i, ct := range line {
+		s.Waiters += ct.Holder.Callers()
+		if i < n {
+			s.Holders[i] = Holding{Holder: ct.Holder, Fence: ct.Create}
+			s.HeldUnits += ct.Holder.Units()
+		}
+	}
+	s.Waiters -= n
+	if n > 0 {
+		s.Holder, s.Fence = line[0].Holder, line[0].Create
+	}
+	for _, ct := range line {
+		if !ct.Holder.Foreign {
+			s.Limit = ct.Holder.Limit // the claim in force
+			break
+		}
+	}
+	return s
 }

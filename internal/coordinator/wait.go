@@ -82,6 +82,9 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 // wait queues in etcd behind the contenders created before it; the caller
 // has the turn.
 func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	if !e.claim.IsExclusive() {
+		return c.waitShared(ctx, e, req, start)
+	}
 	op := fmt.Sprintf("acquire %q", req.Key)
 	sess, err := c.session(ctx)
 	if err != nil {

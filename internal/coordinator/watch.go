@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,10 +31,10 @@ type hub struct {
 	wake     chan struct{} // poked by want
 
 	mu      sync.Mutex
-	regs    map[string]*waiter // by lock prefix
-	ok      bool               // the watch is established
-	from    int64              // the first revision whose deletes it delivers, when ok
-	failing bool               // the watch ended in an error and is not established again
+	regs    map[string][]*waiter // by lock prefix: the owner of its turn, and the shared claims' waiters
+	ok      bool                 // the watch is established
+	from    int64                // the first revision whose deletes it delivers, when ok
+	failing bool                 // the watch ended in an error and is not established again
 }
 
 // waiter is a local waiter's view of the deletes under its lock's prefix.
@@ -61,7 +62,7 @@ type deletion struct{ modRev int64 }
 func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, busy func() bool,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(from int64)) *hub {
 	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, busy: busy, linger: linger,
-		wake: make(chan struct{}, 1), regs: map[string]*waiter{}}
+		wake: make(chan struct{}, 1), regs: map[string][]*waiter{}}
 }
 
 // want opens the watch if it is closed: something is held or awaited.
@@ -78,7 +79,7 @@ func (h *hub) needed() bool {
 func (h *hub) register(pfx string) *waiter {
 	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
 	h.mu.Lock()
-	h.regs[pfx] = w
+	h.regs[pfx] = append(h.regs[pfx], w)
 	h.mu.Unlock()
 	h.want()
 	return w
@@ -86,8 +87,11 @@ func (h *hub) register(pfx string) *waiter {
 
 func (h *hub) unregister(pfx string, w *waiter) {
 	h.mu.Lock()
-	if h.regs[pfx] == w {
+	ws := slices.DeleteFunc(h.regs[pfx], func(o *waiter) bool { return o == w })
+	if len(ws) == 0 {
 		delete(h.regs, pfx)
+	} else {
+		h.regs[pfx] = ws
 	}
 	h.mu.Unlock()
 }
@@ -135,6 +139,35 @@ func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
 	m, ok := w.gone[mine]
 	return !ok || m.modRev <= rev
 }
+
+// pruned returns line, read at rev, without the contenders whose delete
+// the watch has delivered since; covered is false when the watch may have
+// missed some (a gap), and the waiter must read again. mineGone says the
+// waiter's own key, mine, was deleted. Deletes of keys not in line are
+// forgotten once too many pile up, since a read then starts over.
+func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (rest []lockstore.Contender, covered, mineGone bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.coveredLocked(rev) || len(w.gone) > maxPrunedDeletes {
+		w.resync = false
+		clear(w.gone)
+		return nil, false, false
+	}
+	if d, ok := w.gone[mine]; ok && d.modRev > rev {
+		return nil, true, true
+	}
+	rest = line[:0:0]
+	for _, ct := range line {
+		if d, ok := w.gone[ct.Key]; !ok || d.modRev <= rev {
+			rest = append(rest, ct)
+		}
+	}
+	return rest, true, false
+}
+
+// maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
+// between two reads of its line.
+const maxPrunedDeletes = 4096
 
 // covers reports whether the watch, as established now, delivers every
 // delete of a key created at revision rev: it has been established since
@@ -239,9 +272,11 @@ func (h *hub) follow(wch <-chan lockstore.WatchResponse, next *int64) (idle bool
 func (h *hub) established(from int64) {
 	h.mu.Lock()
 	h.ok, h.failing, h.from = true, false, from
-	for _, w := range h.regs {
-		w.resync, w.from = true, from
-		poke(w.notify)
+	for _, ws := range h.regs {
+		for _, w := range ws {
+			w.resync, w.from = true, from
+			poke(w.notify)
+		}
 	}
 	h.mu.Unlock()
 	go h.onResync(from)
@@ -255,7 +290,7 @@ func (h *hub) dispatch(d lockstore.Deletion) {
 	}
 	modRev := d.Rev
 	h.mu.Lock()
-	if w := h.regs[pfx]; w != nil {
+	for _, w := range h.regs[pfx] {
 		w.gone[key] = deletion{modRev: modRev}
 		poke(w.notify)
 	}

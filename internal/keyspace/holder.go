@@ -26,6 +26,9 @@ type Holder struct {
 	// behind this contender: a sidecar has one contender key per lock,
 	// however many of its callers want it.
 	Queued int `json:"queued,omitempty"`
+	// Claim is what the contender asks of the lock: exclusive (no field
+	// written, as for a mutex), a reader, or units of a semaphore.
+	Claim
 
 	// Foreign is true for a contender whose value is not a Baton record,
 	// such as one written by `etcdctl lock`.

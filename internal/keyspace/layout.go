@@ -48,6 +48,16 @@ func (l Layout) ContenderKey(k Key, lease int64) string {
 	return fmt.Sprintf("%s%x", l.LockPrefix(k), lease)
 }
 
+// UnitKey is the contender key of one grant of a shared claim (a reader,
+// units of a semaphore) of lock k by the session whose first lease is
+// lease: a sidecar may hold a lock several times over, each grant with a
+// key and a fence of its own, so the session's name is followed by a tag
+// the sidecar picks for the grant. etcdctl lock, which names its key after
+// its lease alone, contends with these keys as with any other.
+func (l Layout) UnitKey(k Key, lease int64, tag uint32) string {
+	return fmt.Sprintf("%s%x-%08x", l.LockPrefix(k), lease, tag)
+}
+
 // ListPrefix is the etcd prefix of every lock whose key starts with p, a
 // string that passed ValidatePrefix.
 func (l Layout) ListPrefix(p string) string { return l.base + Escape(p) }

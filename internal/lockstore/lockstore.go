@@ -63,6 +63,10 @@ type Outcome struct {
 	// Ahead is, for a Queue applied, the contenders created before the new
 	// key, by name, the last created first.
 	Ahead []string
+	// Line is, for a Join applied, the contenders created before the new
+	// key and, for a TryIn refused, every contender of the lock: first
+	// created first, with their records.
+	Line []Contender
 }
 
 // Store reads and writes the contender keys of one etcd (or an image of
@@ -79,6 +83,17 @@ type Store interface {
 	// Queue creates p.Key under lock unless it exists (then !OK) and
 	// reports in the same step the contenders created before it.
 	Queue(lock string, p Put) (Outcome, error)
+	// TryIn creates p.Key if no contender of lock was created after seen
+	// (seen 0: if lock has none), the caller having read at seen that the
+	// key's claim fits among them: contenders that left since only make
+	// more room. Else it writes nothing and Outcome.Line is the lock's
+	// contenders now. The shared claims' try (readers, semaphores).
+	TryIn(lock string, p Put, seen int64) (Outcome, error)
+	// Join is Queue for a shared claim: it creates p.Key under lock unless
+	// it exists (then !OK) and reports in the same step the contenders
+	// created before it with their records (Outcome.Line), since whether
+	// it holds the lock depends on their claims.
+	Join(lock string, p Put) (Outcome, error)
 	// Update writes p.Record into p.Key if the key is still the one
 	// created at create and, when mod is not 0, last written at mod.
 	Update(p Put, create, mod int64) (Outcome, error)
@@ -92,6 +107,10 @@ type Store interface {
 	// the last created first, and whether key is still the one created at
 	// create (mine). rev is the revision the read saw.
 	Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error)
+	// Line reads the contenders of lock created before create, first
+	// created first, with their records, and whether key is still the one
+	// created at create (mine). rev is the revision the read saw.
+	Line(ctx context.Context, lock, key string, create int64) (line []Contender, rev int64, mine bool, err error)
 	// Contenders reads the contender keys under prefix in key order, at
 	// most limit of them (0: all); more says there were more.
 	Contenders(ctx context.Context, prefix string, limit int) (cs []Contender, more bool, err error)

@@ -84,6 +84,34 @@ func (m *Memory) Queue(lock string, p Put) (Outcome, error) {
 	return Outcome{OK: true, Rev: rev, Ahead: ahead}, nil
 }
 
+// TryIn implements Store.
+func (m *Memory) TryIn(lock string, p Put, seen int64) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkWrite(p); err != nil {
+		return Outcome{}, err
+	}
+	line := m.lineLocked(lock, m.rev+1)
+	if len(line) == 0 || line[len(line)-1].Create <= seen {
+		return Outcome{OK: true, Rev: m.putLocked(p)}, nil
+	}
+	return Outcome{Rev: m.rev, Line: line}, nil
+}
+
+// Join implements Store.
+func (m *Memory) Join(lock string, p Put) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkWrite(p); err != nil {
+		return Outcome{}, err
+	}
+	if m.keys[p.Key] != nil {
+		return Outcome{Rev: m.rev}, nil
+	}
+	rev := m.putLocked(p)
+	return Outcome{OK: true, Rev: rev, Line: m.lineLocked(lock, rev)}, nil
+}
+
 // Update implements Store.
 func (m *Memory) Update(p Put, create, mod int64) (Outcome, error) {
 	m.mu.Lock()
@@ -197,6 +225,14 @@ func (m *Memory) aheadLocked(lock, key string, create int64) (ahead []string, re
 	return ahead, m.rev, true
 }
 
+// lineLocked returns the contenders of lock created before rev, first
+// created first.
+func (m *Memory) lineLocked(lock string, rev int64) []Contender {
+	cs := slices.DeleteFunc(m.under(lock), func(c Contender) bool { return c.Create >= rev })
+	slices.SortFunc(cs, func(a, b Contender) int { return cmp.Compare(a.Create, b.Create) })
+	return cs
+}
+
 // read runs f under the store's lock, as a linearizable read.
 func (m *Memory) read(ctx context.Context, f func()) error {
 	if err := ctx.Err(); err != nil {
@@ -221,6 +257,18 @@ func (m *Memory) First(ctx context.Context, lock string) (f *Contender, err erro
 func (m *Memory) Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error) {
 	err = m.read(ctx, func() { ahead, rev, mine = m.aheadLocked(lock, key, create) })
 	return ahead, rev, mine, err
+}
+
+// Line implements Store.
+func (m *Memory) Line(ctx context.Context, lock, key string, create int64) (line []Contender, rev int64, mine bool, err error) {
+	err = m.read(ctx, func() {
+		rev = m.rev
+		if k := m.keys[key]; k == nil || k.Create != create {
+			return
+		}
+		line, mine = m.lineLocked(lock, create), true
+	})
+	return line, rev, mine, err
 }
 
 // Contenders implements Store.

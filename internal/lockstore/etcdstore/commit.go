@@ -14,7 +14,12 @@ import (
 // lockTxn is a transaction on one contender key: each write of the Store
 // makes one.
 type lockTxn struct {
-	key  string // the contender key it may write
+	key string // the contender key it may write
+	// lock is the prefix of the lock whose line it joins, when it may
+	// create a key: two keys created in one etcd transaction would share a
+	// create revision, so one lock's two new contenders would share a place
+	// in line and a fence.
+	lock string
 	cmp  []clientv3.Cmp
 	then []clientv3.Op
 	els  []clientv3.Op
@@ -104,7 +109,7 @@ func (m *committer) run() {
 }
 
 // takeLocked removes the next batch from the queue: up to m.max lockTxns,
-// in arrival order, no two on one key.
+// in arrival order, no two on one key, no two creating keys of one lock.
 func (m *committer) takeLocked() []*pendingTxn {
 	if len(m.queue) == 1 {
 		batch := m.queue
@@ -115,11 +120,14 @@ func (m *committer) takeLocked() []*pendingTxn {
 	keys := make(map[string]bool, cap(batch))
 	rest := m.queue[:0]
 	for _, p := range m.queue {
-		if len(batch) == m.max || keys[p.t.key] {
+		if len(batch) == m.max || keys[p.t.key] || (p.t.lock != "" && keys[p.t.lock]) {
 			rest = append(rest, p)
 			continue
 		}
 		keys[p.t.key] = true
+		if p.t.lock != "" {
+			keys[p.t.lock] = true // a prefix ends in "/", a key never does
+		}
 		batch = append(batch, p)
 	}
 	clear(m.queue[len(rest):])

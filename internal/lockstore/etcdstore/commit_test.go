@@ -188,3 +188,35 @@ func TestGroupCommitTooLarge(t *testing.T) {
 		t.Errorf("%d of the %d keys were written", resp.Deleted, n)
 	}
 }
+
+// TestGroupCommitSameLock checks that two contenders joining one lock's
+// line are never carried by one transaction, which would give them one
+// create revision: one place in line and one fence for two grants.
+func TestGroupCommitSameLock(t *testing.T) {
+	f := newFixture(t)
+	lock := f.base + "sem/"
+	id := f.grant(t)
+	queued, send := hold(t, f.s.commits)
+	outs := make([]lockstore.Outcome, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			outs[i], errs[i] = f.s.Join(lock, lockstore.Put{Key: fmt.Sprintf("%s%x-%08x", lock, int64(id), i), Lease: id,
+				Record: keyspace.Holder{Owner: fmt.Sprint("o", i), Claim: keyspace.Claim{Limit: 4, Weight: 1}}})
+		})
+		queued(i + 1)
+	}
+	send()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	revs := map[int64]bool{}
+	for i, out := range outs {
+		if !out.OK || revs[out.Rev] {
+			t.Fatalf("join %d: %+v; create revisions so far %v", i, out, revs)
+		}
+		revs[out.Rev] = true
+	}
+}

@@ -45,7 +45,7 @@ func New(cli *clientv3.Client, timeout time.Duration, opts ...Option) *Store {
 // transaction with a write branch); the coordinator reads first when it
 // expects a refusal.
 func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key,
+	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "=", 0).WithPrefix()},
 		then: []clientv3.Op{put(p)},
 		els:  []clientv3.Op{clientv3.OpGet(lock, clientv3.WithFirstCreate()...)},
@@ -61,7 +61,7 @@ func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 // reads the names of the contenders, so a waiter knows its place without a
 // second round trip.
 func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key,
+	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
 		then: []clientv3.Op{put(p), clientv3.OpGet(lock, newestFirst()...)},
 	})
@@ -70,6 +70,37 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 		return lockstore.Outcome{Rev: r.revision}, err
 	}
 	return lockstore.Outcome{OK: true, Rev: r.revision, Ahead: namesBefore(r.responses[1].GetResponseRange().Kvs, r.revision)}, nil
+}
+
+// TryIn implements lockstore.Store: one transaction, which reads the
+// lock's line when its compare fails, so a refusal costs one round trip
+// and writes nothing but the raft entry of a transaction with a write
+// branch.
+func (s *Store) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outcome, error) {
+	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "<", seen+1).WithPrefix()},
+		then: []clientv3.Op{put(p)},
+		els:  []clientv3.Op{clientv3.OpGet(lock, firstCreatedFirst()...)},
+	})
+	err = s.denied(err, p.Key)
+	if err != nil || r.succeeded {
+		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+	}
+	return lockstore.Outcome{Rev: r.revision, Line: contenders(r.responses[0].GetResponseRange().Kvs, r.revision+1)}, nil
+}
+
+// Join implements lockstore.Store: the transaction that creates the key
+// reads the line ahead of it.
+func (s *Store) Join(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
+		then: []clientv3.Op{put(p), clientv3.OpGet(lock, firstCreatedFirst()...)},
+	})
+	err = s.denied(err, p.Key)
+	if err != nil || !r.succeeded {
+		return lockstore.Outcome{Rev: r.revision}, err
+	}
+	return lockstore.Outcome{OK: true, Rev: r.revision, Line: contenders(r.responses[1].GetResponseRange().Kvs, r.revision)}, nil
 }
 
 // Update implements lockstore.Store.
@@ -120,6 +151,21 @@ func (s *Store) Ahead(ctx context.Context, lock, key string, create int64) ([]st
 	return namesBefore(resp.Responses[0].GetResponseRange().Kvs, create), resp.Header.Revision, true, nil
 }
 
+// Line implements lockstore.Store in one read-only transaction.
+func (s *Store) Line(ctx context.Context, lock, key string, create int64) ([]lockstore.Contender, int64, bool, error) {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", create)).
+		Then(clientv3.OpGet(lock, append(firstCreatedFirst(), clientv3.WithMaxCreateRev(create-1))...)).
+		Commit()
+	if err != nil {
+		return nil, 0, false, s.denied(err, lock)
+	}
+	if !resp.Succeeded {
+		return nil, resp.Header.Revision, false, nil
+	}
+	return contenders(resp.Responses[0].GetResponseRange().Kvs, create), resp.Header.Revision, true, nil
+}
+
 // Contenders implements lockstore.Store.
 func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]lockstore.Contender, bool, error) {
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)))
@@ -160,6 +206,24 @@ func put(p lockstore.Put) clientv3.Op {
 func newestFirst() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
+}
+
+// firstCreatedFirst reads the contender keys of a lock with their
+// records, the first created first.
+func firstCreatedFirst() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+}
+
+// contenders returns the contenders of kvs created before rev, in their
+// order.
+func contenders(kvs []*mvccpb.KeyValue, rev int64) []lockstore.Contender {
+	var cs []lockstore.Contender
+	for _, kv := range kvs {
+		if kv.CreateRevision < rev {
+			cs = append(cs, contenderOf(kv))
+		}
+	}
+	return cs
 }
 
 // namesBefore returns the names of the keys of kvs created before rev, in

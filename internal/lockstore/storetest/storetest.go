@@ -34,6 +34,8 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"TryGrantsAFreeLockOnly", testTry},
 		{"QueueTellsWhoIsAhead", testQueue},
+		{"TryInComparesTheLine", testTryIn},
+		{"JoinTellsTheLine", testJoin},
 		{"UpdateComparesRevisions", testUpdate},
 		{"DeleteComparesTheCreateRevision", testDelete},
 		{"ContendersInKeyOrder", testContenders},

@@ -1,0 +1,214 @@
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// Shared claims (readers of a read/write lock, units of a semaphore) stand
+// in the same line as the mutex's contenders, but a sidecar may hold one
+// lock several times over: each owner's claim has an entry of its own
+// (slotName), with a contender key of its own (keyspace.Layout.UnitKey)
+// and so a fence of its own. Whether it holds the lock is keyspace.Holders
+// applied to the line ahead of it, which its try or its join reads in the
+// same etcd transaction that writes its key.
+
+// slotName is the name of owner's entry for a shared claim of k; an
+// exclusive claim's entry is named k, shared by every local owner.
+func slotName(k keyspace.Key, owner string) string { return k.String() + "\x00" + owner }
+
+// slotLocked returns the entry of owner's shared claim of k with one more
+// reference.
+func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim) *entry {
+	name := slotName(k, owner)
+	e := c.locks[name]
+	if e == nil {
+		var tag [4]byte
+		_, _ = rand.Read(tag[:]) // never fails on Linux
+		e = &entry{key: k, name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}
+		c.locks[name] = e
+	}
+	e.refs++
+	return e
+}
+
+// acquireSharedLocked is Acquire of a shared claim, with c.mu locked,
+// which it unlocks.
+func (c *Coordinator) acquireSharedLocked(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+	if x := c.locks[req.Key.String()]; x != nil && x.held != nil && x.held.owner == req.Owner {
+		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: x.claim, Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
+		c.mu.Unlock()
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	e := c.slotLocked(req.Key, req.Owner, req.Claim)
+	defer c.unref(e)
+	if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
+		return g, err
+	}
+	if req.Wait > 0 {
+		return c.queueLocked(ctx, e, req, start)
+	}
+	if !c.tryTurnLocked(e) {
+		// The same owner's other call is in flight: its outcome is this
+		// one's answer too.
+		wctx, cancel := c.etcdCtx(ctx)
+		err := c.waitTurnLocked(wctx, e, false)
+		cancel()
+		if err != nil {
+			if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
+				return g, err
+			}
+			c.mu.Unlock()
+			return Grant{}, fmt.Errorf("acquire %q: %w: another acquire by %s is in flight; retry", req.Key, ErrUnavailable, req.Owner)
+		}
+	}
+	c.mu.Unlock()
+	return c.tryIn(ctx, e, req)
+}
+
+// maxTryIn bounds the transactions of one try of a shared claim: each
+// that fails found a contender that joined the line since the last read.
+const maxTryIn = 4
+
+// tryIn is try for a shared claim; the caller has the turn. A lock seen
+// full is read first, so a refusal of a full lock costs a read and no
+// write; a transaction that finds newcomers in line reads the line in the
+// same round trip.
+func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	sess, err := c.session(ctx)
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.tag), c.layout.LockPrefix(req.Key)
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Claim = req.Claim
+
+	c.mu.Lock()
+	readFirst := c.heldElsewhere[req.Key.String()]
+	load := len(c.locks)
+	c.mu.Unlock()
+	id := sess.LeaseFor(load)
+	var seen int64
+	if readFirst {
+		line, err := c.lineOf(ctx, req.Key)
+		if err != nil {
+			c.leaveTurn(e)
+			return Grant{}, unavailable(op, err)
+		}
+		if err := c.judge(req, line); err != nil {
+			c.leaveTurn(e)
+			return Grant{}, err
+		}
+		seen = lastCreated(line)
+	}
+	for range maxTryIn {
+		out, err := c.store.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec}, seen)
+		if err != nil {
+			c.retire(e, key, 0, sess) // the put may have committed
+			return Grant{}, unavailable(op, err)
+		}
+		if out.OK {
+			return c.grant(e, req, sess, id, key, out.Rev, rec)
+		}
+		if err := c.judge(req, out.Line); err != nil {
+			c.leaveTurn(e)
+			return Grant{}, err
+		}
+		seen = lastCreated(out.Line)
+	}
+	c.leaveTurn(e)
+	return Grant{}, fmt.Errorf("%s: %w: contenders kept joining the line while trying; retry, or wait", op, ErrUnavailable)
+}
+
+// judge returns nil when req's claim would hold the lock behind line, and
+// else why not: the claims disagree, or it is held, which the next try
+// reads first.
+func (c *Coordinator) judge(req AcquireRequest, line []lockstore.Contender) error {
+	if err := agree(req, line); err != nil {
+		return err
+	}
+	if fits(line, req.Claim) {
+		return nil
+	}
+	c.mu.Lock()
+	if len(c.heldElsewhere) >= maxHeldElsewhere {
+		clear(c.heldElsewhere)
+	}
+	c.heldElsewhere[req.Key.String()] = true
+	c.mu.Unlock()
+	return heldFrom(req.Key, firstOf(line), false, 0)
+}
+
+// agree checks req's claim against the one in force on line.
+func agree(req AcquireRequest, line []lockstore.Contender) error {
+	for _, ct := range line {
+		if ct.Holder.Foreign {
+			continue
+		}
+		if !ct.Holder.Agrees(req.Claim) {
+			return fmt.Errorf("acquire %q: %w", req.Key, &MismatchError{Key: req.Key, Asked: req.Claim, InForce: ct.Holder.Claim, Holder: ct.Holder, Fence: ct.Create})
+		}
+		return nil
+	}
+	return nil
+}
+
+// fits reports whether a contender claiming cl, behind line, holds the
+// lock.
+func fits(line []lockstore.Contender, cl keyspace.Claim) bool {
+	claims := append(claimsOf(line), cl)
+	return keyspace.Holders(claims) == len(claims)
+}
+
+// holdersOf returns how many contenders at the front of line, ordered by
+// create revision, hold the lock.
+func holdersOf(line []lockstore.Contender) int { return keyspace.Holders(claimsOf(line)) }
+
+func claimsOf(line []lockstore.Contender) []keyspace.Claim {
+	claims := make([]keyspace.Claim, len(line), len(line)+1)
+	for i, ct := range line {
+		claims[i] = keyspace.ClaimOf(ct.Holder)
+	}
+	return claims
+}
+
+func firstOf(line []lockstore.Contender) *lockstore.Contender {
+	if len(line) == 0 {
+		return nil
+	}
+	return &line[0]
+}
+
+func lastCreated(line []lockstore.Contender) int64 {
+	if len(line) == 0 {
+		return 0
+	}
+	return line[len(line)-1].Create
+}
+
+// lineOf reads the line of k: its contenders, first created first.
+func (c *Coordinator) lineOf(ctx context.Context, k keyspace.Key) ([]lockstore.Contender, error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	cs, _, err := c.store.Contenders(tctx, c.layout.LockPrefix(k), 0)
+	if err != nil {
+		return nil, err
+	}
+	sortLine(cs)
+	return cs, nil
+}
+
+func sortLine(cs []lockstore.Contender) {
+	slices.SortFunc(cs, func(a, b lockstore.Contender) int { return cmp.Compare(a.Create, b.Create) })
+}

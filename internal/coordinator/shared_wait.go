@@ -1,0 +1,120 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// waitShared is wait for a shared claim: it joins the line, learning the
+// claims ahead in the same transaction, and waits until they leave room
+// for it. The caller has the turn.
+func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	sess, err := c.session(ctx)
+	if err != nil {
+		c.leaveTurn(e)
+		return Grant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	p := place{key: c.layout.UnitKey(req.Key, int64(sess.ID()), e.tag), lock: c.layout.LockPrefix(req.Key), sess: sess}
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Claim = req.Claim
+	c.mu.Lock()
+	rec.Queued = e.queued
+	p.lease = sess.LeaseFor(len(c.locks))
+	c.mu.Unlock()
+
+	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
+	defer c.hub.unregister(p.lock, p.w)
+	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec})
+	if err != nil {
+		c.retire(e, p.key, 0, sess)
+		return Grant{}, unavailable(op, err)
+	}
+	if !out.OK {
+		c.retire(e, p.key, 0, sess)
+		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
+	}
+	p.rev = out.Rev
+	c.mu.Lock()
+	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
+	c.mu.Unlock()
+	if err := agree(req, out.Line); err != nil {
+		c.retire(e, p.key, p.rev, sess)
+		return Grant{}, err
+	}
+	if !fits(out.Line, req.Claim) {
+		if err := c.waitRoom(ctx, e, req, start, p, out.Line); err != nil {
+			return Grant{}, err
+		}
+		now = c.now()
+		rec = c.record(req.Owner, now, now.Add(req.TTL))
+		rec.Claim = req.Claim
+	}
+	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+}
+
+// waitRoom waits until the contenders ahead of p, line as read at p.rev,
+// leave room for its claim. It follows their deletes on the watch and
+// reads the line again only when the watch may have missed some. When it
+// fails, p's key is being deleted or is gone, and the turn passes on.
+func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, line []lockstore.Contender) error {
+	op := fmt.Sprintf("acquire %q", req.Key)
+	readRev := p.rev
+	told := -1
+	for {
+		if req.OnQueued != nil && len(line) != told {
+			told = len(line)
+			req.OnQueued(told)
+		}
+		rest, covered, mineGone := p.w.pruned(line, p.key, readRev)
+		switch {
+		case mineGone:
+			c.leaveTurn(e)
+			return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
+		case covered:
+			line = rest
+		default:
+			var mine bool
+			var err error
+			line, readRev, mine, err = c.lineAhead(ctx, p)
+			switch {
+			case err != nil:
+				c.retire(e, p.key, p.rev, p.sess)
+				if isContextErr(ctx, err) {
+					return c.waitFailed(ctx, req.Key, start, ctx.Err())
+				}
+				return unavailable(op, err)
+			case !mine:
+				c.leaveTurn(e)
+				return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
+			}
+		}
+		if fits(line, req.Claim) {
+			return nil
+		}
+		select {
+		case <-p.w.notify:
+		case <-ctx.Done():
+			c.retire(e, p.key, p.rev, p.sess)
+			return c.waitFailed(ctx, req.Key, start, ctx.Err())
+		case <-p.sess.Done():
+			c.leaveTurn(e) // the key went with the lease
+			return fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
+		case <-c.stop.Done():
+			c.retire(e, p.key, p.rev, p.sess)
+			return fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
+		}
+	}
+}
+
+// lineAhead reads the contenders ahead of p, whether p's key is still
+// there, and the revision of the read.
+func (c *Coordinator) lineAhead(ctx context.Context, p place) (line []lockstore.Contender, rev int64, mine bool, err error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	return c.store.Line(tctx, p.lock, p.key, p.rev)
+}
