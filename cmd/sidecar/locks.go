@@ -160,31 +160,55 @@ sidecar logs who asked.`,
 	return release
 }
 
-// printLocks writes the human table.
+// printLocks writes the human table: a row per holder, so a semaphore or
+// a read/write lock held by readers shows each, HELD saying how much of
+// the lock is held (units of the limit, readers).
 func printLocks(w io.Writer, locks []lockapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOLDER\tPOD\tFENCE\tSINCE\tEXPIRES\tWAITERS")
+	fmt.Fprintln(tw, "KEY\tHOLDER\tPOD\tFENCE\tSINCE\tEXPIRES\tWAITERS\tHELD")
 	for _, l := range locks {
-		h := l.Holder
-		if h == nil {
-			h = &lockapi.Holder{}
+		holders := l.Holders
+		if len(holders) == 0 {
+			h := lockapi.Holder{}
+			if l.Holder != nil {
+				h = *l.Holder
+			}
+			holders = []lockapi.Holding{{Holder: h, Fence: l.Fence}}
 		}
-		owner, since, expires := h.Owner, "-", "-"
-		if h.Foreign {
-			owner = "(not baton)"
+		for i, h := range holders {
+			key, waiters, held := l.Key, fmt.Sprint(l.Waiters), heldOf(l)
+			if i > 0 {
+				key, waiters, held = "", "", ""
+			}
+			owner, since, expires := h.Owner, "-", "-"
+			if h.Foreign {
+				owner = "(not baton)"
+			}
+			if !h.AcquiredAt.IsZero() {
+				since = now.Sub(h.AcquiredAt).Round(time.Second).String() + " ago"
+			}
+			if !h.ExpiresAt.IsZero() {
+				expires = "in " + h.ExpiresAt.Sub(now).Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", key, dash(owner), dash(h.Pod), h.Fence, since, expires, waiters, held)
 		}
-		if !h.AcquiredAt.IsZero() {
-			since = now.Sub(h.AcquiredAt).Round(time.Second).String() + " ago"
-		}
-		if !h.ExpiresAt.IsZero() {
-			expires = "in " + h.ExpiresAt.Sub(now).Round(time.Second).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", l.Key, dash(owner), dash(h.Pod), l.Fence, since, expires, l.Waiters)
 	}
 	tw.Flush()
 	if len(locks) == 0 {
 		fmt.Fprintln(w, "(no locks)")
 	}
+}
+
+// heldOf says how much of lock l is held: "3/4 units", "2 readers", or
+// "1" for a lock held whole.
+func heldOf(l lockapi.Status) string {
+	switch {
+	case l.Limit > 0:
+		return fmt.Sprintf("%d/%d units", l.HeldUnits, l.Limit)
+	case len(l.Holders) > 1 || (l.Holder != nil && l.Holder.Mode == "read"):
+		return fmt.Sprintf("%d readers", max(len(l.Holders), 1))
+	}
+	return "1"
 }
 
 func holderName(h *lockapi.Holder) string {

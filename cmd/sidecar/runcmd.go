@@ -43,6 +43,9 @@ type runOptions struct {
 	ttl       time.Duration
 	maxHold   time.Duration
 	killGrace time.Duration
+	mode      string
+	limit     int
+	weight    int
 }
 
 func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
@@ -55,7 +58,10 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 The lock is held through a hold stream for as long as the command runs: the
 sidecar renews it while the stream is open (--ttl is the renewal window, how
 long the lock outlives a baton run that stopped renewing), and releases it at
-once if baton run dies. --max-hold caps the whole hold. The command gets
+once if baton run dies. --max-hold caps the whole hold. --limit N makes the
+lock a semaphore (at most N commands at once, or N units with --weight), and
+--mode read lets readers run together while a writer (the default) runs
+alone. The command gets
 BATON_KEY, BATON_OWNER and BATON_FENCE (pass the fence to what it writes).
 SIGINT and SIGTERM are forwarded to it. If the lock is lost while it runs
 (--max-hold reached, the sidecar lost etcd, an operator forced it free), it
@@ -64,7 +70,8 @@ gets SIGTERM, then SIGKILL after --kill-grace.
 Exit status: the command's own; 75 when someone else holds the lock (or the
 wait ran out); 70 when the lock was lost while the command ran; 77 when the
 lock policy does not let this pod take the key; 69 when the sidecar cannot
-be reached; 2 for a bad command line.`,
+be reached; 2 for a bad command line or a --limit that disagrees with the
+lock's (limit_mismatch).`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	fs := cmd.Flags()
@@ -75,6 +82,9 @@ be reached; 2 for a bad command line.`,
 	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
 	fs.DurationVar(&o.maxHold, "max-hold", 0, "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
 	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.StringVar(&o.mode, "mode", "", "read to share the lock with other readers, write (the default) to hold it alone")
+	fs.IntVar(&o.limit, "limit", 0, "make the lock a semaphore: at most this many units held at once, by everyone who gives the same limit")
+	fs.IntVar(&o.weight, "weight", 0, "the units of the semaphore this command takes (default 1; with --limit)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if cmd.ArgsLenAtDash() != 0 {
 			return usageError{errors.New("put the command after --, as in: baton run --key K -- COMMAND ARGS")}
@@ -84,6 +94,9 @@ be reached; 2 for a bad command line.`,
 		}
 		if o.wait < 0 || o.ttl < 0 || o.maxHold < 0 || o.killGrace < 0 {
 			return usageError{errors.New("--wait, --ttl, --max-hold and --kill-grace must not be negative")}
+		}
+		if err := o.checkClaim(cmd); err != nil {
+			return err
 		}
 		for _, f := range []struct {
 			name string
@@ -142,9 +155,25 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	return supervise(cmd, stream, o, sigs, release, stderr)
 }
 
+// checkClaim refuses a --mode, --limit or --weight the sidecar would
+// refuse, before anything is asked of it.
+func (o runOptions) checkClaim(cmd *cobra.Command) error {
+	switch {
+	case o.mode != "" && o.mode != "read" && o.mode != "write":
+		return usageError{fmt.Errorf("--mode %q: use read or write", o.mode)}
+	case cmd.Flags().Changed("limit") && (o.limit < 1 || o.limit > keyspace.MaxLimit):
+		return usageError{fmt.Errorf("--limit %d: a semaphore has 1 to %d units", o.limit, keyspace.MaxLimit)}
+	case cmd.Flags().Changed("weight") && (o.limit == 0 || o.weight < 1 || o.weight > o.limit):
+		return usageError{fmt.Errorf("--weight %d: give 1 to --limit units, with --limit", o.weight)}
+	case o.mode == "read" && o.limit > 0:
+		return usageError{errors.New("--mode read is for read/write locks; a semaphore (--limit) has no modes")}
+	}
+	return nil
+}
+
 // request is the hold request o asks for.
 func (o runOptions) request() lockapi.Request {
-	req := lockapi.Request{Owner: o.owner}
+	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight}
 	if o.wait > 0 {
 		req.Wait = o.wait.String()
 	}
@@ -250,6 +279,9 @@ func holdFailed(err error, wait time.Duration) error {
 			return exitError{exitUnavailable, ae.Message}
 		case lockapi.CodeForbidden:
 			return exitError{exitForbidden, ae.Message + " (forbidden)"}
+		case lockapi.CodeLimitMismatch:
+			// Not someone else's turn: a caller that retried would never run.
+			return exitError{2, ae.Message + " (limit_mismatch)"}
 		}
 		if ae.Status == 400 {
 			return usageError{errors.New(ae.Message)}

@@ -11,10 +11,14 @@ const (
 	CodeAlreadyRunning = "already_running"
 	CodeWaitTimeout    = "wait_timeout"
 	CodeFenceMismatch  = "fence_mismatch"
-	CodeNotHeld        = "not_held"
-	CodeNotOwner       = "not_owner"
-	CodeLockLost       = "lock_lost"
-	CodeUnavailable    = "unavailable"
+	// CodeLimitMismatch: the caller's limit (or mode) does not agree with
+	// the lock's: every caller of a semaphore gives the same limit, and a
+	// semaphore is not a lock nor a read/write lock.
+	CodeLimitMismatch = "limit_mismatch"
+	CodeNotHeld       = "not_held"
+	CodeNotOwner      = "not_owner"
+	CodeLockLost      = "lock_lost"
+	CodeUnavailable   = "unavailable"
 	// CodeEtcdPermissionDenied: etcd's authentication is on and the
 	// sidecar's etcd user may not read or write its scope's keys.
 	CodeEtcdPermissionDenied = "etcd_permission_denied"
@@ -28,6 +32,9 @@ const (
 	CodeInvalidTTL       = "invalid_ttl"
 	CodeInvalidWait      = "invalid_wait"
 	CodeInvalidMaxHold   = "invalid_max_hold"
+	CodeInvalidMode      = "invalid_mode"
+	CodeInvalidLimit     = "invalid_limit"
+	CodeInvalidWeight    = "invalid_weight"
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"

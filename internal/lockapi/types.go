@@ -19,6 +19,13 @@ type Request struct {
 	// MaxHold caps a hold stream's lock however long it is renewed (hold
 	// only).
 	MaxHold string `json:"max_hold,omitempty"`
+	// Mode is "read" for a reader of a read/write lock, "write" (the
+	// default) for a writer or a mutex.
+	Mode string `json:"mode,omitempty"`
+	// Limit makes the lock a semaphore of Limit units, of which the caller
+	// takes Weight (default 1).
+	Limit  int `json:"limit,omitempty"`
+	Weight int `json:"weight,omitempty"`
 }
 
 // Holder is who holds a lock, as its holder record says.
@@ -31,6 +38,17 @@ type Holder struct {
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	// Foreign marks a holder that is not Baton (etcdctl lock).
 	Foreign bool `json:"foreign,omitempty"`
+	// Mode is "read" for a reader; Weight the units a semaphore's holder
+	// takes.
+	Mode   string `json:"mode,omitempty"`
+	Weight int    `json:"weight,omitempty"`
+}
+
+// Holding is one of a lock's holders, in a status of a lock that has
+// several (a semaphore, a read/write lock held by readers).
+type Holding struct {
+	Holder
+	Fence int64 `json:"fence"`
 }
 
 // Grant answers a granted acquire or an extend.
@@ -41,6 +59,10 @@ type Grant struct {
 	Fence      int64     `json:"fence"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// Mode, Limit and Weight repeat the claim granted, when not a mutex's.
+	Mode   string `json:"mode,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Weight int    `json:"weight,omitempty"`
 }
 
 // Released answers a release (DELETE /v1/locks/KEY?owner=O).
@@ -73,6 +95,12 @@ type Status struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Waiters counts the callers waiting, on every sidecar.
 	Waiters int `json:"waiters"`
+	// Limit and HeldUnits are a semaphore's units and how many are held.
+	Limit     int `json:"limit,omitempty"`
+	HeldUnits int `json:"held_units,omitempty"`
+	// Holders lists every holder, the first first, when a lock may have
+	// several (a semaphore, readers); Holder and Fence are the first's.
+	Holders []Holding `json:"holders,omitempty"`
 }
 
 // List answers GET /v1/locks?prefix=P.
@@ -117,6 +145,9 @@ type Error struct {
 	// Reason and EndedAt say why and when a lock was lost (lock_lost).
 	Reason  string    `json:"reason,omitempty"`
 	EndedAt time.Time `json:"ended_at,omitzero"`
+	// Limit is the limit in force on the lock (limit_mismatch); absent
+	// when the lock is not a semaphore.
+	Limit int `json:"limit,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }

@@ -50,6 +50,7 @@ func classified(err error) (int, lockapi.Error) {
 		notOwner  *coordinator.NotOwnerError
 		lost      *coordinator.LostError
 		inv       *coordinator.InvalidError
+		mismatch  *coordinator.MismatchError
 		forbidden *policy.Forbidden
 		tooBig    *http.MaxBytesError
 	)
@@ -76,6 +77,10 @@ func classified(err error) (int, lockapi.Error) {
 		default:
 			body.Code = lockapi.CodeAlreadyRunning
 		}
+		return http.StatusConflict, body
+	case errors.As(err, &mismatch):
+		body.Granted, body.Code, body.Key = &no, lockapi.CodeLimitMismatch, mismatch.Key.String()
+		body.Holder, body.Fence, body.Limit = holderOf(mismatch.Holder), mismatch.Fence, mismatch.InForce.Limit
 		return http.StatusConflict, body
 	case errors.Is(err, coordinator.ErrFenceMismatch):
 		body.Code = lockapi.CodeFenceMismatch
@@ -133,6 +138,12 @@ func invalidCode(field string) string {
 		return lockapi.CodeInvalidWait
 	case "max_hold":
 		return lockapi.CodeInvalidMaxHold
+	case "mode":
+		return lockapi.CodeInvalidMode
+	case "limit":
+		return lockapi.CodeInvalidLimit
+	case "weight":
+		return lockapi.CodeInvalidWeight
 	}
 	return lockapi.CodeInvalidRequest
 }

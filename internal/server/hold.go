@@ -67,7 +67,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	ctx := r.Context()
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
 	queued := make(chan int, 1)
-	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Hold: true, OnQueued: func(ahead int) {
+	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Hold: true, OnQueued: func(ahead int) {
 		select { // keep only the latest position
 		case <-queued:
 		default:

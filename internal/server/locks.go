@@ -58,7 +58,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, err)
 		return
 	}
-	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold})
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -89,6 +89,9 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		return
 	case b.MaxHold != 0:
 		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
+		return
+	case b.claimed:
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit or weight: the lock keeps the claim it was granted with"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)

@@ -25,6 +25,10 @@ type acquireBody struct {
 	Wait  time.Duration
 	// MaxHold caps a hold stream's lock however long it is renewed.
 	MaxHold time.Duration
+	// Claim is the mode, limit and weight asked for; claimed says any of
+	// them was given (extend takes none).
+	Claim   keyspace.Claim
+	claimed bool
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -61,12 +65,12 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		}
 		return acquireBody{}, badRequest(lockapi.CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
 	}
-	var raw [4]json.RawMessage // owner, ttl, wait, max_hold
+	var raw [7]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait and (on :hold) max_hold", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight and (on :hold) max_hold", name))
 		case raw[i] != nil:
 			return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
@@ -99,8 +103,53 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if b.MaxHold == 0 && len(raw[3]) > 0 && string(raw[3]) != "null" {
 		return acquireBody{}, badRequest(lockapi.CodeInvalidMaxHold, "max_hold 0 caps nothing: give at least 1s, or leave max_hold out to hold for as long as the stream stays open")
 	}
+	if err := decodeClaim(&b, raw[4], raw[5], raw[6]); err != nil {
+		return acquireBody{}, err
+	}
 	return b, nil
 }
+
+// decodeClaim reads mode, limit and weight. A limit or weight of 0 that
+// the caller wrote is refused: 0 is how the API says "not given".
+func decodeClaim(b *acquireBody, mode, limit, weight json.RawMessage) error {
+	if given(mode) {
+		var m string
+		if err := json.Unmarshal(mode, &m); err != nil {
+			return badRequest(lockapi.CodeInvalidMode, fmt.Sprintf("mode must be a string, read or write, not %s", clip(mode)))
+		}
+		switch m {
+		case "read":
+			b.Claim.Mode = keyspace.Read
+		case "write":
+		default:
+			return badRequest(lockapi.CodeInvalidMode, fmt.Sprintf("mode %q is not a mode; use read (shared with other readers) or write (exclusive, the default)", m))
+		}
+	}
+	var err error
+	if b.Claim.Limit, err = count("limit", limit, lockapi.CodeInvalidLimit,
+		fmt.Sprintf("a semaphore has 1 to %d units; leave limit out for a lock", keyspace.MaxLimit)); err != nil {
+		return err
+	}
+	if b.Claim.Weight, err = count("weight", weight, lockapi.CodeInvalidWeight, "a weight is 1 to the limit; leave it out to take 1 unit"); err != nil {
+		return err
+	}
+	b.claimed = given(mode) || given(limit) || given(weight)
+	return nil
+}
+
+// count reads a positive JSON integer; absent and null mean 0.
+func count(field string, raw json.RawMessage, code, hint string) (int, error) {
+	if !given(raw) {
+		return 0, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err != nil || n < 1 || n > math.MaxInt32 {
+		return 0, badRequest(code, fmt.Sprintf("%s %s is not allowed: %s", field, clip(raw), hint))
+	}
+	return int(n), nil
+}
+
+func given(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // bodyField returns the index of a field of an acquire or extend body in
 // decodeBody's raw values, or -1.
@@ -114,6 +163,12 @@ func bodyField(name string) int {
 		return 2
 	case "max_hold":
 		return 3
+	case "mode":
+		return 4
+	case "limit":
+		return 5
+	case "weight":
+		return 6
 	}
 	return -1
 }
@@ -168,18 +223,28 @@ func holderOf(h keyspace.Holder) *lockapi.Holder {
 	return &lockapi.Holder{
 		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node,
 		AcquiredAt: h.AcquiredAt.UTC(), ExpiresAt: h.ExpiresAt.UTC(), Foreign: h.Foreign,
+		Mode: string(h.Mode), Weight: h.Units(),
 	}
 }
 
 func grantOf(g coordinator.Grant) lockapi.Grant {
-	return lockapi.Grant{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC()}
+	return lockapi.Grant{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(),
+		Mode: string(g.Claim.Mode), Limit: g.Claim.Limit, Weight: g.Claim.Units()}
 }
 
 func statusOf(s coordinator.Status) lockapi.Status {
 	if !s.Held {
-		return lockapi.Status{Key: s.Key.String()}
+		return lockapi.Status{Key: s.Key.String(), Waiters: s.Waiters}
 	}
-	return lockapi.Status{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: s.Holder.ExpiresAt.UTC(), Waiters: s.Waiters}
+	st := lockapi.Status{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: s.Holder.ExpiresAt.UTC(), Waiters: s.Waiters,
+		Limit: s.Limit, HeldUnits: s.HeldUnits}
+	if len(s.Holders) > 1 || s.Limit > 0 {
+		st.Holders = make([]lockapi.Holding, len(s.Holders))
+		for i, h := range s.Holders {
+			st.Holders[i] = lockapi.Holding{Holder: *holderOf(h.Holder), Fence: h.Fence}
+		}
+	}
+	return st
 }
 
 // writeJSON answers v as one JSON line. It marshals first and writes
