@@ -62,6 +62,15 @@ type Holder struct {
 	// `etcdctl lock`.
 	// +optional
 	Foreign bool `json:"foreign,omitempty"`
+	// Mode is "read" for a reader of a read/write lock.
+	// +optional
+	Mode string `json:"mode,omitempty"`
+	// Weight is the units of a semaphore the holder has.
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+	// Fence is the holder's fencing token, in status.holders.
+	// +optional
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // LockStatus is the lock as etcd has it.
@@ -82,6 +91,15 @@ type LockStatus struct {
 	// Waiters is how many callers wait for the lock, in every sidecar.
 	// +optional
 	Waiters int32 `json:"waiters,omitempty"`
+	// Limit is a semaphore's units; HeldUnits how many are held.
+	// +optional
+	Limit int32 `json:"limit,omitempty"`
+	// +optional
+	HeldUnits int32 `json:"heldUnits,omitempty"`
+	// Holders are every holder, the first first, when the lock may have
+	// several (a semaphore, a read/write lock held by readers).
+	// +optional
+	Holders []Holder `json:"holders,omitempty"`
 	// LastHolder is the previous holder, once Free.
 	// +optional
 	LastHolder *Holder `json:"lastHolder,omitempty"`
@@ -111,6 +129,8 @@ type LockStatus struct {
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.holder.pod`
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fence`
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
+// +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.status.limit`,priority=1
+// +kubebuilder:printcolumn:name="Units",type=integer,JSONPath=`.status.heldUnits`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Lock struct {
 	metav1.TypeMeta   `json:",inline"`

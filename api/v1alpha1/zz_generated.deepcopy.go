@@ -226,6 +226,13 @@ func (in *LockStatus) DeepCopyInto(out *LockStatus) {
 		*out = new(Holder)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Holders != nil {
+		in, out := &in.Holders, &out.Holders
+		*out = make([]Holder, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.LastHolder != nil {
 		in, out := &in.LastHolder, &out.LastHolder
 		*out = new(Holder)

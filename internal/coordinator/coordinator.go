@@ -278,6 +278,9 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bo
 		c.units[h.etcdKey] = e
 	}
 	c.obs.Granted(e.key.String())
+	if h.claim.Limit > 0 {
+		c.obs.Units(e.key.String(), h.claim.Limit, true, h.claim.Units())
+	}
 	c.journal.held++
 	c.changedLocked(e, h, false)
 }
@@ -305,6 +308,9 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 		reason = string(h.lost.Reason)
 	}
 	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
+	if h.claim.Limit > 0 {
+		c.obs.Units(e.key.String(), h.claim.Limit, true, -h.claim.Units())
+	}
 	c.journal.held--
 	c.changedLocked(e, h, true)
 }

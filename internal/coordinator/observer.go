@@ -14,6 +14,9 @@ type Observer interface {
 	Granted(key string)
 	// Ended: a held lock ended; reason is "" for its owner's release.
 	Ended(key, reason string, heldFor time.Duration)
+	// Units: the units of a semaphore of limit held (held) or waited for
+	// (!held) by this sidecar's callers moved by delta.
+	Units(key string, limit int, held bool, delta int)
 }
 
 // Option configures a Coordinator.
@@ -28,3 +31,4 @@ func (nopObserver) Acquired(string, string, bool, time.Duration) {}
 func (nopObserver) Waiting(string, int)                          {}
 func (nopObserver) Granted(string)                               {}
 func (nopObserver) Ended(string, string, time.Duration)          {}
+func (nopObserver) Units(string, int, bool, int)                 {}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,4 +344,55 @@ func TestEtcdMutexContendsWithReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.mustClaim(t, k, "late", reader)
+}
+
+// unitsSeen records the Units an observer hears.
+type unitsSeen struct {
+	nopObserver
+	mu            sync.Mutex
+	held, waiting int
+}
+
+func (u *unitsSeen) Units(_ string, limit int, held bool, delta int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if held {
+		u.held += delta
+	} else {
+		u.waiting += delta
+	}
+}
+
+func (u *unitsSeen) now() (held, waiting int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.held, u.waiting
+}
+
+// TestSemaphoreUnitsObserved: the observer (the metrics) hears the units
+// held and waited for.
+func TestSemaphoreUnitsObserved(t *testing.T) {
+	parallel(t)
+	a := newSidecar(t, "pod-a")
+	obs := &unitsSeen{}
+	a.c.obs = obs
+	k := key(t, "observed")
+	a.mustClaim(t, k, "one", units(3, 2))
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.claim(k, "two", units(3, 2), 10*time.Second)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "2 units held, 2 waited for", func() bool { h, w := obs.now(); return h == 2 && w == 2 })
+	a.mustRelease(t, k, "one")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if h, w := obs.now(); h != 2 || w != 0 {
+		t.Errorf("held %d, waiting %d; want 2 and 0", h, w)
+	}
+	a.mustRelease(t, k, "two")
+	if h, _ := obs.now(); h != 0 {
+		t.Errorf("held %d after both released", h)
+	}
 }

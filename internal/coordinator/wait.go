@@ -23,11 +23,17 @@ func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequ
 	c.waiting++
 	c.hub.want() // whatever it waits behind, it must hear of its end
 	c.obs.Waiting(req.Key.String(), 1)
+	if req.Claim.Limit > 0 {
+		c.obs.Units(req.Key.String(), req.Claim.Limit, false, req.Claim.Units())
+	}
 	defer func() {
 		c.mu.Lock()
 		c.waiting--
 		c.mu.Unlock()
 		c.obs.Waiting(req.Key.String(), -1)
+		if req.Claim.Limit > 0 {
+			c.obs.Units(req.Key.String(), req.Claim.Limit, false, -req.Claim.Units())
+		}
 	}()
 	if err := c.awaitTurnLocked(ctx, e, req, start); err != nil {
 		return Grant{}, err

@@ -5,6 +5,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ type Metrics struct {
 	acquisitions *prometheus.CounterVec
 	held         *prometheus.GaugeVec
 	waiters      *prometheus.GaugeVec
+	units        *prometheus.GaugeVec
 	holdDuration *prometheus.HistogramVec
 	waitDuration *prometheus.HistogramVec
 	lost         *prometheus.CounterVec
@@ -57,6 +59,9 @@ func New(reg prometheus.Registerer, keyDepth int) (*Metrics, error) {
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "baton_waiters", Help: "Callers of this sidecar waiting for a lock.",
 		}, with()),
+		units: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "baton_semaphore_units", Help: "Units of semaphores held (state=held) or waited for (state=waiting) by this sidecar's callers, by the semaphore's limit.",
+		}, with("state", "limit")),
 		holdDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "baton_hold_duration_seconds", Help: "How long locks were held, however they ended.", Buckets: durations,
 		}, with()),
@@ -82,7 +87,7 @@ func New(reg prometheus.Registerer, keyDepth int) (*Metrics, error) {
 		}),
 	}
 	m.audit = newAuditMetrics()
-	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.batch, m.sessionLost,
+	for _, c := range []prometheus.Collector{m.acquisitions, m.held, m.waiters, m.units, m.holdDuration, m.waitDuration, m.lost, m.expired, m.etcd, m.batch, m.sessionLost,
 		m.audit.denied, m.audit.forced, m.audit.policyChanges} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -132,6 +137,15 @@ func (m *Metrics) Ended(key, reason string, heldFor time.Duration) {
 	if reason == "expired" {
 		m.expired.WithLabelValues(m.labels(key)...).Inc()
 	}
+}
+
+// Units moves the units of semaphores of limit held or waited for.
+func (m *Metrics) Units(key string, limit int, held bool, delta int) {
+	state := "waiting"
+	if held {
+		state = "held"
+	}
+	m.units.WithLabelValues(m.labels(key, state, strconv.Itoa(limit))...).Add(float64(delta))
 }
 
 // Committed records the size of a batch of lock operations that one etcd

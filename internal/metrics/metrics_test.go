@@ -79,3 +79,25 @@ baton_etcd_txn_batch_size_count 4
 		t.Error(err)
 	}
 }
+
+// TestSemaphoreUnits: units held and waited for move by limit.
+func TestSemaphoreUnits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Units("tenant-a/pipelines", 4, true, 2)
+	m.Units("tenant-a/pipelines", 4, true, 1)
+	m.Units("tenant-b/pipelines", 4, false, 1)
+	m.Units("tenant-a/pipelines", 4, true, -1)
+	want := `
+# HELP baton_semaphore_units Units of semaphores held (state=held) or waited for (state=waiting) by this sidecar's callers, by the semaphore's limit.
+# TYPE baton_semaphore_units gauge
+baton_semaphore_units{limit="4",state="held"} 2
+baton_semaphore_units{limit="4",state="waiting"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_semaphore_units"); err != nil {
+		t.Error(err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 // The mirror's permissions, written into config/rbac by `make manifests`.
@@ -64,9 +65,24 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	s.Key, s.Scope, s.Phase, s.Revision = key, ref.namespace, batonv1.PhaseHeld, rev
 	s.Holder = holderOf(cs[0])
 	s.Fence = cs[0].createRev
-	s.Waiters = -1
-	for _, c := range cs {
+	n := holders(cs)
+	s.Waiters = int32(-n)
+	s.Limit, s.HeldUnits, s.Holders = 0, 0, nil
+	for i, c := range cs {
 		s.Waiters += int32(c.holder.Callers())
+		if i < n {
+			s.HeldUnits += int32(c.holder.Units())
+		}
+		if s.Limit == 0 && !c.holder.Foreign {
+			s.Limit = int32(c.holder.Limit)
+		}
+	}
+	if n > 1 || s.Limit > 0 {
+		for _, c := range cs[:n] {
+			h := holderOf(c)
+			h.Fence = c.createRev
+			s.Holders = append(s.Holders, *h)
+		}
 	}
 	s.LastHolder, s.ReleasedAt = nil, nil
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
@@ -88,6 +104,7 @@ func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock, rev int64) (reconc
 			s.LastHolder = s.Holder
 		}
 		s.Holder, s.Fence, s.Waiters, s.Revision = nil, 0, 0, rev
+		s.Limit, s.HeldUnits, s.Holders = 0, 0, nil
 		reason := "Released"
 		if c := meta.FindStatusCondition(s.Conditions, batonv1.ConditionHeld); c != nil && c.Reason == "ForceReleased" {
 			reason = c.Reason
@@ -118,8 +135,8 @@ func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock, rev int64) (reconc
 func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []contender, reason string) error {
 	shown := obj.Status.Fence
 	var target *contender
-	for i := range cs {
-		if cs[i].createRev == shown && i == 0 {
+	for i := range cs[:holders(cs)] {
+		if cs[i].createRev == shown {
 			target = &cs[i]
 		}
 	}
@@ -183,7 +200,18 @@ func holderOf(c contender) *batonv1.Holder {
 	}
 	h.Owner, h.Pod, h.Namespace, h.Node = c.holder.Owner, c.holder.Pod, c.holder.Namespace, c.holder.Node
 	h.AcquiredAt, h.ExpiresAt = timeOf(c.holder.AcquiredAt), timeOf(c.holder.ExpiresAt)
+	h.Mode, h.Weight = string(c.holder.Mode), int32(c.holder.Units())
 	return h
+}
+
+// holders returns how many contenders at the front of cs, ordered by
+// create revision, hold the lock.
+func holders(cs []contender) int {
+	claims := make([]keyspace.Claim, len(cs))
+	for i, c := range cs {
+		claims[i] = keyspace.ClaimOf(c.holder)
+	}
+	return keyspace.Holders(claims)
 }
 
 func timeOf(t time.Time) *metav1.Time {
