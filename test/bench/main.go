@@ -36,7 +36,7 @@ func main() {
 	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
-	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, crash, scale, footprint")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, footprint")
 	flag.Parse()
 	if !slices.Contains(concurrencies, o.profileC) {
 		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
@@ -94,6 +94,7 @@ func run(ctx context.Context, o options) error {
 		{"cycles", w.cycles},
 		{"refusals", w.refusals},
 		{"hand-off", w.handoff},
+		{"shared", w.shared},
 		{"crash", w.crash},
 		{"scale", w.scale},
 		{"footprint", w.footprint},

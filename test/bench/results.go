@@ -10,16 +10,21 @@ import (
 
 // results is everything measured.
 type results struct {
-	order     []string                  // contenders, first seen first
-	cycles    map[string]map[int]series // contender → C → rounds
-	refusals  map[string]series
-	entries   map[string][]float64 // raft entries per refusal, per round
-	reads     map[string][]float64 // etcd reads per refusal, per round
-	handoff   map[string]series
-	crash     []time.Duration
-	crashTTL  time.Duration
-	scale     []scaleResult
-	footprint []footprintResult
+	order    []string                  // contenders, first seen first
+	cycles   map[string]map[int]series // contender → C → rounds
+	refusals map[string]series
+	entries  map[string][]float64 // raft entries per refusal, per round
+	reads    map[string][]float64 // etcd reads per refusal, per round
+	handoff  map[string]series
+	// shared are the semaphore and read/write lock runs, with raft
+	// entries and reads per operation.
+	shared        map[string]series
+	sharedEntries map[string][]float64
+	sharedReads   map[string][]float64
+	crash         []time.Duration
+	crashTTL      time.Duration
+	scale         []scaleResult
+	footprint     []footprintResult
 }
 
 const (
@@ -80,6 +85,9 @@ func (r *results) print(w io.Writer, o options) {
 	}
 	if len(r.handoff) > 0 {
 		r.printHandoff(w)
+	}
+	if len(r.shared) > 0 {
+		r.printShared(w)
 	}
 	if len(r.scale) > 0 {
 		r.printScale(w)
@@ -219,6 +227,9 @@ func (r *results) printGoals(w io.Writer) {
 		bw, ml := r.handoff["Baton blocking wait"].rate(), r.handoff["Mutex.Lock"].rate()
 		goal(bw >= 2*ml, "hot-key hand-off with blocking waiters is %.1f× Mutex.Lock's (%.0f vs %.0f grants/s; goal ≥ 2×)", bw/ml, bw, ml)
 	}
+	if len(r.shared) > 0 {
+		r.sharedGoals(goal)
+	}
 	if len(r.scale) > 0 {
 		s := r.scale[len(r.scale)-1]
 		goal(s.rss <= 150<<20, "%d held locks: sidecar RSS %.1f MiB (goal ≤ 150 MiB)", s.n, float64(s.rss)/(1<<20))
@@ -258,6 +269,11 @@ func (r *results) printCPU(w io.Writer) {
 	for _, name := range handoffOrder {
 		if s, ok := r.handoff[name]; ok {
 			rows = append(rows, row{"hot key: " + name, s})
+		}
+	}
+	for _, name := range sharedOrder {
+		if s, ok := r.shared[name]; ok {
+			rows = append(rows, row{"shared: " + name, s})
 		}
 	}
 	if len(rows) == 0 {
