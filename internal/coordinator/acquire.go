@@ -88,7 +88,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	}
 	if len(c.units) > 0 {
 		if s := c.locks[slotName(req.Key, req.Owner)]; s != nil && s.held != nil {
-			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: s.claim, Holder: c.recordOf(s.held), Fence: s.held.fence, Own: true}
+			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(s), Holder: c.recordOf(s.held), Fence: s.held.fence, Own: true}
 			c.mu.Unlock()
 			return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 		}
@@ -134,8 +134,8 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 	switch {
 	case h == nil:
 		return Grant{}, false, nil
-	case h.owner == req.Owner && h.claim != req.Claim:
-		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim, Holder: c.recordOf(h), Fence: h.fence, Own: true}
+	case h.owner == req.Owner && h.claim() != req.Claim:
+		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim(), Holder: c.recordOf(h), Fence: h.fence, Own: true}
 		c.mu.Unlock()
 		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
 	case h.owner == req.Owner:
@@ -277,7 +277,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
 	}
 	h := &held{
-		owner: req.Owner, claim: req.Claim, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
+		owner: req.Owner, entry: e, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
 	}
 	if req.MaxHold > 0 {
@@ -317,5 +317,5 @@ func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim, h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim(), h: h}
 }

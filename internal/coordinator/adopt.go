@@ -50,7 +50,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 			e = c.slotLocked(k, rec.Owner, rec.Claim)
 		}
 		e.busy = true
-		h := &held{owner: rec.Owner, claim: rec.Claim, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
+		h := &held{owner: rec.Owner, entry: e, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
 			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
 		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
 		// The callers the record counts as queued here died with the

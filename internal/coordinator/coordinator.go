@@ -70,31 +70,30 @@ type Coordinator struct {
 // Coordinator.mu.
 type entry struct {
 	key  keyspace.Key
-	name string // its name in Coordinator.locks: the key's, or a shared claim's slotName
-	refs int    // callers and holders using the entry; 0 lets it go
+	refs int // callers and holders using the entry; 0 lets it go
 
-	// claim is the entry's claim: exclusive for the key's entry, whose
-	// turn the local callers share, and a shared claim for a slot, which
-	// has an owner and a contender key (tag) of its own.
-	claim keyspace.Claim
-	tag   uint32
+	// slot is, for a shared claim's entry, its claim and name; nil for the
+	// key's entry, whose claim is exclusive and whose turn the local
+	// callers share (most locks: a pointer costs them 8 bytes).
+	slot *slot
 
 	// The turn: whoever has it owns this sidecar's contender slot.
-	busy     bool
-	queue    []chan struct{}
-	retiring bool // the turn's owner is deleting a key of ours: the lock is being let go
-	queued   int  // blocking callers in queue: the record tells other sidecars
+	queue  []chan struct{}
+	queued int // blocking callers in queue: the record tells other sidecars
 
 	held *held // the local holder, nil when none
 
-	rec        *contenderRecord // the contender key of the turn's owner; nil when none
-	publishDue bool             // a write of rec is scheduled
+	rec *contenderRecord // the contender key of the turn's owner; nil when none
+
+	// The flags last, together: a sidecar keeps an entry per held lock.
+	busy       bool // the turn is taken
+	retiring   bool // the turn's owner is deleting a key of ours: the lock is being let go
+	publishDue bool // a write of rec is scheduled
 }
 
 // held is a lock granted to a local owner.
 type held struct {
 	owner      string
-	claim      keyspace.Claim
 	fence      int64
 	etcdKey    string
 	sess       lockstore.Session
@@ -104,7 +103,7 @@ type held struct {
 	expiresAt  time.Time
 	ttl        time.Duration // the window each grant, extend or renewal sets
 	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
-	entry      *entry        // the lock's entry, for its deadline
+	entry      *entry        // the lock's entry: its claim, and for its deadline
 	due        time.Time     // when its deadline fires
 	slot       int           // its place in the deadline queue; -1 when none
 	hold       bool          // bound to a hold stream
@@ -114,6 +113,11 @@ type held struct {
 	co         *Coordinator  // whose mu guards ended, done and lost for Grant
 	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
 	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// claim returns what h holds.
+func (h *held) claim() keyspace.Claim {
+	return claimOf(h.entry)
 }
 
 // doneChan returns the channel closed when h ends, making it if need be.
@@ -274,12 +278,12 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bo
 	}
 	c.armLocked(e, h, d)
 	e.held = h
-	if !e.claim.IsExclusive() {
+	if e.slot != nil {
 		c.units[h.etcdKey] = e
 	}
 	c.obs.Granted(e.key.String())
-	if h.claim.Limit > 0 {
-		c.obs.Units(e.key.String(), h.claim.Limit, true, h.claim.Units())
+	if cl := h.claim(); cl.Limit > 0 {
+		c.obs.Units(e.key.String(), cl.Limit, true, cl.Units())
 	}
 	c.journal.held++
 	c.changedLocked(e, h, false)
@@ -308,8 +312,8 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 		reason = string(h.lost.Reason)
 	}
 	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
-	if h.claim.Limit > 0 {
-		c.obs.Units(e.key.String(), h.claim.Limit, true, -h.claim.Units())
+	if cl := h.claim(); cl.Limit > 0 {
+		c.obs.Units(e.key.String(), cl.Limit, true, -cl.Units())
 	}
 	c.journal.held--
 	c.changedLocked(e, h, true)

@@ -46,7 +46,7 @@ func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holde
 
 func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 	r := c.record(h.owner, h.acquiredAt, h.expiresAt)
-	r.Claim = h.claim
+	r.Claim = h.claim()
 	return r
 }
 

@@ -21,6 +21,29 @@ import (
 // applied to the line ahead of it, which its try or its join reads in the
 // same etcd transaction that writes its key.
 
+// slot is what a shared claim's entry has more than the key's entry.
+type slot struct {
+	name  string         // its name in Coordinator.locks (slotName)
+	claim keyspace.Claim // shared: a reader's or a semaphore's
+	tag   uint32         // the tag of its contender key (UnitKey)
+}
+
+// nameOf is e's name in Coordinator.locks.
+func nameOf(e *entry) string {
+	if e.slot != nil {
+		return e.slot.name
+	}
+	return e.key.String()
+}
+
+// claimOf is e's claim.
+func claimOf(e *entry) keyspace.Claim {
+	if e.slot != nil {
+		return e.slot.claim
+	}
+	return keyspace.Claim{}
+}
+
 // slotName is the name of owner's entry for a shared claim of k; an
 // exclusive claim's entry is named k, shared by every local owner.
 func slotName(k keyspace.Key, owner string) string { return k.String() + "\x00" + owner }
@@ -33,7 +56,7 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 	if e == nil {
 		var tag [4]byte
 		_, _ = rand.Read(tag[:]) // never fails on Linux
-		e = &entry{key: k, name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}
+		e = &entry{key: k, slot: &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}}
 		c.locks[name] = e
 	}
 	e.refs++
@@ -44,7 +67,7 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 // which it unlocks.
 func (c *Coordinator) acquireSharedLocked(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
 	if x := c.locks[req.Key.String()]; x != nil && x.held != nil && x.held.owner == req.Owner {
-		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: x.claim, Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
+		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(x), Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
 		c.mu.Unlock()
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
@@ -89,7 +112,7 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.tag), c.layout.LockPrefix(req.Key)
+	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Claim = req.Claim

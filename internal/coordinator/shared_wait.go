@@ -18,7 +18,7 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	p := place{key: c.layout.UnitKey(req.Key, int64(sess.ID()), e.tag), lock: c.layout.LockPrefix(req.Key), sess: sess}
+	p := place{key: c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Claim = req.Claim

@@ -18,7 +18,7 @@ import (
 func (c *Coordinator) refLocked(k keyspace.Key) *entry {
 	e := c.locks[k.String()]
 	if e == nil {
-		e = &entry{key: k, name: k.String()}
+		e = &entry{key: k}
 		c.locks[k.String()] = e
 	}
 	e.refs++
@@ -33,7 +33,7 @@ func (c *Coordinator) unrefLocked(e *entry) {
 // dropIfIdleLocked forgets an entry nobody uses.
 func (c *Coordinator) dropIfIdleLocked(e *entry) {
 	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
-		delete(c.locks, e.name)
+		delete(c.locks, nameOf(e))
 	}
 }
 

@@ -88,7 +88,7 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 // wait queues in etcd behind the contenders created before it; the caller
 // has the turn.
 func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
-	if !e.claim.IsExclusive() {
+	if e.slot != nil {
 		return c.waitShared(ctx, e, req, start)
 	}
 	op := fmt.Sprintf("acquire %q", req.Key)
