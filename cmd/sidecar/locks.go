@@ -28,7 +28,7 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 	o := &locksOptions{socket: defaultSocket, output: "table"}
 	cmd := &cobra.Command{
 		Use:   "locks",
-		Short: "See and release locks: list, status, release",
+		Short: "See, follow and release locks: list, status, watch, release",
 	}
 	pf := cmd.PersistentFlags()
 	socketFlag(pf, &o.socket, "the sidecar's socket")
@@ -43,7 +43,7 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 		return nil
 	}
 
-	cmd.AddCommand(newLocksListCmd(o, stdout), newLocksStatusCmd(o, stdout), newLocksReleaseCmd(o, stdout))
+	cmd.AddCommand(newLocksListCmd(o, stdout), newLocksStatusCmd(o, stdout), newLocksReleaseCmd(o, stdout), newLocksWatchCmd(o, stdout))
 	return cmd
 }
 

@@ -163,3 +163,48 @@ func (c *Client) call(ctx context.Context, method, path string, out any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
+
+// Watcher is an open watch of locks.
+type Watcher struct {
+	body   io.ReadCloser
+	dec    *json.Decoder
+	cancel context.CancelFunc
+}
+
+// Watch opens a watch of lock key, or with key "" of every lock whose key
+// starts with prefix.
+func (c *Client) Watch(ctx context.Context, key, prefix string) (*Watcher, error) {
+	path := "/v1/locks:watch?prefix=" + url.QueryEscape(prefix)
+	if key != "" {
+		path = "/v1/locks/" + key + ":watch"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		return nil, decodeError(resp)
+	}
+	return &Watcher{body: resp.Body, dec: json.NewDecoder(bufio.NewReader(resp.Body)), cancel: cancel}, nil
+}
+
+// Next returns the next event; io.EOF when the watch ended.
+func (w *Watcher) Next() (lockapi.WatchEvent, error) {
+	var ev lockapi.WatchEvent
+	if err := w.dec.Decode(&ev); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		return lockapi.WatchEvent{}, err
+	}
+	return ev, nil
+}
+
+// Close ends the watch.
+func (w *Watcher) Close() error {
+	w.cancel()
+	return w.body.Close()
+}

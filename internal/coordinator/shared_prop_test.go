@@ -33,6 +33,32 @@ func TestSharedClaimsProperties(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
+	// An observer of both locks: its revisions never go back, and it is
+	// told every grant.
+	octx, ocancel := context.WithCancel(context.Background())
+	defer ocancel()
+	obs, err := sidecars[2].c.Observe(octx, keyspace.Key{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var omu sync.Mutex
+	told := map[grantID]bool{}
+	observed := make(chan struct{})
+	go func() {
+		defer close(observed)
+		var last int64
+		for ev := range obs {
+			if ev.Rev < last {
+				t.Errorf("the observer's revision went back: %+v after %d", ev, last)
+			}
+			last = ev.Rev
+			if ev.Kind == EventGranted {
+				omu.Lock()
+				told[grantID{ev.Key.String(), ev.Fence}] = true
+				omu.Unlock()
+			}
+		}
+	}()
 
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -74,6 +100,20 @@ func TestSharedClaimsProperties(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	waitFor(t, 10*time.Second, "the observer told of every grant", func() bool {
+		omu.Lock()
+		defer omu.Unlock()
+		chk.mu.Lock()
+		defer chk.mu.Unlock()
+		for id := range chk.granted {
+			if !told[id] {
+				return false
+			}
+		}
+		return true
+	})
+	ocancel()
+	<-observed
 	if chk.grants < 50 {
 		t.Errorf("only %d grants in %v: the test proves little", chk.grants, run)
 	}

@@ -54,3 +54,15 @@ const (
 	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
 	EventError     = "error"     // code, message: nothing was granted
 )
+
+// Events of a watch, one JSON object a line.
+const (
+	WatchState     = "state"     // a lock's status when the watch starts (lock)
+	WatchSynced    = "synced"    // the states above are etcd's at revision; changes follow
+	WatchGranted   = "granted"   // a contender became a holder (fence, holder)
+	WatchReleased  = "released"  // a holder's key was deleted by its owner or by force
+	WatchExpired   = "expired"   // a holder's key was deleted at its deadline
+	WatchLost      = "lost"      // a holder's key went with its sidecar's lease
+	WatchQueued    = "queued"    // the number of waiters changed (lock.waiters)
+	WatchHeartbeat = "heartbeat" // the stream is alive
+)

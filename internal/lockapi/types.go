@@ -128,6 +128,26 @@ type Event struct {
 	At         time.Time `json:"at"`
 }
 
+// WatchEvent is one line of a watch (GET /v1/locks/KEY:watch or
+// /v1/locks:watch?prefix=P); Event is one of the Watch constants.
+type WatchEvent struct {
+	Event string `json:"event"`
+	Key   string `json:"key,omitempty"`
+	// Revision is etcd's revision of the change (of the read, for state
+	// and synced); it never goes back along a watch.
+	Revision int64 `json:"revision"`
+	// Fence and Holder are the holder a granted, released, expired or
+	// lost event is about.
+	Fence  int64   `json:"fence,omitempty"`
+	Holder *Holder `json:"holder,omitempty"`
+	// Lock is the lock's status after the change (state: now).
+	Lock *Status `json:"lock,omitempty"`
+	// Resynced marks a change found by reading again after a gap in the
+	// watch: changes within the gap may be merged, none is missed.
+	Resynced bool      `json:"resynced,omitempty"`
+	At       time.Time `json:"at"`
+}
+
 // Error is the body of every error answer: a code (one of the Code
 // constants) and a message a person can act on; the other fields say more
 // for the codes that have more to say.

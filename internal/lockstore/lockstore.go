@@ -130,6 +130,12 @@ type Store interface {
 	// from now on), until ctx ends or the watch fails; then the channel is
 	// closed. Its first response is Established.
 	Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse
+	// WatchAll is Watch reporting the keys written too (Puts), with their
+	// values: what an observer of locks follows.
+	WatchAll(ctx context.Context, prefix string, from int64) <-chan WatchResponse
+	// Snapshot reads the contender keys under prefix, in key order, and
+	// the revision of the read, from which a WatchAll misses nothing.
+	Snapshot(ctx context.Context, prefix string) (cs []Contender, rev int64, err error)
 }
 
 // WatchResponse is one response of a Watch.
@@ -141,11 +147,24 @@ type WatchResponse struct {
 	Rev int64
 	// Deleted are the keys deleted, in revision order.
 	Deleted []Deletion
+	// Changes are, for WatchAll, the keys written and deleted, in
+	// revision order (Deleted has the deletes too).
+	Changes []Change
 	// Compacted: deletes from the revision asked for are no longer known;
 	// the watch ends, and its owner must read everything again.
 	Compacted bool
 	// Err ends the watch.
 	Err error
+}
+
+// Change is a write or a delete of one key, as WatchAll reports it.
+type Change struct {
+	// Rev is the revision of the change.
+	Rev int64
+	// Deleted says the key went; else it was written, with the value and
+	// revisions in Contender.
+	Deleted bool
+	Contender
 }
 
 // Deletion is the delete of one key.

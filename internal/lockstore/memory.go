@@ -24,14 +24,14 @@ type Memory struct {
 	leases   map[LeaseID]map[string]bool // live leases and the keys they carry
 	lastID   LeaseID
 	down     bool
-	history  []Deletion // the last deletes, for watches that resume in the past
-	forgot   int64      // the revision of the last delete dropped from history
+	history  []Change // the last changes, for watches that resume in the past
+	forgot   int64    // the revision of the last change dropped from history
 	watches  map[*memWatch]bool
 	sessions []*MemSession   // every session made, for LoseSessions
 	denied   map[string]bool // prefixes CheckAccess refuses (Deny)
 }
 
-// maxHistory bounds the deletes a Memory keeps for watches that resume in
+// maxHistory bounds the changes a Memory keeps for watches that resume in
 // the past; past it, they see a compaction.
 const maxHistory = 4096
 
@@ -167,6 +167,7 @@ func (m *Memory) putLocked(p Put) int64 {
 	}
 	m.leases[p.Lease][p.Key] = true
 	k.Mod, k.Lease, k.Holder = m.rev, p.Lease, p.Record
+	m.changedLocked(Change{Rev: m.rev, Contender: *k})
 	return m.rev
 }
 
@@ -177,16 +178,19 @@ func (m *Memory) deleteLocked(key string, rev int64) {
 	if l := m.leases[k.Lease]; l != nil {
 		delete(l, key)
 	}
-	d := Deletion{Key: key, Rev: rev}
+	m.changedLocked(Change{Rev: rev, Deleted: true, Contender: Contender{Key: key}})
+}
+
+// changedLocked keeps c for watches that resume in the past and tells the
+// watches.
+func (m *Memory) changedLocked(c Change) {
 	if len(m.history) == maxHistory {
 		m.forgot = m.history[maxHistory/2-1].Rev
 		m.history = slices.Delete(m.history, 0, maxHistory/2)
 	}
-	m.history = append(m.history, d)
+	m.history = append(m.history, c)
 	for w := range m.watches {
-		if strings.HasPrefix(key, w.prefix) {
-			w.send(WatchResponse{Rev: rev, Deleted: []Deletion{d}})
-		}
+		w.respond(c)
 	}
 }
 

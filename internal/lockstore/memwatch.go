@@ -10,6 +10,7 @@ import (
 // without waiting (it holds its lock); a goroutine hands them on.
 type memWatch struct {
 	prefix string
+	all    bool // WatchAll: writes too
 	wake   chan struct{}
 
 	mu    sync.Mutex
@@ -32,7 +33,34 @@ func (w *memWatch) fail(err error) { w.send(WatchResponse{Err: err}) }
 
 // Watch implements Store.
 func (m *Memory) Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
-	w := &memWatch{prefix: prefix, wake: make(chan struct{}, 1)}
+	return m.watch(ctx, &memWatch{prefix: prefix, wake: make(chan struct{}, 1)}, from)
+}
+
+// WatchAll implements Store.
+func (m *Memory) WatchAll(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
+	return m.watch(ctx, &memWatch{prefix: prefix, all: true, wake: make(chan struct{}, 1)}, from)
+}
+
+// Snapshot implements Store.
+func (m *Memory) Snapshot(ctx context.Context, prefix string) (cs []Contender, rev int64, err error) {
+	err = m.read(ctx, func() { cs, rev = m.under(prefix), m.rev })
+	return cs, rev, err
+}
+
+// respond sends w the change c, if w wants it.
+func (w *memWatch) respond(c Change) {
+	switch {
+	case !strings.HasPrefix(c.Key, w.prefix):
+	case c.Deleted && w.all:
+		w.send(WatchResponse{Rev: c.Rev, Deleted: []Deletion{{Key: c.Key, Rev: c.Rev}}, Changes: []Change{c}})
+	case c.Deleted:
+		w.send(WatchResponse{Rev: c.Rev, Deleted: []Deletion{{Key: c.Key, Rev: c.Rev}}})
+	case w.all:
+		w.send(WatchResponse{Rev: c.Rev, Changes: []Change{c}})
+	}
+}
+
+func (m *Memory) watch(ctx context.Context, w *memWatch, from int64) <-chan WatchResponse {
 	m.mu.Lock()
 	switch {
 	case m.down:
@@ -41,9 +69,9 @@ func (m *Memory) Watch(ctx context.Context, prefix string, from int64) <-chan Wa
 		w.send(WatchResponse{Compacted: true})
 	default:
 		w.send(WatchResponse{Established: true, Rev: m.rev})
-		for _, d := range m.history {
-			if from > 0 && d.Rev >= from && strings.HasPrefix(d.Key, prefix) {
-				w.send(WatchResponse{Rev: d.Rev, Deleted: []Deletion{d}})
+		for _, c := range m.history {
+			if from > 0 && c.Rev >= from {
+				w.respond(c)
 			}
 		}
 		m.watches[w] = true

@@ -40,9 +40,11 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
 		s.hold(w, r, k)
 	case verb == "extend" || verb == "hold":
 		notAllowed(w, r, "POST")
+	case verb == "watch":
+		s.watch(w, r, k)
 	default:
 		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
-			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend and :hold", verb)})
+			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend, :hold and :watch", verb)})
 	}
 }
 

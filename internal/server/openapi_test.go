@@ -86,6 +86,10 @@ func TestOpenAPI(t *testing.T) {
 		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/rw", body: `{"owner":"r2","mode":"read"}`, status: 200, via: b},
 		{op: "listLocks", method: "GET", path: "/v1/locks?prefix=oa/", status: 200},
 		{op: "releaseLock", method: "DELETE", path: "/v1/locks/oa/rw?force=true", status: 400},
+		{op: "watchLock", method: "GET", path: "/v1/locks/oa/sem:watch", status: 200},
+		{op: "watchLock", method: "GET", path: "/v1/locks/oa/free:watch", status: 200},
+		{op: "watchLocks", method: "GET", path: "/v1/locks:watch?prefix=oa/", status: 200},
+		{op: "watchLocks", method: "GET", path: "/v1/locks:watch?prefix=a%20b", status: 400},
 		{op: "getOpenAPI", method: "GET", path: "/v1/openapi.json", status: 200},
 		{op: "healthz", method: "GET", path: "/healthz", status: 200},
 		{op: "readyz", method: "GET", path: "/readyz", status: 200},
@@ -195,7 +199,8 @@ func (d openAPIDoc) operation(t *testing.T, method, path string) openAPIOp {
 }
 
 // call makes one call and returns the status, content type and body; a
-// hold stream is read up to its grant, then closed.
+// hold stream is read up to its grant, a watch up to its first sync, then
+// closed.
 func (a *api) call(t *testing.T, method, path, body string) (int, string, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://baton"+path, strings.NewReader(body))
@@ -216,11 +221,11 @@ func (a *api) call(t *testing.T, method, path, body string) (int, string, string
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
-		if strings.Contains(sc.Text(), `"event":"granted"`) {
+		if strings.Contains(sc.Text(), `"event":"granted"`) || strings.Contains(sc.Text(), `"event":"synced"`) {
 			return resp.StatusCode, ctype, strings.Join(lines, "\n")
 		}
 	}
-	t.Errorf("%s %s: the hold stream ended before its grant: %q", method, path, lines)
+	t.Errorf("%s %s: the stream ended before its grant or sync: %q", method, path, lines)
 	return resp.StatusCode, ctype, strings.Join(lines, "\n")
 }
 

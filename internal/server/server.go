@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
 
@@ -89,6 +90,9 @@ func (s *Server) Handler() http.Handler {
 		switch r.URL.Path {
 		case "/v1/locks":
 			s.list(w, r)
+			return
+		case "/v1/locks:watch":
+			s.watch(w, r, keyspace.Key{})
 			return
 		case "/v1/openapi.json":
 			serveOpenAPI(w, r)

@@ -17,7 +17,31 @@ import (
 // leader, so a member cut off from the others ends it rather than going
 // quiet.
 func (s *Store) Watch(ctx context.Context, prefix string, from int64) <-chan lockstore.WatchResponse {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
+	return s.watch(ctx, prefix, from, false, clientv3.WithFilterPut())
+}
+
+// WatchAll implements lockstore.Store: Watch with the writes, whose values
+// etcd sends with the events anyway.
+func (s *Store) WatchAll(ctx context.Context, prefix string, from int64) <-chan lockstore.WatchResponse {
+	return s.watch(ctx, prefix, from, true)
+}
+
+// Snapshot implements lockstore.Store.
+func (s *Store) Snapshot(ctx context.Context, prefix string) ([]lockstore.Contender, int64, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, s.denied(err, prefix)
+	}
+	cs := make([]lockstore.Contender, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		cs[i] = contenderOf(kv)
+	}
+	return cs, resp.Header.Revision, nil
+}
+
+// watch runs a watch on prefix; all reports the writes too (Changes).
+func (s *Store) watch(ctx context.Context, prefix string, from int64, all bool, more ...clientv3.OpOption) <-chan lockstore.WatchResponse {
+	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}, more...)
 	if from > 0 {
 		opts = append(opts, clientv3.WithRev(from))
 	}
@@ -28,7 +52,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, from int64) <-chan loc
 		defer cancel()
 		defer close(out)
 		for resp := range wch {
-			r, last := responseOf(resp)
+			r, last := responseOf(resp, all)
 			r.Err = s.denied(r.Err, prefix)
 			select {
 			case out <- r:
@@ -43,12 +67,12 @@ func (s *Store) Watch(ctx context.Context, prefix string, from int64) <-chan loc
 	return out
 }
 
-// responseOf translates one etcd watch response; last says the watch ends
-// with it. Rev is the header's revision only where etcd promises that
+// responseOf translates one etcd watch response, with its Changes when
+// all; last says the watch ends with it. Rev is the header's revision only where etcd promises that
 // nothing up to it is left to send (creation, progress notices): a
 // response to a watch catching up carries the store's revision in its
 // header with only some of the events up to it.
-func responseOf(resp clientv3.WatchResponse) (r lockstore.WatchResponse, last bool) {
+func responseOf(resp clientv3.WatchResponse, all bool) (r lockstore.WatchResponse, last bool) {
 	switch {
 	case resp.CompactRevision != 0:
 		r.Compacted = true
@@ -67,7 +91,13 @@ func responseOf(resp clientv3.WatchResponse) (r lockstore.WatchResponse, last bo
 		r.Rev = ev.Kv.ModRevision
 		if ev.Type == clientv3.EventTypeDelete {
 			r.Deleted = append(r.Deleted, lockstore.Deletion{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision})
+			if !all {
+				continue
+			}
+			r.Changes = append(r.Changes, lockstore.Change{Rev: ev.Kv.ModRevision, Deleted: true, Contender: lockstore.Contender{Key: string(ev.Kv.Key)}})
+			continue
 		}
+		r.Changes = append(r.Changes, lockstore.Change{Rev: ev.Kv.ModRevision, Contender: contenderOf(ev.Kv)})
 	}
 	return r, false
 }

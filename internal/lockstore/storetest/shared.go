@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -94,5 +95,52 @@ func testJoin(t *testing.T, s *suite) {
 	}
 	if _, _, mine, err := st.Line(ctx(t), lock, keys[0], revs[0]); err != nil || mine {
 		t.Fatalf("a deleted key is still mine (%v)", err)
+	}
+}
+
+// changes reads WatchAll responses until n changes came.
+func changes(t *testing.T, ch <-chan lockstore.WatchResponse, n int) []lockstore.Change {
+	t.Helper()
+	var got []lockstore.Change
+	for len(got) < n {
+		r := next(t, ch)
+		if r.Err != nil || r.Compacted {
+			t.Fatalf("watch ended: %+v", r)
+		}
+		got = append(got, r.Changes...)
+	}
+	return got
+}
+
+// testWatchAll checks that an observer's snapshot and watch from its
+// revision see every write and delete of the prefix, in order, with the
+// values written.
+func testWatchAll(t *testing.T, s *suite) {
+	st, lock := s.h.Store, s.lock("o")
+	id := s.h.Grant(t)
+	k1, k2 := unitKey(lock, id, 1), unitKey(lock, id, 2)
+	first := must(t)(st.Join(lock, lockstore.Put{Key: k1, Lease: id, Record: unitRecord("one", 2)}))
+	cs, rev, err := st.Snapshot(ctx(t), s.base)
+	if err != nil || len(cs) != 1 || cs[0].Key != k1 || cs[0].Holder.Owner != "one" || rev < first.Rev {
+		t.Fatalf("snapshot = %+v at %d, %v", cs, rev, err)
+	}
+	second := must(t)(st.Join(lock, lockstore.Put{Key: k2, Lease: id, Record: unitRecord("two", 2)}))
+	upd := must(t)(st.Update(lockstore.Put{Key: k2, Lease: id, Record: unitRecord("two-again", 2)}, second.Rev, 0))
+	del := must(t)(st.Delete(k1, first.Rev))
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := st.WatchAll(wctx, s.base, rev+1) // from the snapshot: nothing missed
+	if est := next(t, ch); !est.Established {
+		t.Fatalf("first response %+v, want established", est)
+	}
+	got := changes(t, ch, 3)
+	if len(got) != 3 ||
+		got[0].Deleted || got[0].Key != k2 || got[0].Rev != second.Rev || got[0].Create != second.Rev || got[0].Holder.Owner != "two" ||
+		got[1].Deleted || got[1].Rev != upd.Rev || got[1].Holder.Owner != "two-again" || got[1].Create != second.Rev ||
+		!got[2].Deleted || got[2].Key != k1 || got[2].Rev != del.Rev {
+		t.Fatalf("changes %+v", got)
+	}
+	cancel()
+	for range ch {
 	}
 }

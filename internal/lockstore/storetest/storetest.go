@@ -42,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 		{"RevokeDeletesTheLeasesKeys", testRevoke},
 		{"WatchReportsDeletes", testWatch},
 		{"WatchResumesInThePast", testWatchResume},
+		{"WatchAllFollowsASnapshot", testWatchAll},
 		{"ConcurrentTriesGrantOne", testConcurrentTries},
 		{"CheckAccessWritesNothing", testCheckAccess},
 	} {
