@@ -44,6 +44,9 @@ type histOp struct {
 	Result string
 	Detail string // error code or loss reason
 	Fence  int64
+	// Limit is, for an acquisition of a semaphore, its units (each taken
+	// one at a time); 0 for a lock.
+	Limit  int
 	Call   time.Duration
 	Return time.Duration
 	// Told is when a holder stopped believing it held the lock: it asked to
@@ -91,13 +94,17 @@ type holdPlan struct {
 	increments int           // fenced increments per hold, at least
 	holdFor    time.Duration // keep incrementing this long, unless told lost
 	pause      time.Duration // think time between acquisitions, up to
+	// limit makes the lock a semaphore of limit units, one per holder.
+	// Its holders overlap by design, so they do not touch the store
+	// (whose fence and lost-update checks assume one holder at a time).
+	limit int
 }
 
 // once makes one acquisition and reports whether it was granted.
 func (a *app) once(ctx context.Context, lock string, p holdPlan) bool {
 	call := a.h.now()
-	acq := histOp{Client: a.id, Owner: a.owner, Lock: lock, Kind: opAcquire, Call: call}
-	req := lockapi.Request{Owner: a.owner}
+	acq := histOp{Client: a.id, Owner: a.owner, Lock: lock, Kind: opAcquire, Call: call, Limit: p.limit}
+	req := lockapi.Request{Owner: a.owner, Limit: p.limit}
 	if p.wait > 0 {
 		req.Wait = p.wait.String()
 	}
@@ -172,6 +179,10 @@ work:
 		case <-ctx.Done():
 			break work
 		default:
+		}
+		if p.limit > 1 {
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
 		if err := a.store.increment(lock, granted.Fence, a.owner); errors.Is(err, errFenced) {
 			break // the resource has seen a newer holder: stop working

@@ -26,15 +26,18 @@ type outcome struct {
 	fenceErrors                 []string
 	overlaps                    int
 	overlapMax                  time.Duration
-	porcupine                   string
-	porcupineTime               time.Duration
-	gaps                        []time.Duration // reacquire after a fault
-	leads                       []time.Duration // new grant − old holder told lost
-	keys, leases                int64
-	notes                       []string
-	reasons                     map[string]int // why acquisitions failed
-	losses                      map[string]int // how holders learned they lost
-	took                        time.Duration
+	// concurrency is, per semaphore, the most holders that believed they
+	// held it at once.
+	concurrency   map[string]int
+	porcupine     string
+	porcupineTime time.Duration
+	gaps          []time.Duration // reacquire after a fault
+	leads         []time.Duration // new grant − old holder told lost
+	keys, leases  int64
+	notes         []string
+	reasons       map[string]int // why acquisitions failed
+	losses        map[string]int // how holders learned they lost
+	took          time.Duration
 }
 
 func (o *outcome) note(format string, args ...any) {
@@ -57,6 +60,12 @@ func analyze(name string, ops []histOp, st *store) *outcome {
 	}
 	var holds []hold
 	open := map[string]int{} // owner+fence → index in holds
+	limits := map[string]int{}
+	for _, op := range ops {
+		if op.Kind == opAcquire && op.Limit > 1 {
+			limits[op.Lock] = op.Limit
+		}
+	}
 	for _, op := range ops {
 		if op.Kind != opAcquire {
 			// A holder acts from its grant until it asks to release or is
@@ -115,9 +124,24 @@ func analyze(name string, ops []histOp, st *store) *outcome {
 		}
 		last[s.Lock] = max(last[s.Lock], s.Token)
 	}
-	// Belief overlap: two holders of one lock who both thought they held it.
+	// Belief overlap: two holders of one lock who both thought they held
+	// it; of a semaphore, more holders than its units.
 	sort.Slice(holds, func(i, j int) bool { return holds[i].start < holds[j].start })
+	o.concurrency = map[string]int{}
 	for i := range holds {
+		if n := limits[holds[i].lock]; n > 1 {
+			active := 1
+			for j := range i {
+				if holds[j].lock == holds[i].lock && holds[j].end > holds[i].start {
+					active++
+				}
+			}
+			o.concurrency[holds[i].lock] = max(o.concurrency[holds[i].lock], active)
+			if active > n {
+				o.overlaps++
+			}
+			continue
+		}
 		for j := i + 1; j < len(holds) && holds[j].start < holds[i].end; j++ {
 			if holds[j].lock != holds[i].lock || (holds[j].fence == holds[i].fence && holds[j].owner == holds[i].owner) {
 				continue
@@ -202,7 +226,16 @@ var mutexModel = porcupine.NondeterministicModel{
 // saves the visualization in dir.
 func checkLinearizable(o *outcome, ops []histOp, dir string) {
 	var hist []porcupine.Operation
+	semaphores := map[string]bool{}
 	for _, op := range ops {
+		if op.Limit > 1 {
+			semaphores[op.Lock] = true
+		}
+	}
+	for _, op := range ops {
+		if semaphores[op.Lock] {
+			continue // the model is a mutex's
+		}
 		hist = append(hist, porcupine.Operation{
 			ClientId: op.Client,
 			Input:    mutexInput{kind: op.Kind, client: op.Client, lock: op.Lock},

@@ -48,3 +48,26 @@ func TestCheckersCatchDoubleHolders(t *testing.T) {
 		t.Errorf("fence 5 granted twice and fence 9 never granted: fence errors %v", o.fenceErrors)
 	}
 }
+
+// TestCheckersCountSemaphoreHolders: for a semaphore, holders overlap up
+// to its limit and no further; one more is a belief overlap.
+func TestCheckersCountSemaphoreHolders(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	hist := func(n int) []histOp {
+		var ops []histOp
+		for i := range n {
+			owner := string(rune('a' + i))
+			ops = append(ops,
+				histOp{Client: i, Owner: owner, Lock: "s", Kind: opAcquire, Result: resOK, Fence: int64(10 + i), Limit: 3, Call: ms(i), Return: ms(i + 1)},
+				histOp{Client: i, Owner: owner, Lock: "s", Kind: opRelease, Result: resOK, Fence: int64(10 + i), Call: ms(20), Return: ms(21), Told: ms(20)})
+		}
+		return ops
+	}
+	st := &store{fenced: true, locks: map[string]*storeLock{}}
+	if o := analyze("three of three", hist(3), st); o.overlaps != 0 || o.concurrency["s"] != 3 {
+		t.Errorf("three holders of a semaphore of 3: %d overlaps, at most %d at once", o.overlaps, o.concurrency["s"])
+	}
+	if o := analyze("four of three", hist(4), st); o.overlaps == 0 || o.concurrency["s"] != 4 {
+		t.Errorf("four holders of a semaphore of 3: %d overlaps, at most %d at once", o.overlaps, o.concurrency["s"])
+	}
+}

@@ -73,6 +73,39 @@ func TestS3KillChurn(t *testing.T) {
 	})
 }
 
+// TestS15SemaphoreKillChurn: app clients on several sidecars loop on units
+// of one semaphore of 3 while the sidecar of a random holder is SIGKILLed
+// at an interval and restarted: never more than 3 holders believe they
+// hold it at once, and it is held by 3 at times.
+func TestS15SemaphoreKillChurn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var apps []*app
+	for _, sc := range e.addSidecars(scale(4, 6), sidecarOptions{}) {
+		apps = append(apps, e.apps(sc, scale(3, 6), 5*time.Millisecond)...)
+	}
+	stop := make(chan struct{})
+	const limit = 3
+	wg := runApps(apps, stop, "s15", 0, holdPlan{wait: 30 * time.Second, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond, limit: limit})
+	var faults []time.Duration
+	end := time.Now().Add(scale(15*time.Second, 5*time.Minute))
+	for time.Now().Before(end) {
+		time.Sleep(scale(3*time.Second, 5*time.Second))
+		x := e.holderOf("s15")
+		faults = append(faults, e.h.now())
+		x.kill()
+		x.start(t)
+	}
+	close(stop)
+	wg.Wait()
+	o := e.finish("S15 semaphore SIGKILL churn", requirements{minOK: 20, noOverlap: true}, func(o *outcome) {
+		o.note("%d clients on a semaphore of %d, a holder's sidecar SIGKILLed every %v and restarted at once (%d kills); at most %d holders at once",
+			len(apps), limit, scale(3*time.Second, 5*time.Second), len(faults), o.concurrency["s15"])
+	})
+	if o.concurrency["s15"] != limit {
+		t.Errorf("at most %d holders at once: the semaphore of %d was never full", o.concurrency["s15"], limit)
+	}
+}
+
 // checkGaps enforces the liveness bound on reacquire gaps.
 func checkGaps(t *testing.T, o *outcome) {
 	t.Helper()
