@@ -31,6 +31,8 @@ func flagOf(field string) string {
 		return "--request-timeout"
 	case "coordinator.WatchDelay":
 		return "--watch-delay"
+	case "coordinator.OnceRetention":
+		return "--once-retention"
 	case "coordinator.WatchLinger":
 		return "--watch-linger"
 	case "embedetcd.DataDir":

@@ -46,6 +46,9 @@ type runOptions struct {
 	mode      string
 	limit     int
 	weight    int
+	once      bool // --once KEY: key is the run-once key
+	ifDone    string
+	ifFailed  string
 }
 
 func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
@@ -76,7 +79,11 @@ lock's (limit_mismatch).`,
 	}
 	fs := cmd.Flags()
 	socketFlag(fs, &o.socket, "the sidecar's socket")
-	fs.StringVar(&o.key, "key", "", "the lock to hold, e.g. flow-123/readiness (required)")
+	fs.StringVar(&o.key, "key", "", "the lock to hold, e.g. flow-123/readiness (this or --once is required)")
+	var onceKey string
+	fs.StringVar(&onceKey, "once", "", "run the command once under this key: not if a run already succeeded (exit 0, saying when and by whom); its exit status is recorded")
+	fs.StringVar(&o.ifDone, "if-done", "", "with --once, after a success: skip (the default) or rerun")
+	fs.StringVar(&o.ifFailed, "if-failed", "", "with --once, after a failure: retry (the default) or skip")
 	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
 	fs.DurationVar(&o.wait, "wait", 0, "how long to queue for the lock; 0 gives up at once")
 	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
@@ -88,6 +95,9 @@ lock's (limit_mismatch).`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if cmd.ArgsLenAtDash() != 0 {
 			return usageError{errors.New("put the command after --, as in: baton run --key K -- COMMAND ARGS")}
+		}
+		if err := o.takeOnce(onceKey); err != nil {
+			return err
 		}
 		if _, err := keyspace.ParseKey(o.key); err != nil {
 			return usageError{fmt.Errorf("--key: %w", err)}
@@ -134,13 +144,14 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	giveUp()
-	release := func() {
+	release := func(int) error {
 		if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
 			fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
 		}
+		return nil
 	}
 	if ctx.Err() != nil { // interrupted just as the grant came
-		release()
+		_ = release(0)
 		return exitError{130, "interrupted while waiting for the lock"}
 	}
 
@@ -148,11 +159,23 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
 		"BATON_FENCE="+strconv.FormatInt(granted.Fence, 10), "BATON_SOCKET="+o.socket)
+	finish := release
+	if o.once {
+		result, err := os.CreateTemp("", "baton-result-")
+		if err != nil {
+			_ = release(0)
+			return exitError{exitUnavailable, fmt.Sprintf("cannot make the result file: %v", err)}
+		}
+		result.Close()
+		defer os.Remove(result.Name())
+		cmd.Env = append(cmd.Env, "BATON_RESULT_FILE="+result.Name())
+		finish = o.finisher(c, granted.Owner, result.Name(), stderr)
+	}
 	if err := cmd.Start(); err != nil {
-		release()
+		_ = release(0) // it never ran: the next caller may run it
 		return exitError{127, fmt.Sprintf("cannot start %s: %v", args[0], err)}
 	}
-	return supervise(cmd, stream, o, sigs, release, stderr)
+	return supervise(cmd, stream, o, sigs, finish, stderr)
 }
 
 // checkClaim refuses a --mode, --limit or --weight the sidecar would
@@ -173,7 +196,7 @@ func (o runOptions) checkClaim(cmd *cobra.Command) error {
 
 // request is the hold request o asks for.
 func (o runOptions) request() lockapi.Request {
-	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight}
+	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight, Once: o.once, IfDone: o.ifDone, IfFailed: o.ifFailed}
 	if o.wait > 0 {
 		req.Wait = o.wait.String()
 	}
@@ -204,6 +227,9 @@ func awaitGrant(ctx context.Context, stream *client.Stream, o runOptions, stderr
 		case lockapi.EventGranted:
 			return ev, nil
 		case lockapi.EventRefused:
+			if ev.Code == lockapi.CodeAlreadyDone {
+				return ev, alreadyDone(ev.Message, ev.Run)
+			}
 			return ev, exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
 		case lockapi.EventError:
 			return ev, exitError{exitUnavailable, ev.Message}
@@ -212,9 +238,9 @@ func awaitGrant(ctx context.Context, stream *client.Stream, o runOptions, stderr
 }
 
 // supervise waits for the started cmd, forwarding sigs to it, and releases
-// the lock when it exits; if the lock is lost first, it stops cmd (SIGTERM,
+// the lock when it exits (release is told its exit status); if the lock is lost first, it stops cmd (SIGTERM,
 // then SIGKILL after the grace) and exits lost.
-func supervise(cmd *exec.Cmd, stream *client.Stream, o runOptions, sigs <-chan os.Signal, release func(), stderr io.Writer) error {
+func supervise(cmd *exec.Cmd, stream *client.Stream, o runOptions, sigs <-chan os.Signal, release func(code int) error, stderr io.Writer) error {
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // how it ended is read from cmd.ProcessState
@@ -228,7 +254,9 @@ func supervise(cmd *exec.Cmd, stream *client.Stream, o runOptions, sigs <-chan o
 		select {
 		case <-exited:
 			code := exitCode(cmd.ProcessState)
-			release()
+			if err := release(code); err != nil {
+				return err
+			}
 			if code != 0 {
 				return exitError{code, ""}
 			}
@@ -279,6 +307,8 @@ func holdFailed(err error, wait time.Duration) error {
 			return exitError{exitUnavailable, ae.Message}
 		case lockapi.CodeForbidden:
 			return exitError{exitForbidden, ae.Message + " (forbidden)"}
+		case lockapi.CodeAlreadyDone:
+			return alreadyDone(ae.Message, ae.Run)
 		case lockapi.CodeLimitMismatch:
 			// Not someone else's turn: a caller that retried would never run.
 			return exitError{2, ae.Message + " (limit_mismatch)"}

@@ -80,6 +80,21 @@ func (s *Stream) Close() error {
 	return s.body.Close()
 }
 
+// Finish records the outcome of a run-once holder's run of key and
+// releases the lock (POST KEY:done).
+func (c *Client) Finish(ctx context.Context, key string, d lockapi.Done) (lockapi.Run, error) {
+	var run lockapi.Run
+	resp, err := c.do(ctx, http.MethodPost, "/v1/locks/"+key+":done", d)
+	if err != nil {
+		return run, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return run, decodeError(resp)
+	}
+	defer resp.Body.Close()
+	return run, json.NewDecoder(resp.Body).Decode(&run)
+}
+
 // Release releases owner's lock of key.
 func (c *Client) Release(ctx context.Context, key, owner string) (lockapi.Released, error) {
 	var r lockapi.Released

@@ -63,7 +63,14 @@ func (g Grant) Err() error {
 // 0) costs one etcd transaction, granted or refused, and leaves no key
 // behind when refused. A wait queues in create-revision order across
 // sidecars and deletes its contender key when it gives up.
-func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
+func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if req.Once != nil {
+		return c.acquireOnce(ctx, req)
+	}
+	return c.acquire(ctx, req)
+}
+
+func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	if err := c.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}

@@ -47,7 +47,15 @@ type Config struct {
 	// Grant.Done and waiters open the watch at once; 0 opens it at every
 	// grant.
 	WatchDelay time.Duration
+	// OnceRetention is how long a run-once lock's record of its last
+	// finished run is kept: within it, a run that succeeded is not run
+	// again. Default 168h (a week).
+	OnceRetention time.Duration
 }
+
+// maxOnceRetention bounds OnceRetention: ten years, well within etcd's
+// longest lease.
+const maxOnceRetention = 10 * 365 * 24 * time.Hour
 
 // Default returns the documented defaults.
 func Default() Config {
@@ -61,6 +69,7 @@ func Default() Config {
 		EndedRetention: time.Hour,
 		WatchLinger:    2 * time.Second,
 		WatchDelay:     250 * time.Millisecond,
+		OnceRetention:  7 * 24 * time.Hour,
 	}
 }
 
@@ -88,6 +97,10 @@ func (c Config) Validate() error {
 		return config.Invalid("coordinator.WatchDelay", "watch delay %v: must not be negative; 0 watches every lock from its grant", c.WatchDelay)
 	case c.WatchDelay > time.Minute:
 		return config.Invalid("coordinator.WatchDelay", "watch delay %v: must be at most 1m, or a lost lock goes unreported that long", c.WatchDelay)
+	case c.OnceRetention < time.Minute:
+		return config.Invalid("coordinator.OnceRetention", "once retention %v: must be at least 1m", c.OnceRetention)
+	case c.OnceRetention > maxOnceRetention:
+		return config.Invalid("coordinator.OnceRetention", "once retention %v: must be at most %v", c.OnceRetention, maxOnceRetention)
 	}
 	return nil
 }

@@ -33,6 +33,9 @@ var (
 	// not one, or an owner asking again with another claim (a
 	// *MismatchError).
 	ErrLimitMismatch = errors.New("limit mismatch")
+	// ErrDone: a run-once lock's run already finished and is not to run
+	// again (a *DoneError carries its record).
+	ErrDone = errors.New("already done")
 	// ErrFenceMismatch: a force release named a fence that no longer holds
 	// the lock (a *HeldError names the holder now).
 	ErrFenceMismatch = errors.New("fence mismatch")

@@ -289,6 +289,21 @@ func (c *counted) Line(ctx context.Context, lock, key string, create int64) ([]l
 	return c.Store.Line(ctx, lock, key, create)
 }
 
+func (c *counted) Finish(key string, create int64, record, value string, lease lockstore.LeaseID) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Finish(key, create, record, value, lease)
+}
+
+func (c *counted) Read(ctx context.Context, key string) ([]byte, bool, error) {
+	c.reads.Add(1)
+	return c.Store.Read(ctx, key)
+}
+
+func (c *counted) Snapshot(ctx context.Context, prefix string) ([]lockstore.Contender, int64, error) {
+	c.reads.Add(1)
+	return c.Store.Snapshot(ctx, prefix)
+}
+
 func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
 	c.writes.Add(1)
 	return c.Store.Update(p, create, mod)

@@ -36,6 +36,9 @@ type AcquireRequest struct {
 	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
 	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
 	MaxHold time.Duration
+	// Once, when set, makes the acquire a run-once call: it is granted only
+	// if the lock's work is to run (see Once).
+	Once *Once
 	// Claim is what the caller asks of the lock: exclusive (the zero
 	// Claim, the mutex or a writer), a reader (Mode keyspace.Read), or
 	// Weight of the Limit units of a semaphore. A limit of 1 taken whole is

@@ -32,6 +32,14 @@ func (l Layout) Base() string { return l.base }
 // policy.
 func (l Layout) Policy() string { return Root + l.scope + "/policy" }
 
+// Once is the key of lock k's run-once record: the outcome of its last
+// finished run (Run). It is outside Base, so that no lock's prefix holds
+// it.
+func (l Layout) Once(k Key) string { return Root + l.scope + "/once/" + Escape(k.s) }
+
+// OncePrefix is the prefix of every run-once record of the scope.
+func (l Layout) OncePrefix() string { return Root + l.scope + "/once/" }
+
 // LockPrefix is the prefix of lock k's contender keys, ending in "/". It is
 // the name to give `etcdctl lock` (without the trailing slash) and the
 // prefix a concurrency.Mutex on the same lock uses.
@@ -109,10 +117,11 @@ type Grant struct {
 }
 
 // SidecarGrants are what the etcd role of the scope's sidecars must grant
-// when etcd's authentication is on: read and write on the scope's locks,
-// read only on its policy, nothing else.
+// when etcd's authentication is on: read and write on the scope's locks and
+// run-once records, read only on its policy, nothing else.
 func (l Layout) SidecarGrants() []Grant {
-	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: l.Policy()}}
+	once := l.OncePrefix()
+	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: once, RangeEnd: prefixEnd(once), Write: true}, {Key: l.Policy()}}
 }
 
 // prefixEnd is the end of the range of keys that start with p: p with its

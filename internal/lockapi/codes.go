@@ -10,7 +10,10 @@ package lockapi
 const (
 	CodeAlreadyRunning = "already_running"
 	CodeWaitTimeout    = "wait_timeout"
-	CodeFenceMismatch  = "fence_mismatch"
+	// CodeAlreadyDone: a run-once call found the work done (or failed,
+	// with if_failed skip); run says by whom, when, and its result.
+	CodeAlreadyDone   = "already_done"
+	CodeFenceMismatch = "fence_mismatch"
 	// CodeLimitMismatch: the caller's limit (or mode) does not agree with
 	// the lock's: every caller of a semaphore gives the same limit, and a
 	// semaphore is not a lock nor a read/write lock.

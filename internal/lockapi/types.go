@@ -26,6 +26,38 @@ type Request struct {
 	// takes Weight (default 1).
 	Limit  int `json:"limit,omitempty"`
 	Weight int `json:"weight,omitempty"`
+	// Once makes the call a run-once call: granted only when the lock's
+	// work is to run, answered already_done when it already succeeded.
+	// IfDone ("skip", the default, or "rerun") and IfFailed ("retry", the
+	// default, or "skip") say what to do after a success or a failure.
+	Once     bool   `json:"once,omitempty"`
+	IfDone   string `json:"if_done,omitempty"`
+	IfFailed string `json:"if_failed,omitempty"`
+}
+
+// Done is the body of POST /v1/locks/KEY:done: the outcome of a run-once
+// holder's run, recorded as it lets the lock go.
+type Done struct {
+	Owner string `json:"owner"`
+	// OK says the run succeeded; a failed run may be run again.
+	OK     bool   `json:"ok"`
+	Result string `json:"result,omitempty"`
+}
+
+// Run is the record of a run-once lock's last finished run.
+type Run struct {
+	Key        string    `json:"key"`
+	Status     string    `json:"status"` // succeeded or failed
+	Owner      string    `json:"owner"`
+	Pod        string    `json:"pod,omitempty"`
+	Namespace  string    `json:"namespace,omitempty"`
+	Node       string    `json:"node,omitempty"`
+	Fence      int64     `json:"fence"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Result     string    `json:"result,omitempty"`
+	// ExpiresAt is when the record goes (the sidecar's --once-retention).
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Holder is who holds a lock, as its holder record says.
@@ -125,7 +157,9 @@ type Event struct {
 	Code       string    `json:"code,omitempty"`
 	Message    string    `json:"message,omitempty"`
 	Holder     *Holder   `json:"holder,omitempty"`
-	At         time.Time `json:"at"`
+	// Run is, on a run-once stream refused already_done, the last run.
+	Run *Run      `json:"run,omitempty"`
+	At  time.Time `json:"at"`
 }
 
 // WatchEvent is one line of a watch (GET /v1/locks/KEY:watch or
@@ -168,6 +202,8 @@ type Error struct {
 	// Limit is the limit in force on the lock (limit_mismatch); absent
 	// when the lock is not a semaphore.
 	Limit int `json:"limit,omitempty"`
+	// Run is the last finished run of a run-once lock (already_done).
+	Run *Run `json:"run,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }

@@ -17,6 +17,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -100,6 +101,17 @@ type Store interface {
 	// Delete deletes key if it is the one created at create; with create
 	// 0, whatever its revision. OK is false when the key was not there.
 	Delete(key string, create int64) (Outcome, error)
+
+	// Finish deletes key if it is the one created at create and in the
+	// same step writes value at record, carried by lease (0: none): how a
+	// run-once holder records its outcome as it lets go of the lock.
+	Finish(key string, create int64, record, value string, lease LeaseID) (Outcome, error)
+	// Read reads a key that is not a contender key (a run-once record);
+	// found is false when it does not exist.
+	Read(ctx context.Context, key string) (value []byte, found bool, err error)
+	// GrantLease grants a lease of ttl that nobody keeps alive, for a
+	// record that must go after a retention.
+	GrantLease(ctx context.Context, ttl time.Duration) (LeaseID, error)
 
 	// First reads the lock's first contender: its holder, nil when free.
 	First(ctx context.Context, lock string) (*Contender, error)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ErrDown is the error of every call to a Memory made unavailable with
@@ -27,8 +28,9 @@ type Memory struct {
 	history  []Change // the last changes, for watches that resume in the past
 	forgot   int64    // the revision of the last change dropped from history
 	watches  map[*memWatch]bool
-	sessions []*MemSession   // every session made, for LoseSessions
-	denied   map[string]bool // prefixes CheckAccess refuses (Deny)
+	sessions []*MemSession     // every session made, for LoseSessions
+	denied   map[string]bool   // prefixes CheckAccess refuses (Deny)
+	records  map[string][]byte // keys that are not contenders (Finish); they never expire here
 }
 
 // maxHistory bounds the changes a Memory keeps for watches that resume in
@@ -39,7 +41,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory.
 func NewMemory() *Memory {
-	return &Memory{rev: 1, keys: map[string]*Contender{}, leases: map[LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}}
+	return &Memory{rev: 1, keys: map[string]*Contender{}, leases: map[LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}, records: map[string][]byte{}}
 }
 
 // SetDown makes every call fail with ErrDown (true) and every watch end,
@@ -140,6 +142,44 @@ func (m *Memory) Delete(key string, create int64) (Outcome, error) {
 	m.rev++
 	m.deleteLocked(key, m.rev)
 	return Outcome{OK: true, Rev: m.rev}, nil
+}
+
+// Finish implements Store.
+func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseID) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return Outcome{}, ErrDown
+	}
+	k := m.keys[key]
+	if k == nil || k.Create != create {
+		return Outcome{Rev: m.rev}, nil
+	}
+	m.rev++
+	m.records[record] = []byte(value)
+	m.deleteLocked(key, m.rev)
+	return Outcome{OK: true, Rev: m.rev}, nil
+}
+
+// Read implements Store.
+func (m *Memory) Read(ctx context.Context, key string) (v []byte, found bool, err error) {
+	err = m.read(ctx, func() { v, found = m.records[key] })
+	return v, found, err
+}
+
+// GrantLease implements Store: the lease never expires here.
+func (m *Memory) GrantLease(ctx context.Context, _ time.Duration) (LeaseID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return 0, ErrDown
+	}
+	m.lastID++
+	m.leases[m.lastID] = map[string]bool{}
+	return m.lastID, nil
 }
 
 // checkWrite refuses a write when down or when its lease is gone, as etcd

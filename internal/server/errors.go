@@ -46,15 +46,15 @@ func classified(err error) (int, lockapi.Error) {
 	var (
 		body      lockapi.Error
 		ae        *apiError
-		held      *coordinator.HeldError
 		notOwner  *coordinator.NotOwnerError
 		lost      *coordinator.LostError
 		inv       *coordinator.InvalidError
-		mismatch  *coordinator.MismatchError
 		forbidden *policy.Forbidden
 		tooBig    *http.MaxBytesError
 	)
-	no := false
+	if status, body, ok := refusal(err); ok {
+		return status, body
+	}
 	switch {
 	case errors.As(err, &ae):
 		body.Code, body.Message = ae.code, ae.msg
@@ -63,25 +63,6 @@ func classified(err error) (int, lockapi.Error) {
 		body.Code = lockapi.CodeBodyTooLarge
 		body.Message = fmt.Sprintf("the request body is larger than the sidecar's limit of %d bytes; a lock request's body is a few fields", tooBig.Limit)
 		return http.StatusRequestEntityTooLarge, body
-	case errors.As(err, &held):
-		body.Granted, body.Key, body.Fence = &no, held.Key.String(), held.Fence
-		body.Message = held.Error()
-		if held.Fence != 0 {
-			body.Holder = holderOf(held.Holder)
-		}
-		switch {
-		case held.Mismatch != 0:
-			body.Granted, body.Code = nil, lockapi.CodeFenceMismatch
-		case held.Waited:
-			body.Code = lockapi.CodeWaitTimeout
-		default:
-			body.Code = lockapi.CodeAlreadyRunning
-		}
-		return http.StatusConflict, body
-	case errors.As(err, &mismatch):
-		body.Granted, body.Code, body.Key = &no, lockapi.CodeLimitMismatch, mismatch.Key.String()
-		body.Holder, body.Fence, body.Limit = holderOf(mismatch.Holder), mismatch.Fence, mismatch.InForce.Limit
-		return http.StatusConflict, body
 	case errors.Is(err, coordinator.ErrFenceMismatch):
 		body.Code = lockapi.CodeFenceMismatch
 		return http.StatusConflict, body
@@ -123,6 +104,43 @@ func classified(err error) (int, lockapi.Error) {
 	}
 	body.Code = lockapi.CodeInternal
 	return http.StatusInternalServerError, body
+}
+
+// refusal maps the errors of an acquire refused for want of the lock (409
+// already_running, wait_timeout, fence_mismatch, limit_mismatch,
+// already_done); ok is false for the others.
+func refusal(err error) (status int, body lockapi.Error, ok bool) {
+	var (
+		held     *coordinator.HeldError
+		mismatch *coordinator.MismatchError
+		done     *coordinator.DoneError
+	)
+	no := false
+	switch {
+	case errors.As(err, &held):
+		body.Granted, body.Key, body.Fence = &no, held.Key.String(), held.Fence
+		body.Message = held.Error()
+		if held.Fence != 0 {
+			body.Holder = holderOf(held.Holder)
+		}
+		switch {
+		case held.Mismatch != 0:
+			body.Granted, body.Code = nil, lockapi.CodeFenceMismatch
+		case held.Waited:
+			body.Code = lockapi.CodeWaitTimeout
+		default:
+			body.Code = lockapi.CodeAlreadyRunning
+		}
+	case errors.As(err, &done):
+		run := runOf(done.Key, done.Run)
+		body.Granted, body.Code, body.Key, body.Run = &no, lockapi.CodeAlreadyDone, done.Key.String(), &run
+	case errors.As(err, &mismatch):
+		body.Granted, body.Code, body.Key = &no, lockapi.CodeLimitMismatch, mismatch.Key.String()
+		body.Holder, body.Fence, body.Limit = holderOf(mismatch.Holder), mismatch.Fence, mismatch.InForce.Limit
+	default:
+		return 0, body, false
+	}
+	return http.StatusConflict, body, true
 }
 
 // invalidCode is the code of a request field out of range.

@@ -42,9 +42,11 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, rest string) {
 		notAllowed(w, r, "POST")
 	case verb == "watch":
 		s.watch(w, r, k)
+	case verb == "done":
+		s.done(w, r, k)
 	default:
 		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
-			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend, :hold and :watch", verb)})
+			msg: fmt.Sprintf("unknown method %q after the key; the custom methods are :extend, :hold, :watch and :done", verb)})
 	}
 }
 
@@ -60,7 +62,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, err)
 		return
 	}
-	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim})
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -92,8 +94,8 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 	case b.MaxHold != 0:
 		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
-	case b.claimed:
-		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit or weight: the lock keeps the claim it was granted with"))
+	case b.claimed || b.Once != nil:
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight or once: the lock keeps what it was granted with"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)

@@ -29,6 +29,8 @@ type acquireBody struct {
 	// them was given (extend takes none).
 	Claim   keyspace.Claim
 	claimed bool
+	// Once is set for a run-once call (once: true).
+	Once *coordinator.Once
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -38,39 +40,16 @@ type acquireBody struct {
 // every try, and a burst of refused tries is what a lock service must
 // answer cheaply.
 func decodeBody(r io.Reader) (acquireBody, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return acquireBody{}, err
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return acquireBody{}, &apiError{status: http.StatusRequestTimeout, code: lockapi.CodeBodyTimeout,
-				msg: "the request body did not arrive in time: is Content-Length larger than the body?"}
-		}
-		return acquireBody{}, badRequest(lockapi.CodeInvalidRequest, "the body could not be read: "+err.Error())
+	t, err := readObject(r, `{"owner":"exec-1","ttl":"5m","wait":"30s"}`)
+	if err != nil || t == nil {
+		return acquireBody{}, err
 	}
-	t := bytes.TrimSpace(data)
-	if len(t) == 0 {
-		return acquireBody{}, nil
-	}
-	if t[0] != '{' {
-		return acquireBody{}, badRequest(lockapi.CodeInvalidJSON, `the body must be a JSON object like {"owner":"exec-1","ttl":"5m","wait":"30s"}`)
-	}
-	if !json.Valid(t) {
-		var v any
-		err := json.Unmarshal(t, &v) // only for its message
-		if err == nil {
-			err = errors.New("invalid JSON")
-		}
-		return acquireBody{}, badRequest(lockapi.CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
-	}
-	var raw [7]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight
+	var raw [10]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight, once, if_done, if_failed
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight and (on :hold) max_hold", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, once, if_done, if_failed and (on :hold) max_hold", name))
 		case raw[i] != nil:
 			return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
@@ -106,7 +85,43 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if err := decodeClaim(&b, raw[4], raw[5], raw[6]); err != nil {
 		return acquireBody{}, err
 	}
+	if err := decodeOnce(&b, raw[7], raw[8], raw[9]); err != nil {
+		return acquireBody{}, err
+	}
 	return b, nil
+}
+
+// readObject reads a body that must be one JSON object (example shows
+// one in the error), or nothing (nil).
+func readObject(r io.Reader, example string) ([]byte, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, code: lockapi.CodeBodyTimeout,
+				msg: "the request body did not arrive in time: is Content-Length larger than the body?"}
+		}
+		return nil, badRequest(lockapi.CodeInvalidRequest, "the body could not be read: "+err.Error())
+	}
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return nil, nil
+	}
+	if t[0] != '{' {
+		return nil, badRequest(lockapi.CodeInvalidJSON, "the body must be a JSON object like "+example)
+	}
+	if !json.Valid(t) {
+		var v any
+		err := json.Unmarshal(t, &v) // only for its message
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
+		return nil, badRequest(lockapi.CodeInvalidJSON, "the body is not valid JSON: "+err.Error())
+	}
+	return t, nil
 }
 
 // decodeClaim reads mode, limit and weight. A limit or weight of 0 that
@@ -169,6 +184,12 @@ func bodyField(name string) int {
 		return 5
 	case "weight":
 		return 6
+	case "once":
+		return 7
+	case "if_done":
+		return 8
+	case "if_failed":
+		return 9
 	}
 	return -1
 }

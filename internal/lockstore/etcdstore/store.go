@@ -124,6 +124,40 @@ func (s *Store) Delete(key string, create int64) (lockstore.Outcome, error) {
 	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
 }
 
+// Finish implements lockstore.Store.
+func (s *Store) Finish(key string, create int64, record, value string, lease lockstore.LeaseID) (lockstore.Outcome, error) {
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
+	}
+	r, err := s.commits.do(lockTxn{key: key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)},
+		then: []clientv3.Op{clientv3.OpPut(record, value, opts...), clientv3.OpDelete(key)},
+	})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, record)
+}
+
+// Read implements lockstore.Store.
+func (s *Store) Read(ctx context.Context, key string) ([]byte, bool, error) {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, false, s.denied(err, key)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, false, nil
+	}
+	return resp.Kvs[0].Value, true, nil
+}
+
+// GrantLease implements lockstore.Store.
+func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (lockstore.LeaseID, error) {
+	resp, err := s.cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	return lockstore.LeaseID(resp.ID), nil
+}
+
 // First implements lockstore.Store.
 func (s *Store) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
 	resp, err := s.cli.Get(ctx, lock, clientv3.WithFirstCreate()...)

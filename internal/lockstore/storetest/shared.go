@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
@@ -142,5 +143,33 @@ func testWatchAll(t *testing.T, s *suite) {
 	}
 	cancel()
 	for range ch {
+	}
+}
+
+// testFinish checks a run-once holder's last write: its outcome written
+// and its key deleted in one step, only while it holds the key.
+func testFinish(t *testing.T, s *suite) {
+	st, lock := s.h.Store, s.lock("f")
+	id := s.h.Grant(t)
+	k, rec := key(lock, id), s.base+"once/f"
+	held := must(t)(st.Try(lock, lockstore.Put{Key: k, Lease: id, Record: record("runner")}))
+	if out := must(t)(st.Finish(k, held.Rev+1, rec, "stale", 0)); out.OK {
+		t.Fatalf("finished with a fence that does not hold: %+v", out)
+	}
+	if _, found, err := st.Read(ctx(t), rec); err != nil || found {
+		t.Fatalf("a refused finish wrote its record (%v)", err)
+	}
+	lease, err := st.GrantLease(ctx(t), time.Hour)
+	if err != nil || lease == 0 {
+		t.Fatalf("grant lease: %d, %v", lease, err)
+	}
+	if out := must(t)(st.Finish(k, held.Rev, rec, "done", lease)); !out.OK || out.Rev <= held.Rev {
+		t.Fatalf("finish: %+v", out)
+	}
+	if v, found, err := st.Read(ctx(t), rec); err != nil || !found || string(v) != "done" {
+		t.Fatalf("record %q found %v, %v", v, found, err)
+	}
+	if f, err := st.First(ctx(t), lock); err != nil || f != nil {
+		t.Fatalf("the holder's key is still there: %+v, %v", f, err)
 	}
 }

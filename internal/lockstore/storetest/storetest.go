@@ -43,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"WatchReportsDeletes", testWatch},
 		{"WatchResumesInThePast", testWatchResume},
 		{"WatchAllFollowsASnapshot", testWatchAll},
+		{"FinishWritesTheOutcomeAsItLetsGo", testFinish},
 		{"ConcurrentTriesGrantOne", testConcurrentTries},
 		{"CheckAccessWritesNothing", testCheckAccess},
 	} {

@@ -1,0 +1,216 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/policy"
+)
+
+// A run-once lock guards work that must succeed once: a migration, a
+// webhook's side effect. Its caller takes the lock to run the work and
+// reports how it went with Finish, which writes the run's record
+// (keyspace.Run, at Layout.Once) and lets the lock go in one etcd
+// transaction that compares the holder's fence. Whoever asks later reads
+// the record, before taking the lock (a read, no write, for the common
+// "already done") and again once it holds it (a run that finished while
+// it waited is not run twice). A run that failed, or whose holder crashed
+// (its lock went without a record), may be run again by the next caller.
+
+// Once is the policy of a run-once call, as Temporal's workflow-id reuse
+// policies say it.
+type Once struct {
+	// IfDone says what a call does when a run succeeded within the
+	// retention: OnceSkip (the default) answers ErrDone, OnceRerun runs
+	// again.
+	IfDone string
+	// IfFailed says what it does when the last run failed: OnceRetry (the
+	// default) runs again, OnceSkip answers ErrDone.
+	IfFailed string
+}
+
+// Values of Once's fields.
+const (
+	OnceSkip  = "skip"
+	OnceRerun = "rerun"
+	OnceRetry = "retry"
+)
+
+// DoneError tells a run-once caller that the work is not to run: its
+// last run succeeded (or failed, with IfFailed skip).
+type DoneError struct {
+	Key keyspace.Key
+	Run keyspace.Run
+}
+
+func (e *DoneError) Error() string {
+	what, verb, again := "done", "ran it", "if_done rerun"
+	if e.Run.Status == keyspace.RunFailed {
+		what, verb, again = "failed", "failed", "if_failed retry"
+	}
+	by := e.Run.Owner
+	if e.Run.Pod != "" {
+		by += " (pod " + e.Run.Pod + ")"
+	}
+	msg := fmt.Sprintf("%q is already %s: %s %s at %s (fence %d)", e.Key.String(), what, by, verb, e.Run.FinishedAt.UTC().Format(time.RFC3339), e.Run.Fence)
+	if e.Run.Result != "" {
+		msg += fmt.Sprintf(", result %q", e.Run.Result)
+	}
+	return msg + "; ask with " + again + " to run it again"
+}
+
+// Is makes errors.Is(err, ErrDone) true.
+func (e *DoneError) Is(target error) bool { return target == ErrDone }
+
+// checkOnce validates a run-once call and fills in its defaults.
+func (c *Coordinator) checkOnce(req *AcquireRequest) error {
+	o := req.Once
+	switch {
+	case req.Claim != (keyspace.Claim{}):
+		return invalid("once", "a run-once lock runs one caller at a time: leave out mode, limit and weight")
+	case o.IfDone == "":
+		o.IfDone = OnceSkip
+	case o.IfDone != OnceSkip && o.IfDone != OnceRerun:
+		return invalid("once", "if_done %q: use skip (do not run what succeeded) or rerun", o.IfDone)
+	}
+	switch o.IfFailed {
+	case "":
+		o.IfFailed = OnceRetry
+	case OnceRetry, OnceSkip:
+	default:
+		return invalid("once", "if_failed %q: use retry (run again after a failure) or skip", o.IfFailed)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner {
+		return invalid("once", "%s is running %q already (fence %d) and cannot wait for its own outcome: report it with POST /v1/locks/%s:done",
+			req.Owner, req.Key.String(), e.held.fence, req.Key.String())
+	}
+	return nil
+}
+
+// acquireOnce is Acquire of a run-once call: granted only when the work
+// is to run.
+func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if err := c.checkAcquire(&req); err != nil {
+		return Grant{}, err
+	}
+	if err := c.checkOnce(&req); err != nil {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	if err := c.allowed(policy.Lock, req.Key); err != nil {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	if err := c.settled(ctx, req); err != nil {
+		return Grant{}, err
+	}
+	g, err := c.acquire(ctx, req)
+	if err != nil {
+		return Grant{}, err
+	}
+	// Held: a run that finished while this caller waited is not run again.
+	if err := c.settled(ctx, req); err != nil {
+		if _, rerr := c.Release(context.WithoutCancel(ctx), req.Key, req.Owner); rerr != nil {
+			c.log.Warn("cannot let go of a run-once lock whose work is done", "lock", req.Key.String(), "owner", req.Owner, "err", rerr)
+		}
+		return Grant{}, err
+	}
+	return g, nil
+}
+
+// settled returns a *DoneError when the last run's record says req's work
+// is not to run, nil when it is.
+func (c *Coordinator) settled(ctx context.Context, req AcquireRequest) error {
+	run, found, err := c.lastRun(ctx, req.Key)
+	switch {
+	case err != nil:
+		return unavailable(fmt.Sprintf("acquire %q: read its run-once record", req.Key), err)
+	case !found:
+		return nil
+	case run.Status == keyspace.RunSucceeded && req.Once.IfDone == OnceSkip,
+		run.Status == keyspace.RunFailed && req.Once.IfFailed == OnceSkip:
+		return fmt.Errorf("acquire %q: %w", req.Key, &DoneError{Key: req.Key, Run: run})
+	}
+	return nil
+}
+
+// LastRun reads the record of k's last finished run; found is false when
+// there is none within the retention.
+func (c *Coordinator) LastRun(ctx context.Context, k keyspace.Key) (run keyspace.Run, found bool, err error) {
+	run, found, err = c.lastRun(ctx, k)
+	if err != nil {
+		return keyspace.Run{}, false, unavailable(fmt.Sprintf("read the run-once record of %q", k), err)
+	}
+	return run, found, nil
+}
+
+func (c *Coordinator) lastRun(ctx context.Context, k keyspace.Key) (keyspace.Run, bool, error) {
+	tctx, cancel := c.etcdCtx(ctx)
+	defer cancel()
+	v, found, err := c.store.Read(tctx, c.layout.Once(k))
+	if err != nil || !found {
+		return keyspace.Run{}, false, err
+	}
+	run, err := keyspace.DecodeRun(v)
+	if err != nil {
+		c.log.Warn("ignoring a run-once record that cannot be read", "lock", k.String(), "err", err)
+		return keyspace.Run{}, false, nil
+	}
+	if !c.now().Before(run.ExpiresAt) {
+		return keyspace.Run{}, false, nil // past its retention; etcd deletes it soon
+	}
+	return run, true, nil
+}
+
+// Finish records the outcome of owner's run of k (succeeded when ok) with
+// result, and lets the lock go, in one etcd transaction that compares the
+// lock's fence: a holder that lost the lock records nothing.
+func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, ok bool, result string) (keyspace.Run, error) {
+	op := fmt.Sprintf("finish %q", k)
+	if len(result) > keyspace.MaxResult {
+		return keyspace.Run{}, fmt.Errorf("%s: %w", op, invalid("result", "is %d bytes long, at most %d are kept", len(result), keyspace.MaxResult))
+	}
+	e, h, err := c.ownedBy(ctx, k, owner)
+	if err != nil {
+		return keyspace.Run{}, fmt.Errorf("%s: %w", op, err)
+	}
+	now := c.now().UTC()
+	id := c.cfg.Identity
+	run := keyspace.Run{Status: keyspace.RunFailed, Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Fence: h.fence,
+		StartedAt: h.acquiredAt.UTC(), FinishedAt: now, Result: result, ExpiresAt: now.Add(c.cfg.OnceRetention)}
+	if ok {
+		run.Status = keyspace.RunSucceeded
+	}
+	// The record goes with a lease of its own when its retention ends.
+	tctx, cancel := c.etcdCtx(ctx)
+	lease, err := c.store.GrantLease(tctx, c.cfg.OnceRetention)
+	cancel()
+	var out lockstore.Outcome
+	if err == nil {
+		out, err = c.store.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		h.ending = false
+		return keyspace.Run{}, unavailable(op, err)
+	}
+	if e.held != h {
+		if lost := c.lostLocked(k, owner); lost != nil {
+			return keyspace.Run{}, fmt.Errorf("%s: %w", op, lost)
+		}
+		return keyspace.Run{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
+	}
+	if !out.OK {
+		c.loseLocked(e, h, goneReason(h.sess))
+		c.passTurnLocked(e)
+		return keyspace.Run{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+	}
+	c.endLocked(e, h)
+	c.passTurnLocked(e)
+	c.log.Info("run finished", "lock", k.String(), "owner", owner, "fence", h.fence, "status", run.Status, "ranFor", now.Sub(h.acquiredAt))
+	return run, nil
+}
