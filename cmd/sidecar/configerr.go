@@ -33,6 +33,10 @@ func flagOf(field string) string {
 		return "--watch-delay"
 	case "coordinator.OnceRetention":
 		return "--once-retention"
+	case "coordinator.LockDelay":
+		return "--lock-delay"
+	case "coordinator.MaxLockDelay":
+		return "--max-lock-delay"
 	case "coordinator.WatchLinger":
 		return "--watch-linger"
 	case "embedetcd.DataDir":

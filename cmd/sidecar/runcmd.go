@@ -46,6 +46,7 @@ type runOptions struct {
 	mode      string
 	limit     int
 	weight    int
+	lockDelay time.Duration
 	once      bool // --once KEY: key is the run-once key
 	ifDone    string
 	ifFailed  string
@@ -89,6 +90,7 @@ lock's (limit_mismatch).`,
 	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
 	fs.DurationVar(&o.maxHold, "max-hold", 0, "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
 	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "if the lock is lost other than by its release, hold it back from everyone this long (default: the sidecar's --lock-delay)")
 	fs.StringVar(&o.mode, "mode", "", "read to share the lock with other readers, write (the default) to hold it alone")
 	fs.IntVar(&o.limit, "limit", 0, "make the lock a semaphore: at most this many units held at once, by everyone who gives the same limit")
 	fs.IntVar(&o.weight, "weight", 0, "the units of the semaphore this command takes (default 1; with --limit)")
@@ -102,8 +104,8 @@ lock's (limit_mismatch).`,
 		if _, err := keyspace.ParseKey(o.key); err != nil {
 			return usageError{fmt.Errorf("--key: %w", err)}
 		}
-		if o.wait < 0 || o.ttl < 0 || o.maxHold < 0 || o.killGrace < 0 {
-			return usageError{errors.New("--wait, --ttl, --max-hold and --kill-grace must not be negative")}
+		if o.wait < 0 || o.ttl < 0 || o.maxHold < 0 || o.killGrace < 0 || o.lockDelay < 0 {
+			return usageError{errors.New("--wait, --ttl, --max-hold, --kill-grace and --lock-delay must not be negative")}
 		}
 		if err := o.checkClaim(cmd); err != nil {
 			return err
@@ -206,6 +208,9 @@ func (o runOptions) request() lockapi.Request {
 	if o.maxHold > 0 {
 		req.MaxHold = o.maxHold.String()
 	}
+	if o.lockDelay > 0 {
+		req.LockDelay = o.lockDelay.String()
+	}
 	return req
 }
 
@@ -301,7 +306,7 @@ func holdFailed(err error, wait time.Duration) error {
 	var ae *lockapi.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
-		case lockapi.CodeAlreadyRunning, lockapi.CodeWaitTimeout:
+		case lockapi.CodeAlreadyRunning, lockapi.CodeWaitTimeout, lockapi.CodeLockDelayed:
 			return exitError{exitHeld, refused(ae.Code, ae.Holder, ae.Message, wait)}
 		case lockapi.CodeUnavailable:
 			return exitError{exitUnavailable, ae.Message}

@@ -48,3 +48,24 @@ func TestRunOnceCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestRunWithLockDelay: `baton run --lock-delay` holds the lock with a lock
+// delay; the command exiting releases it cleanly, so the next run starts
+// at once; a bad delay is a usage error.
+func TestRunWithLockDelay(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-delay")
+	defer os.RemoveAll(dir)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "delay-test")
+	for range 2 {
+		cmd, out, errb := batonRun(t, sc.socket, "--key", "payments/batch", "--lock-delay", "30s", "--", "sh", "-c", "echo ran")
+		if code := exitOf(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "ran") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+		}
+	}
+	for _, d := range []string{"-1s", "2h"} {
+		cmd, _, errb := batonRun(t, sc.socket, "--key", "payments/batch", "--lock-delay", d, "--", "true")
+		if code := exitOf(t, cmd.Run()); code != 2 {
+			t.Errorf("--lock-delay %s: exit %d, want 2: %s", d, code, errb.String())
+		}
+	}
+}

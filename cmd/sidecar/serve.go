@@ -113,6 +113,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend, and the longest max_hold of a hold stream")
 	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
+	fs.DurationVar(&o.coord.LockDelay, "lock-delay", o.coord.LockDelay, "the lock delay of locks whose caller asks for none: after a holder is lost other than by its release, nobody gets its lock for this long (0: none)")
+	fs.DurationVar(&o.coord.MaxLockDelay, "max-lock-delay", o.coord.MaxLockDelay, "the longest lock delay a caller may ask for")
 	fs.DurationVar(&o.coord.OnceRetention, "once-retention", o.coord.OnceRetention, "how long a run-once lock's record of its last run is kept: within it, a run that succeeded is not run again")
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
 	fs.DurationVar(&o.coord.WatchDelay, "watch-delay", o.coord.WatchDelay, "how long a lock is held before the sidecar watches it for a loss (a force release); a lock released sooner costs no watch event; hold streams are watched at once; 0 watches every lock from its grant")

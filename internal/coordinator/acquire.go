@@ -195,7 +195,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	key, pfx := c.layout.ContenderKey(req.Key, int64(sess.ID())), c.layout.LockPrefix(req.Key)
+	key, pfx := c.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 
@@ -223,13 +223,35 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	}
 
 	// The outcome must not depend on the caller hanging up mid-call: the
-	// store carries out a write whatever the caller does.
-	out, err := c.store.Try(pfx, lockstore.Put{Key: key, Lease: id, Record: rec})
-	if err != nil {
-		c.retire(e, key, 0, sess) // the put may have committed
-		return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
-	}
-	if !out.OK {
+	// store carries out a write whatever the caller does. A free lock held
+	// back by a lost holder's lock delay is tried again once its marker is
+	// found past its delay.
+	put := lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}
+	for range 2 {
+		out, err := c.store.Try(pfx, put)
+		if err != nil {
+			c.retire(e, key, 0, sess) // the put may have committed
+			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+		}
+		if out.OK {
+			if err := c.mark(req, key, out.Rev); err != nil {
+				c.retire(e, key, out.Rev, sess)
+				return Grant{}, err
+			}
+			return c.grant(e, req, sess, id, key, out.Rev, rec)
+		}
+		if out.First == nil && out.Gate != nil {
+			wait, m, err := c.heldBack(req.Key, out.Gate)
+			if err != nil {
+				c.leaveTurn(e)
+				return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+			}
+			if wait > 0 {
+				c.leaveTurn(e)
+				return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
+			}
+			continue
+		}
 		c.mu.Lock()
 		if len(c.heldElsewhere) >= maxHeldElsewhere {
 			clear(c.heldElsewhere)
@@ -239,7 +261,8 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, refusedBy(req.Key, out.First)
 	}
-	return c.grant(e, req, sess, id, key, out.Rev, rec)
+	c.leaveTurn(e)
+	return Grant{}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
 }
 
 // refusal reads who holds k (a read, no write) for a refused caller.

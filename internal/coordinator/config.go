@@ -51,6 +51,11 @@ type Config struct {
 	// finished run is kept: within it, a run that succeeded is not run
 	// again. Default 168h (a week).
 	OnceRetention time.Duration
+	// LockDelay is the lock delay of a lock held whole whose caller asks
+	// for none (AcquireRequest.LockDelay). Default 0: none.
+	LockDelay time.Duration
+	// MaxLockDelay caps the lock delay a caller may ask for. Default 1m.
+	MaxLockDelay time.Duration
 }
 
 // maxOnceRetention bounds OnceRetention: ten years, well within etcd's
@@ -70,6 +75,7 @@ func Default() Config {
 		WatchLinger:    2 * time.Second,
 		WatchDelay:     250 * time.Millisecond,
 		OnceRetention:  7 * 24 * time.Hour,
+		MaxLockDelay:   time.Minute,
 	}
 }
 
@@ -99,6 +105,10 @@ func (c Config) Validate() error {
 		return config.Invalid("coordinator.WatchDelay", "watch delay %v: must be at most 1m, or a lost lock goes unreported that long", c.WatchDelay)
 	case c.OnceRetention < time.Minute:
 		return config.Invalid("coordinator.OnceRetention", "once retention %v: must be at least 1m", c.OnceRetention)
+	case c.MaxLockDelay < 0 || c.MaxLockDelay > time.Hour:
+		return config.Invalid("coordinator.MaxLockDelay", "max lock delay %v: must be 0 to 1h", c.MaxLockDelay)
+	case c.LockDelay < 0 || c.LockDelay > c.MaxLockDelay:
+		return config.Invalid("coordinator.LockDelay", "lock delay %v: must be 0 to the max lock delay %v", c.LockDelay, c.MaxLockDelay)
 	case c.OnceRetention > maxOnceRetention:
 		return config.Invalid("coordinator.OnceRetention", "once retention %v: must be at most %v", c.OnceRetention, maxOnceRetention)
 	}

@@ -289,9 +289,24 @@ func (c *counted) Line(ctx context.Context, lock, key string, create int64) ([]l
 	return c.Store.Line(ctx, lock, key, create)
 }
 
-func (c *counted) Finish(key string, create int64, record, value string, lease lockstore.LeaseID) (lockstore.Outcome, error) {
+func (c *counted) Finish(key string, create int64, record, value string, lease lockstore.LeaseID, also string) (lockstore.Outcome, error) {
 	c.writes.Add(1)
-	return c.Store.Finish(key, create, record, value, lease)
+	return c.Store.Finish(key, create, record, value, lease, also)
+}
+
+func (c *counted) DeleteWith(key string, create int64, also string) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.DeleteWith(key, create, also)
+}
+
+func (c *counted) Mark(key string, create int64, marker, value string) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Mark(key, create, marker, value)
+}
+
+func (c *counted) Swap(key, old, value string) (lockstore.Outcome, error) {
+	c.writes.Add(1)
+	return c.Store.Swap(key, old, value)
 }
 
 func (c *counted) Read(ctx context.Context, key string) ([]byte, bool, error) {

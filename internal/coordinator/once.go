@@ -190,7 +190,7 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 	cancel()
 	var out lockstore.Outcome
 	if err == nil {
-		out, err = c.store.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease)
+		out, err = c.store.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, c.markerOf(e, h))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

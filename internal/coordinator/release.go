@@ -24,7 +24,12 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 	if err != nil {
 		return Released{}, fmt.Errorf("%s: %w", op, err)
 	}
-	out, err := c.store.Delete(h.etcdKey, h.fence)
+	var out lockstore.Outcome
+	if marker := c.markerOf(e, h); marker != "" {
+		out, err = c.store.DeleteWith(h.etcdKey, h.fence, marker) // a clean release: no lock delay
+	} else {
+		out, err = c.store.Delete(h.etcdKey, h.fence)
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

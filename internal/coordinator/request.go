@@ -36,6 +36,11 @@ type AcquireRequest struct {
 	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with
 	// reason MaxHoldReached. 0 sets no cap. At most Config.MaxHold.
 	MaxHold time.Duration
+	// LockDelay, for a lock held whole, holds the lock back from everyone
+	// for that long after this caller loses it other than by its release
+	// (its lease expired, its ttl ran out, it was forced free): a margin
+	// for a paused holder still writing. 0: Config.LockDelay.
+	LockDelay time.Duration
 	// Once, when set, makes the acquire a run-once call: it is granted only
 	// if the lock's work is to run (see Once).
 	Once *Once
@@ -74,6 +79,16 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	}
 	if err := checkClaim(&req.Claim); err != nil {
 		return err
+	}
+	switch {
+	case req.LockDelay < 0:
+		return invalid("lock_delay", "%v is negative", req.LockDelay)
+	case req.LockDelay > c.cfg.MaxLockDelay:
+		return invalid("lock_delay", "%v is longer than the sidecar's maximum lock delay %v", req.LockDelay, c.cfg.MaxLockDelay)
+	case req.LockDelay > 0 && !req.Claim.IsExclusive():
+		return invalid("lock_delay", "applies to locks held whole, not to readers or semaphores")
+	case req.LockDelay == 0 && req.Claim.IsExclusive():
+		req.LockDelay = c.cfg.LockDelay
 	}
 	switch {
 	case req.Wait < 0:

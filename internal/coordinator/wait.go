@@ -97,7 +97,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	p := place{key: c.layout.ContenderKey(req.Key, int64(sess.ID())), lock: c.layout.LockPrefix(req.Key), sess: sess}
+	p := place{key: c.contenderKey(req, sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 	c.mu.Lock()
@@ -113,7 +113,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.
-	out, err := c.store.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec})
+	out, err := c.store.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err != nil {
 		c.retire(e, p.key, 0, sess)
 		return Grant{}, unavailable(op, err)
@@ -128,11 +128,23 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	c.mu.Lock()
 	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
 	c.mu.Unlock()
-	if len(out.Ahead) == 0 {
-		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+	delayed := mayBeHeldBack(out)
+	if len(out.Ahead) > 0 {
+		if err := c.waitFirst(ctx, e, req, start, p, out.Ahead); err != nil {
+			return Grant{}, err
+		}
 	}
-	if err := c.waitFirst(ctx, e, req, start, p, out.Ahead); err != nil {
+	if delayed {
+		if err := c.gate(ctx, e, req, start, p); err != nil {
+			return Grant{}, err
+		}
+	}
+	if err := c.mark(req, p.key, p.rev); err != nil {
+		c.retire(e, p.key, p.rev, sess)
 		return Grant{}, err
+	}
+	if len(out.Ahead) == 0 && !delayed {
+		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
 	}
 	// First in line, and the key (so the session) was still there when
 	// etcd said so (etcd issue #11456), by a read or by the watch: granted,

@@ -40,6 +40,27 @@ func (l Layout) Once(k Key) string { return Root + l.scope + "/once/" + Escape(k
 // OncePrefix is the prefix of every run-once record of the scope.
 func (l Layout) OncePrefix() string { return Root + l.scope + "/once/" }
 
+// Delay is the key of lock k's lock-delay marker (Delay): written when a
+// holder that asked for a lock delay is granted, deleted when it lets go
+// cleanly, left behind when it is lost.
+func (l Layout) Delay(k Key) string { return Root + l.scope + "/delay/" + Escape(k.s) }
+
+// DelayPrefix is the prefix of every lock-delay marker of the scope.
+func (l Layout) DelayPrefix() string { return Root + l.scope + "/delay/" }
+
+// DelayContenderKey is the contender key of a session that asks for lock
+// k with a lock delay: its ContenderKey with "-d", so that whoever queues
+// behind it knows from the name alone that it may leave a marker.
+func (l Layout) DelayContenderKey(k Key, lease int64) string {
+	return l.ContenderKey(k, lease) + delaySuffix
+}
+
+const delaySuffix = "-d"
+
+// IsDelayContender reports whether a contender key is one that asked for
+// a lock delay.
+func IsDelayContender(key string) bool { return strings.HasSuffix(key, delaySuffix) }
+
 // LockPrefix is the prefix of lock k's contender keys, ending in "/". It is
 // the name to give `etcdctl lock` (without the trailing slash) and the
 // prefix a concurrency.Mutex on the same lock uses.
@@ -117,11 +138,13 @@ type Grant struct {
 }
 
 // SidecarGrants are what the etcd role of the scope's sidecars must grant
-// when etcd's authentication is on: read and write on the scope's locks and
-// run-once records, read only on its policy, nothing else.
+// when etcd's authentication is on: read and write on the scope's locks,
+// run-once records and lock-delay markers, read only on its policy,
+// nothing else.
 func (l Layout) SidecarGrants() []Grant {
-	once := l.OncePrefix()
-	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: once, RangeEnd: prefixEnd(once), Write: true}, {Key: l.Policy()}}
+	once, delay := l.OncePrefix(), l.DelayPrefix()
+	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: once, RangeEnd: prefixEnd(once), Write: true},
+		{Key: delay, RangeEnd: prefixEnd(delay), Write: true}, {Key: l.Policy()}}
 }
 
 // prefixEnd is the end of the range of keys that start with p: p with its

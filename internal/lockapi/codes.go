@@ -10,6 +10,9 @@ package lockapi
 const (
 	CodeAlreadyRunning = "already_running"
 	CodeWaitTimeout    = "wait_timeout"
+	// CodeLockDelayed: the lock is free but held back until retry_at by
+	// the lock delay of a holder that was lost (holder, fence).
+	CodeLockDelayed = "lock_delayed"
 	// CodeAlreadyDone: a run-once call found the work done (or failed,
 	// with if_failed skip); run says by whom, when, and its result.
 	CodeAlreadyDone   = "already_done"
@@ -38,6 +41,7 @@ const (
 	CodeInvalidMode      = "invalid_mode"
 	CodeInvalidLimit     = "invalid_limit"
 	CodeInvalidWeight    = "invalid_weight"
+	CodeInvalidLockDelay = "invalid_lock_delay"
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"

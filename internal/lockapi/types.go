@@ -26,6 +26,10 @@ type Request struct {
 	// takes Weight (default 1).
 	Limit  int `json:"limit,omitempty"`
 	Weight int `json:"weight,omitempty"`
+	// LockDelay holds the lock back from everyone for this long after the
+	// caller loses it other than by its release (a Go duration or
+	// seconds); at most the sidecar's --max-lock-delay.
+	LockDelay string `json:"lock_delay,omitempty"`
 	// Once makes the call a run-once call: granted only when the lock's
 	// work is to run, answered already_done when it already succeeded.
 	// IfDone ("skip", the default, or "rerun") and IfFailed ("retry", the
@@ -204,6 +208,9 @@ type Error struct {
 	Limit int `json:"limit,omitempty"`
 	// Run is the last finished run of a run-once lock (already_done).
 	Run *Run `json:"run,omitempty"`
+	// RetryAt is when a lock held back by a lock delay is free to take
+	// (lock_delayed).
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }

@@ -50,6 +50,9 @@ type Put struct {
 	Key    string          // the contender key
 	Lease  LeaseID         // the lease that carries it
 	Record keyspace.Holder // its value
+	// Gate, for Try and Queue, is the lock's lock-delay marker: a Try is
+	// not applied while it exists, and both tell its value (Outcome.Gate).
+	Gate string
 }
 
 // Outcome is the outcome of a write.
@@ -64,6 +67,9 @@ type Outcome struct {
 	// Ahead is, for a Queue applied, the contenders created before the new
 	// key, by name, the last created first.
 	Ahead []string
+	// Gate is, for a Try refused or a Queue applied with Put.Gate, the
+	// marker's value; nil when there is none.
+	Gate []byte
 	// Line is, for a Join applied, the contenders created before the new
 	// key and, for a TryIn refused, every contender of the lock: first
 	// created first, with their records.
@@ -77,9 +83,10 @@ type Outcome struct {
 // store could not be asked or did not answer (the caller's context ended,
 // etcd out of reach): the outcome of a write that failed is unknown.
 type Store interface {
-	// Try creates p.Key if the lock (the key prefix lock) has no contender:
-	// the lock is granted, fenced at Outcome.Rev. Else it writes nothing
-	// and Outcome.First is the holder.
+	// Try creates p.Key if the lock (the key prefix lock) has no contender
+	// and p.Gate (when set) does not exist: the lock is granted, fenced at
+	// Outcome.Rev. Else it writes nothing; Outcome.First is the holder and
+	// Outcome.Gate the marker.
 	Try(lock string, p Put) (Outcome, error)
 	// Queue creates p.Key under lock unless it exists (then !OK) and
 	// reports in the same step the contenders created before it.
@@ -103,9 +110,19 @@ type Store interface {
 	Delete(key string, create int64) (Outcome, error)
 
 	// Finish deletes key if it is the one created at create and in the
-	// same step writes value at record, carried by lease (0: none): how a
-	// run-once holder records its outcome as it lets go of the lock.
-	Finish(key string, create int64, record, value string, lease LeaseID) (Outcome, error)
+	// same step writes value at record, carried by lease (0: none), and
+	// deletes also (when set): how a run-once holder records its outcome
+	// as it lets go of the lock.
+	Finish(key string, create int64, record, value string, lease LeaseID, also string) (Outcome, error)
+	// DeleteWith is Delete that deletes also in the same step: a holder's
+	// clean release with its lock-delay marker.
+	DeleteWith(key string, create int64, also string) (Outcome, error)
+	// Mark writes value at marker if key is the one created at create: a
+	// holder granted with a lock delay leaves its marker.
+	Mark(key string, create int64, marker, value string) (Outcome, error)
+	// Swap replaces the value of key if it is old: with value, or deleting
+	// it when value is empty.
+	Swap(key, old, value string) (Outcome, error)
 	// Read reads a key that is not a contender key (a run-once record);
 	// found is false when it does not exist.
 	Read(ctx context.Context, key string) (value []byte, found bool, err error)

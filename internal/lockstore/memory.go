@@ -65,8 +65,10 @@ func (m *Memory) Try(lock string, p Put) (Outcome, error) {
 	if err := m.checkWrite(p); err != nil {
 		return Outcome{}, err
 	}
-	if f := m.firstLocked(lock); f != nil {
-		return Outcome{Rev: m.rev, First: f}, nil
+	f := m.firstLocked(lock)
+	gate, gated := m.records[p.Gate]
+	if f != nil || (p.Gate != "" && gated) {
+		return Outcome{Rev: m.rev, First: f, Gate: gate}, nil
 	}
 	return Outcome{OK: true, Rev: m.putLocked(p)}, nil
 }
@@ -83,7 +85,11 @@ func (m *Memory) Queue(lock string, p Put) (Outcome, error) {
 	}
 	rev := m.putLocked(p)
 	ahead, _, _ := m.aheadLocked(lock, p.Key, rev)
-	return Outcome{OK: true, Rev: rev, Ahead: ahead}, nil
+	out := Outcome{OK: true, Rev: rev, Ahead: ahead}
+	if p.Gate != "" {
+		out.Gate = m.records[p.Gate]
+	}
+	return out, nil
 }
 
 // TryIn implements Store.
@@ -145,7 +151,29 @@ func (m *Memory) Delete(key string, create int64) (Outcome, error) {
 }
 
 // Finish implements Store.
-func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseID) (Outcome, error) {
+func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseID, also string) (Outcome, error) {
+	return m.ifHeld(key, create, func() {
+		m.records[record] = []byte(value)
+		delete(m.records, also)
+		m.deleteLocked(key, m.rev)
+	})
+}
+
+// DeleteWith implements Store.
+func (m *Memory) DeleteWith(key string, create int64, also string) (Outcome, error) {
+	return m.ifHeld(key, create, func() {
+		delete(m.records, also)
+		m.deleteLocked(key, m.rev)
+	})
+}
+
+// Mark implements Store.
+func (m *Memory) Mark(key string, create int64, marker, value string) (Outcome, error) {
+	return m.ifHeld(key, create, func() { m.records[marker] = []byte(value) })
+}
+
+// ifHeld applies f at a new revision if key is the one created at create.
+func (m *Memory) ifHeld(key string, create int64, f func()) (Outcome, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -156,8 +184,26 @@ func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseI
 		return Outcome{Rev: m.rev}, nil
 	}
 	m.rev++
-	m.records[record] = []byte(value)
-	m.deleteLocked(key, m.rev)
+	f()
+	return Outcome{OK: true, Rev: m.rev}, nil
+}
+
+// Swap implements Store.
+func (m *Memory) Swap(key, old, value string) (Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return Outcome{}, ErrDown
+	}
+	if v, ok := m.records[key]; !ok || string(v) != old {
+		return Outcome{Rev: m.rev}, nil
+	}
+	m.rev++
+	if value == "" {
+		delete(m.records, key)
+	} else {
+		m.records[key] = []byte(value)
+	}
 	return Outcome{OK: true, Rev: m.rev}, nil
 }
 

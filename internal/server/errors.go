@@ -114,6 +114,7 @@ func refusal(err error) (status int, body lockapi.Error, ok bool) {
 		held     *coordinator.HeldError
 		mismatch *coordinator.MismatchError
 		done     *coordinator.DoneError
+		delayed  *coordinator.DelayedError
 	)
 	no := false
 	switch {
@@ -131,6 +132,9 @@ func refusal(err error) (status int, body lockapi.Error, ok bool) {
 		default:
 			body.Code = lockapi.CodeAlreadyRunning
 		}
+	case errors.As(err, &delayed):
+		body.Granted, body.Code, body.Key, body.RetryAt = &no, lockapi.CodeLockDelayed, delayed.Key.String(), delayed.Until.UTC()
+		body.Holder, body.Fence = &lockapi.Holder{Owner: delayed.Mark.Owner, Pod: delayed.Mark.Pod}, delayed.Mark.Fence
 	case errors.As(err, &done):
 		run := runOf(done.Key, done.Run)
 		body.Granted, body.Code, body.Key, body.Run = &no, lockapi.CodeAlreadyDone, done.Key.String(), &run
@@ -162,6 +166,8 @@ func invalidCode(field string) string {
 		return lockapi.CodeInvalidLimit
 	case "weight":
 		return lockapi.CodeInvalidWeight
+	case "lock_delay":
+		return lockapi.CodeInvalidLockDelay
 	}
 	return lockapi.CodeInvalidRequest
 }

@@ -67,7 +67,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	ctx := r.Context()
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
 	queued := make(chan int, 1)
-	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, Hold: true, OnQueued: func(ahead int) {
+	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay, Hold: true, OnQueued: func(ahead int) {
 		select { // keep only the latest position
 		case <-queued:
 		default:
@@ -204,7 +204,7 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 	}
 	_, body := classify(err)
 	ev := lockapi.Event{Event: lockapi.EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence, Run: body.Run}
-	if body.Code == lockapi.CodeWaitTimeout || body.Code == lockapi.CodeAlreadyRunning || body.Code == lockapi.CodeAlreadyDone {
+	if body.Code == lockapi.CodeWaitTimeout || body.Code == lockapi.CodeAlreadyRunning || body.Code == lockapi.CodeAlreadyDone || body.Code == lockapi.CodeLockDelayed {
 		ev.Event = lockapi.EventRefused
 	}
 	_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing

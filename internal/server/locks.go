@@ -62,7 +62,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, err)
 		return
 	}
-	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once})
+	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -94,8 +94,8 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 	case b.MaxHold != 0:
 		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
-	case b.claimed || b.Once != nil:
-		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight or once: the lock keeps what it was granted with"))
+	case b.claimed || b.Once != nil || b.LockDelay != 0:
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight, lock_delay or once: the lock keeps what it was granted with"))
 		return
 	}
 	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)

@@ -31,6 +31,8 @@ type acquireBody struct {
 	claimed bool
 	// Once is set for a run-once call (once: true).
 	Once *coordinator.Once
+	// LockDelay is the lock delay asked for.
+	LockDelay time.Duration
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -44,12 +46,12 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if err != nil || t == nil {
 		return acquireBody{}, err
 	}
-	var raw [10]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight, once, if_done, if_failed
+	var raw [11]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight, once, if_done, if_failed, lock_delay
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, once, if_done, if_failed and (on :hold) max_hold", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed and (on :hold) max_hold", name))
 		case raw[i] != nil:
 			return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
 		}
@@ -86,6 +88,9 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		return acquireBody{}, err
 	}
 	if err := decodeOnce(&b, raw[7], raw[8], raw[9]); err != nil {
+		return acquireBody{}, err
+	}
+	if b.LockDelay, err = parseDuration("lock_delay", raw[10]); err != nil {
 		return acquireBody{}, err
 	}
 	return b, nil
@@ -190,6 +195,8 @@ func bodyField(name string) int {
 		return 8
 	case "if_failed":
 		return 9
+	case "lock_delay":
+		return 10
 	}
 	return -1
 }

@@ -46,7 +46,7 @@ func TestDecodeBodyNamesUnknownFields(t *testing.T) {
 	for in, name := range map[string]string{`{"owner":"a","tll":"5m"}`: `"tll"`, `{"OWNER":"a"}`: `"OWNER"`, `{"x":{"owner":"a"}}`: `"x"`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait, mode, limit, weight, once, if_done, if_failed and (on :hold) max_hold") {
+		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed and (on :hold) max_hold") {
 			t.Errorf("decodeBody(%s) = %v, want a 400 naming the field %s and the known ones", in, err, name)
 		}
 	}

@@ -45,31 +45,56 @@ func New(cli *clientv3.Client, timeout time.Duration, opts ...Option) *Store {
 // transaction with a write branch); the coordinator reads first when it
 // expects a refusal.
 func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+	t := lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "=", 0).WithPrefix()},
 		then: []clientv3.Op{put(p)},
 		els:  []clientv3.Op{clientv3.OpGet(lock, clientv3.WithFirstCreate()...)},
-	})
+	}
+	if p.Gate != "" {
+		t.cmp = append(t.cmp, clientv3.Compare(clientv3.CreateRevision(p.Gate), "=", 0))
+		t.els = append(t.els, clientv3.OpGet(p.Gate))
+	}
+	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || r.succeeded {
 		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
 	}
-	return lockstore.Outcome{Rev: r.revision, First: first(r.responses[0].GetResponseRange().Kvs)}, nil
+	out := lockstore.Outcome{Rev: r.revision, First: first(r.responses[0].GetResponseRange().Kvs)}
+	if p.Gate != "" {
+		out.Gate = value(r.responses[1].GetResponseRange().Kvs)
+	}
+	return out, nil
+}
+
+// value is the value of a single-key read, nil when the key is absent.
+func value(kvs []*mvccpb.KeyValue) []byte {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0].Value
 }
 
 // Queue implements lockstore.Store: the transaction that creates the key
 // reads the names of the contenders, so a waiter knows its place without a
 // second round trip.
 func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+	t := lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
 		then: []clientv3.Op{put(p), clientv3.OpGet(lock, newestFirst()...)},
-	})
+	}
+	if p.Gate != "" {
+		t.then = append(t.then, clientv3.OpGet(p.Gate))
+	}
+	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || !r.succeeded {
 		return lockstore.Outcome{Rev: r.revision}, err
 	}
-	return lockstore.Outcome{OK: true, Rev: r.revision, Ahead: namesBefore(r.responses[1].GetResponseRange().Kvs, r.revision)}, nil
+	out := lockstore.Outcome{OK: true, Rev: r.revision, Ahead: namesBefore(r.responses[1].GetResponseRange().Kvs, r.revision)}
+	if p.Gate != "" {
+		out.Gate = value(r.responses[2].GetResponseRange().Kvs)
+	}
+	return out, nil
 }
 
 // TryIn implements lockstore.Store: one transaction, which reads the
@@ -125,16 +150,45 @@ func (s *Store) Delete(key string, create int64) (lockstore.Outcome, error) {
 }
 
 // Finish implements lockstore.Store.
-func (s *Store) Finish(key string, create int64, record, value string, lease lockstore.LeaseID) (lockstore.Outcome, error) {
+func (s *Store) Finish(key string, create int64, record, value string, lease lockstore.LeaseID, also string) (lockstore.Outcome, error) {
 	var opts []clientv3.OpOption
 	if lease != 0 {
 		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
 	}
+	then := []clientv3.Op{clientv3.OpPut(record, value, opts...), clientv3.OpDelete(key)}
+	if also != "" {
+		then = append(then, clientv3.OpDelete(also))
+	}
+	r, err := s.commits.do(lockTxn{key: key, cmp: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)}, then: then})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, record)
+}
+
+// DeleteWith implements lockstore.Store.
+func (s *Store) DeleteWith(key string, create int64, also string) (lockstore.Outcome, error) {
 	r, err := s.commits.do(lockTxn{key: key,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)},
-		then: []clientv3.Op{clientv3.OpPut(record, value, opts...), clientv3.OpDelete(key)},
+		then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(also)},
 	})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, record)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
+}
+
+// Mark implements lockstore.Store.
+func (s *Store) Mark(key string, create int64, marker, value string) (lockstore.Outcome, error) {
+	r, err := s.commits.do(lockTxn{key: key,
+		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)},
+		then: []clientv3.Op{clientv3.OpPut(marker, value)},
+	})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, marker)
+}
+
+// Swap implements lockstore.Store.
+func (s *Store) Swap(key, old, value string) (lockstore.Outcome, error) {
+	op := clientv3.OpPut(key, value)
+	if value == "" {
+		op = clientv3.OpDelete(key)
+	}
+	r, err := s.commits.do(lockTxn{key: key, cmp: []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", old)}, then: []clientv3.Op{op}})
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
 }
 
 // Read implements lockstore.Store.

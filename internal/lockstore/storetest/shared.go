@@ -153,7 +153,7 @@ func testFinish(t *testing.T, s *suite) {
 	id := s.h.Grant(t)
 	k, rec := key(lock, id), s.base+"once/f"
 	held := must(t)(st.Try(lock, lockstore.Put{Key: k, Lease: id, Record: record("runner")}))
-	if out := must(t)(st.Finish(k, held.Rev+1, rec, "stale", 0)); out.OK {
+	if out := must(t)(st.Finish(k, held.Rev+1, rec, "stale", 0, "")); out.OK {
 		t.Fatalf("finished with a fence that does not hold: %+v", out)
 	}
 	if _, found, err := st.Read(ctx(t), rec); err != nil || found {
@@ -163,7 +163,7 @@ func testFinish(t *testing.T, s *suite) {
 	if err != nil || lease == 0 {
 		t.Fatalf("grant lease: %d, %v", lease, err)
 	}
-	if out := must(t)(st.Finish(k, held.Rev, rec, "done", lease)); !out.OK || out.Rev <= held.Rev {
+	if out := must(t)(st.Finish(k, held.Rev, rec, "done", lease, "")); !out.OK || out.Rev <= held.Rev {
 		t.Fatalf("finish: %+v", out)
 	}
 	if v, found, err := st.Read(ctx(t), rec); err != nil || !found || string(v) != "done" {
