@@ -48,29 +48,43 @@ type Stream struct {
 // Hold opens a hold stream for key. A refusal before any event (the lock is
 // held and no wait was asked) is a *lockapi.Error.
 func (c *Client) Hold(ctx context.Context, key string, req lockapi.Request) (*Stream, error) {
+	body, dec, cancel, err := c.open(ctx, http.MethodPost, "/v1/locks/"+key+":hold", req)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{body: body, dec: dec, cancel: cancel}, nil
+}
+
+// open starts a streamed answer (a hold stream, a watch); an answer that
+// is not 200 is a *lockapi.Error.
+func (c *Client) open(ctx context.Context, method, path string, req any) (io.ReadCloser, *json.Decoder, context.CancelFunc, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	resp, err := c.do(ctx, http.MethodPost, "/v1/locks/"+key+":hold", req)
+	resp, err := c.do(ctx, method, path, req)
 	if err != nil {
 		cancel()
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer cancel()
-		return nil, decodeError(resp)
+		return nil, nil, nil, decodeError(resp)
 	}
-	return &Stream{body: resp.Body, dec: json.NewDecoder(bufio.NewReader(resp.Body)), cancel: cancel}, nil
+	return resp.Body, json.NewDecoder(bufio.NewReader(resp.Body)), cancel, nil
 }
 
 // Next returns the next event; io.EOF when the stream ended.
-func (s *Stream) Next() (lockapi.Event, error) {
-	var ev lockapi.Event
-	if err := s.dec.Decode(&ev); err != nil {
+func (s *Stream) Next() (lockapi.Event, error) { return next[lockapi.Event](s.dec) }
+
+// next decodes the next line of a stream; io.EOF when it ended.
+func next[T any](dec *json.Decoder) (T, error) {
+	var v T
+	if err := dec.Decode(&v); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			err = io.EOF
 		}
-		return lockapi.Event{}, err
+		var zero T
+		return zero, err
 	}
-	return ev, nil
+	return v, nil
 }
 
 // Close closes the stream: the sidecar releases the lock or withdraws the
@@ -193,30 +207,15 @@ func (c *Client) Watch(ctx context.Context, key, prefix string) (*Watcher, error
 	if key != "" {
 		path = "/v1/locks/" + key + ":watch"
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	body, dec, cancel, err := c.open(ctx, http.MethodGet, path, nil)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		defer cancel()
-		return nil, decodeError(resp)
-	}
-	return &Watcher{body: resp.Body, dec: json.NewDecoder(bufio.NewReader(resp.Body)), cancel: cancel}, nil
+	return &Watcher{body: body, dec: dec, cancel: cancel}, nil
 }
 
 // Next returns the next event; io.EOF when the watch ended.
-func (w *Watcher) Next() (lockapi.WatchEvent, error) {
-	var ev lockapi.WatchEvent
-	if err := w.dec.Decode(&ev); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = io.EOF
-		}
-		return lockapi.WatchEvent{}, err
-	}
-	return ev, nil
-}
+func (w *Watcher) Next() (lockapi.WatchEvent, error) { return next[lockapi.WatchEvent](w.dec) }
 
 // Close ends the watch.
 func (w *Watcher) Close() error {

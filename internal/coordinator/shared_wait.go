@@ -30,18 +30,9 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
 	defer c.hub.unregister(p.lock, p.w)
 	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec})
-	if err != nil {
-		c.retire(e, p.key, 0, sess)
-		return Grant{}, unavailable(op, err)
+	if err := c.queued(e, &p, rec, out, err, op); err != nil {
+		return Grant{}, err
 	}
-	if !out.OK {
-		c.retire(e, p.key, 0, sess)
-		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
-	}
-	p.rev = out.Rev
-	c.mu.Lock()
-	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
-	c.mu.Unlock()
 	if err := agree(req, out.Line); err != nil {
 		c.retire(e, p.key, p.rev, sess)
 		return Grant{}, err

@@ -114,20 +114,9 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.
 	out, err := c.store.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
-	if err != nil {
-		c.retire(e, p.key, 0, sess)
-		return Grant{}, unavailable(op, err)
+	if err := c.queued(e, &p, rec, out, err, op); err != nil {
+		return Grant{}, err
 	}
-	if !out.OK {
-		// Only this sidecar writes this key and it has the turn: a key left
-		// by an earlier call whose outcome was unknown. Remove it.
-		c.retire(e, p.key, 0, sess)
-		return Grant{}, fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
-	}
-	p.rev = out.Rev
-	c.mu.Lock()
-	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
-	c.mu.Unlock()
 	delayed := mayBeHeldBack(out)
 	if len(out.Ahead) > 0 {
 		if err := c.waitFirst(ctx, e, req, start, p, out.Ahead); err != nil {
@@ -153,6 +142,27 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	now = c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+}
+
+// queued takes in the outcome of the write that queued p (Queue or Join),
+// which wrote rec; on failure p's key is being deleted and the turn
+// passes on.
+func (c *Coordinator) queued(e *entry, p *place, rec keyspace.Holder, out lockstore.Outcome, err error, op string) error {
+	if err != nil {
+		c.retire(e, p.key, 0, p.sess)
+		return unavailable(op, err)
+	}
+	if !out.OK {
+		// Only this sidecar writes this key and it has the turn: a key left
+		// by an earlier call whose outcome was unknown. Remove it.
+		c.retire(e, p.key, 0, p.sess)
+		return fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
+	}
+	p.rev = out.Rev
+	c.mu.Lock()
+	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
+	c.mu.Unlock()
+	return nil
 }
 
 // place is a waiter's contender key in etcd.
