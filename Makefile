@@ -71,7 +71,7 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm ## Run every test (
 	@cat $(BIN)/e2e-report.md
 
 .PHONY: test-e2e
-test-e2e: ## Run the reliability suite (S1-S13, S15) and write test/e2e/REPORT.md.
+test-e2e: ## Run the reliability suite (S1-S13, S15, S16) and write test/e2e/REPORT.md.
 	BATON_E2E_REPORT=$(CURDIR)/test/e2e/REPORT.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat test/e2e/REPORT.md
 
