@@ -120,3 +120,29 @@ func TestLockDelayInput(t *testing.T) {
 		t.Errorf("a plain grant: %d writes, marker %v", got, a.markerThere(t, "plain"))
 	}
 }
+
+// TestLockDelayHoldsBackReaders: readers and semaphore units respect a lost
+// writer's lock delay too.
+func TestLockDelayHoldsBackReaders(t *testing.T) {
+	parallel(t)
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "catalog")
+	held, err := a.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: "writer", LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.ForceRelease(context.Background(), k, held.Fence, "test"); err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	var de *DelayedError
+	if _, err := b.claim(k, "reader-1", reader, 0); !errors.As(err, &de) || de.Mark.Owner != "writer" {
+		t.Fatalf("a reader's try while held back: %v", err)
+	}
+	if _, err := b.claim(k, "reader-2", reader, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Since(lost); got < time.Second {
+		t.Errorf("a reader granted %v after the writer was lost, within its lock delay of 1s", got)
+	}
+}

@@ -136,7 +136,7 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 		seen = lastCreated(line)
 	}
 	for range maxTryIn {
-		out, err := c.store.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec}, seen)
+		out, err := c.store.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}, seen)
 		if err != nil {
 			c.retire(e, key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(op, err)
@@ -147,6 +147,18 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 		if err := c.judge(req, out.Line); err != nil {
 			c.leaveTurn(e)
 			return Grant{}, err
+		}
+		if out.Gate != nil {
+			// Room in line, but a lost holder's lock delay holds it back.
+			wait, m, err := c.heldBack(req.Key, out.Gate)
+			if err != nil {
+				c.leaveTurn(e)
+				return Grant{}, unavailable(op, err)
+			}
+			if wait > 0 {
+				c.leaveTurn(e)
+				return Grant{}, fmt.Errorf("%s: %w", op, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
+			}
 		}
 		seen = lastCreated(out.Line)
 	}

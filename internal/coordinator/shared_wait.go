@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
@@ -29,7 +30,7 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 
 	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
 	defer c.hub.unregister(p.lock, p.w)
-	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec})
+	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err := c.queued(e, &p, rec, out, err, op); err != nil {
 		return Grant{}, err
 	}
@@ -37,14 +38,24 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 		c.retire(e, p.key, p.rev, sess)
 		return Grant{}, err
 	}
-	if !fits(out.Line, req.Claim) {
-		if err := c.waitRoom(ctx, e, req, start, p, out.Line); err != nil {
+	delayed := out.Gate != nil
+	for _, ct := range out.Line {
+		delayed = delayed || keyspace.IsDelayContender(ct.Key)
+	}
+	if fits(out.Line, req.Claim) && !delayed {
+		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+	}
+	if err := c.waitRoom(ctx, e, req, start, p, out.Line); err != nil {
+		return Grant{}, err
+	}
+	if delayed {
+		if err := c.gate(ctx, e, req, start, p); err != nil {
 			return Grant{}, err
 		}
-		now = c.now()
-		rec = c.record(req.Owner, now, now.Add(req.TTL))
-		rec.Claim = req.Claim
 	}
+	now = c.now()
+	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Claim = req.Claim
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
 }
 

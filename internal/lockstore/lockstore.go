@@ -50,8 +50,9 @@ type Put struct {
 	Key    string          // the contender key
 	Lease  LeaseID         // the lease that carries it
 	Record keyspace.Holder // its value
-	// Gate, for Try and Queue, is the lock's lock-delay marker: a Try is
-	// not applied while it exists, and both tell its value (Outcome.Gate).
+	// Gate, for Try, TryIn, Queue and Join, is the lock's lock-delay
+	// marker: a try is not applied while it exists, and all tell its value
+	// (Outcome.Gate).
 	Gate string
 }
 
@@ -67,7 +68,7 @@ type Outcome struct {
 	// Ahead is, for a Queue applied, the contenders created before the new
 	// key, by name, the last created first.
 	Ahead []string
-	// Gate is, for a Try refused or a Queue applied with Put.Gate, the
+	// Gate is, for a try refused or a queueing applied with Put.Gate, the
 	// marker's value; nil when there is none.
 	Gate []byte
 	// Line is, for a Join applied, the contenders created before the new

@@ -100,10 +100,11 @@ func (m *Memory) TryIn(lock string, p Put, seen int64) (Outcome, error) {
 		return Outcome{}, err
 	}
 	line := m.lineLocked(lock, m.rev+1)
-	if len(line) == 0 || line[len(line)-1].Create <= seen {
+	gate, gated := m.records[p.Gate]
+	if (len(line) == 0 || line[len(line)-1].Create <= seen) && (p.Gate == "" || !gated) {
 		return Outcome{OK: true, Rev: m.putLocked(p)}, nil
 	}
-	return Outcome{Rev: m.rev, Line: line}, nil
+	return Outcome{Rev: m.rev, Line: line, Gate: gate}, nil
 }
 
 // Join implements Store.
@@ -117,7 +118,11 @@ func (m *Memory) Join(lock string, p Put) (Outcome, error) {
 		return Outcome{Rev: m.rev}, nil
 	}
 	rev := m.putLocked(p)
-	return Outcome{OK: true, Rev: rev, Line: m.lineLocked(lock, rev)}, nil
+	out := Outcome{OK: true, Rev: rev, Line: m.lineLocked(lock, rev)}
+	if p.Gate != "" {
+		out.Gate = m.records[p.Gate]
+	}
+	return out, nil
 }
 
 // Update implements Store.

@@ -102,30 +102,47 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 // and writes nothing but the raft entry of a transaction with a write
 // branch.
 func (s *Store) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+	t := lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "<", seen+1).WithPrefix()},
 		then: []clientv3.Op{put(p)},
 		els:  []clientv3.Op{clientv3.OpGet(lock, firstCreatedFirst()...)},
-	})
+	}
+	if p.Gate != "" {
+		t.cmp = append(t.cmp, clientv3.Compare(clientv3.CreateRevision(p.Gate), "=", 0))
+		t.els = append(t.els, clientv3.OpGet(p.Gate))
+	}
+	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || r.succeeded {
 		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
 	}
-	return lockstore.Outcome{Rev: r.revision, Line: contenders(r.responses[0].GetResponseRange().Kvs, r.revision+1)}, nil
+	out := lockstore.Outcome{Rev: r.revision, Line: contenders(r.responses[0].GetResponseRange().Kvs, r.revision+1)}
+	if p.Gate != "" {
+		out.Gate = value(r.responses[1].GetResponseRange().Kvs)
+	}
+	return out, nil
 }
 
 // Join implements lockstore.Store: the transaction that creates the key
 // reads the line ahead of it.
 func (s *Store) Join(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	r, err := s.commits.do(lockTxn{key: p.Key, lock: lock,
+	t := lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
 		then: []clientv3.Op{put(p), clientv3.OpGet(lock, firstCreatedFirst()...)},
-	})
+	}
+	if p.Gate != "" {
+		t.then = append(t.then, clientv3.OpGet(p.Gate))
+	}
+	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || !r.succeeded {
 		return lockstore.Outcome{Rev: r.revision}, err
 	}
-	return lockstore.Outcome{OK: true, Rev: r.revision, Line: contenders(r.responses[1].GetResponseRange().Kvs, r.revision)}, nil
+	out := lockstore.Outcome{OK: true, Rev: r.revision, Line: contenders(r.responses[1].GetResponseRange().Kvs, r.revision)}
+	if p.Gate != "" {
+		out.Gate = value(r.responses[2].GetResponseRange().Kvs)
+	}
+	return out, nil
 }
 
 // Update implements lockstore.Store.
