@@ -126,7 +126,29 @@ func TestKeeper(t *testing.T) {
 			t.Errorf("team-a may %s: %v", what, err)
 		}
 	}
+	for _, key := range []string{"/baton/v1/team-a/once/migrate", "/baton/v1/team-a/delay/job"} {
+		if _, err := teamA.Put(ctx, key, "{}"); err != nil {
+			t.Errorf("team-a writes %s: %v", key, err)
+		}
+	}
 	checkRefused(t, endpoint, server)
+
+	// An upgrade grants the sidecars more keys: a new term of leadership
+	// brings every scope's role up to date, its certificate current or not.
+	teamB := etcdClient(t, endpoint, readSecret(t, c, "team-b", cfg.ClientSecret))
+	if _, err := root.RoleRevokePermission(ctx, ScopeUser("team-b"), "/baton/v1/team-b/delay/", "/baton/v1/team-b/delay0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := teamB.Put(ctx, "/baton/v1/team-b/delay/job", "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("team-b's role without its delay keys: %v", err)
+	}
+	next := time.Now().Add(time.Hour)
+	if err := k.keepAll(ctx, &next, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := teamB.Put(ctx, "/baton/v1/team-b/delay/job", "{}"); err != nil {
+		t.Errorf("team-b's role after a new term: %v", err)
+	}
 
 	// Renewal: a certificate is replaced at two thirds of its life (20s
 	// here), a deleted one at once.

@@ -147,9 +147,14 @@ func (k *Keeper) lead(ctx context.Context) {
 		k.log.Info("cannot turn etcd's authentication on yet", "err", err)
 		sleep(ctx, retry)
 	}
+	// Each term of leadership brings every scope's etcd role up to what
+	// this version's sidecars need (an upgrade may grant them more keys),
+	// once: a namespace whose certificate is current costs no etcd request
+	// otherwise.
+	current := map[string]bool{}
 	for ctx.Err() == nil {
 		next := k.now().Add(k.cfg.Resync)
-		if err := k.keepAll(ctx, &next); err != nil {
+		if err := k.keepAll(ctx, &next, current); err != nil {
 			k.log.Error(err, "keeping etcd's certificates")
 			next = k.now().Add(retry)
 		}
@@ -158,8 +163,9 @@ func (k *Keeper) lead(ctx context.Context) {
 }
 
 // keepAll keeps etcd's certificate and every namespace's, lowering next to
-// the earliest due.
-func (k *Keeper) keepAll(ctx context.Context, next *time.Time) error {
+// the earliest due, and brings the roles of the scopes not in current up
+// to date.
+func (k *Keeper) keepAll(ctx context.Context, next *time.Time, current map[string]bool) error {
 	due, err := k.keepServer(ctx)
 	if err != nil {
 		return err
@@ -180,6 +186,16 @@ func (k *Keeper) keepAll(ctx context.Context, next *time.Time) error {
 		if gone, err := k.forgetIfGone(ctx, ns); gone || err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if !current[ns] {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := EnsureScope(rctx, k.etcd, ns)
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
+				continue
+			}
+			current[ns] = true
 		}
 		due, err := k.Ensure(ctx, ns)
 		if err != nil {

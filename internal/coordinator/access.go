@@ -31,9 +31,15 @@ const (
 func (c *Coordinator) checkAccess(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
-		actx, cancel := c.etcdCtx(ctx)
-		err := c.store.CheckAccess(actx, c.layout.Base())
-		cancel()
+		var err error
+		for _, prefix := range c.scopePrefixes() {
+			actx, cancel := c.etcdCtx(ctx)
+			err = c.store.CheckAccess(actx, prefix)
+			cancel()
+			if err != nil {
+				break
+			}
+		}
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
 			if c.setDenied(err) {
@@ -56,6 +62,12 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 			sleep(ctx, accessPoll)
 		}
 	}
+}
+
+// scopePrefixes are the prefixes the sidecar reads and writes: its
+// scope's locks, run-once records and lock-delay markers.
+func (c *Coordinator) scopePrefixes() []string {
+	return []string{c.layout.Base(), c.layout.OncePrefix(), c.layout.DelayPrefix()}
 }
 
 // setDenied records the store's permission on the scope (nil: allowed)
