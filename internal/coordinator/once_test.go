@@ -20,7 +20,7 @@ func (s *sidecar) once(k keyspace.Key, owner string, o Once, wait time.Duration)
 func TestRunOnce(t *testing.T) {
 	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
-	k := key(t, "migrations/v42")
+	k := key(t, uniq("migrations/v42"))
 	g, err := a.once(k, "deploy-1", Once{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestRunOnce(t *testing.T) {
 func TestRunOnceInput(t *testing.T) {
 	parallel(t)
 	a := newSidecar(t, "pod-a")
-	k := key(t, "once-input")
+	k := key(t, uniq("once-input"))
 	if _, err := a.once(k, "runner", Once{}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRunOnceInput(t *testing.T) {
 func TestRunOnceRace(t *testing.T) {
 	parallel(t)
 	scs := []*sidecar{newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")}
-	k := key(t, "race")
+	k := key(t, uniq("race"))
 	var runs, successes, done atomic.Int32
 	var killed atomic.Bool
 	var wg sync.WaitGroup
