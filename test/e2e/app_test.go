@@ -46,7 +46,9 @@ type histOp struct {
 	Fence  int64
 	// Limit is, for an acquisition of a semaphore, its units (each taken
 	// one at a time); 0 for a lock.
-	Limit  int
+	Limit int
+	// Mode is "read" for a reader of a read/write lock.
+	Mode   string
 	Call   time.Duration
 	Return time.Duration
 	// Told is when a holder stopped believing it held the lock: it asked to
@@ -98,13 +100,16 @@ type holdPlan struct {
 	// Its holders overlap by design, so they do not touch the store
 	// (whose fence and lost-update checks assume one holder at a time).
 	limit int
+	// mode "read" makes the holder a reader of a read/write lock; readers
+	// overlap by design and do not touch the store either.
+	mode string
 }
 
 // once makes one acquisition and reports whether it was granted.
 func (a *app) once(ctx context.Context, lock string, p holdPlan) bool {
 	call := a.h.now()
-	acq := histOp{Client: a.id, Owner: a.owner, Lock: lock, Kind: opAcquire, Call: call, Limit: p.limit}
-	req := lockapi.Request{Owner: a.owner, Limit: p.limit}
+	acq := histOp{Client: a.id, Owner: a.owner, Lock: lock, Kind: opAcquire, Call: call, Limit: p.limit, Mode: p.mode}
+	req := lockapi.Request{Owner: a.owner, Limit: p.limit, Mode: p.mode}
 	if p.wait > 0 {
 		req.Wait = p.wait.String()
 	}
@@ -180,7 +185,7 @@ work:
 			break work
 		default:
 		}
-		if p.limit > 1 {
+		if p.limit > 1 || p.mode == "read" {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}

@@ -57,13 +57,17 @@ func analyze(name string, ops []histOp, st *store) *outcome {
 		lock, owner string
 		fence       int64
 		start, end  time.Duration
+		reader      bool
 	}
 	var holds []hold
 	open := map[string]int{} // owner+fence → index in holds
-	limits := map[string]int{}
+	limits, readers := map[string]int{}, map[string]bool{}
 	for _, op := range ops {
 		if op.Kind == opAcquire && op.Limit > 1 {
 			limits[op.Lock] = op.Limit
+		}
+		if op.Kind == opAcquire && op.Mode == "read" {
+			readers[op.Lock] = true
 		}
 	}
 	for _, op := range ops {
@@ -91,7 +95,7 @@ func analyze(name string, ops []histOp, st *store) *outcome {
 			}
 			grants[op.Lock][op.Fence] = &grant{owner: op.Owner, start: op.Return}
 			open[holdKey(op)] = len(holds)
-			holds = append(holds, hold{op.Lock, op.Owner, op.Fence, op.Return, never})
+			holds = append(holds, hold{op.Lock, op.Owner, op.Fence, op.Return, never, op.Mode == "read"})
 		case resFail:
 			o.fail++
 			o.reasons[op.Detail]++
@@ -125,10 +129,30 @@ func analyze(name string, ops []histOp, st *store) *outcome {
 		last[s.Lock] = max(last[s.Lock], s.Token)
 	}
 	// Belief overlap: two holders of one lock who both thought they held
-	// it; of a semaphore, more holders than its units.
+	// it; of a semaphore, more holders than its units; of a read/write
+	// lock, a writer with anyone.
 	sort.Slice(holds, func(i, j int) bool { return holds[i].start < holds[j].start })
 	o.concurrency = map[string]int{}
 	for i := range holds {
+		if readers[holds[i].lock] {
+			active, writers := 1, 0
+			if !holds[i].reader {
+				writers++
+			}
+			for j := range i {
+				if holds[j].lock == holds[i].lock && holds[j].end > holds[i].start {
+					active++
+					if !holds[j].reader {
+						writers++
+					}
+				}
+			}
+			o.concurrency[holds[i].lock] = max(o.concurrency[holds[i].lock], active)
+			if writers > 0 && active > 1 {
+				o.overlaps++
+			}
+			continue
+		}
 		if n := limits[holds[i].lock]; n > 1 {
 			active := 1
 			for j := range i {
@@ -226,9 +250,9 @@ var mutexModel = porcupine.NondeterministicModel{
 // saves the visualization in dir.
 func checkLinearizable(o *outcome, ops []histOp, dir string) {
 	var hist []porcupine.Operation
-	semaphores := map[string]bool{}
+	semaphores := map[string]bool{} // and read/write locks: their holders overlap
 	for _, op := range ops {
-		if op.Limit > 1 {
+		if op.Limit > 1 || op.Mode == "read" {
 			semaphores[op.Lock] = true
 		}
 	}

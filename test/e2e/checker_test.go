@@ -71,3 +71,26 @@ func TestCheckersCountSemaphoreHolders(t *testing.T) {
 		t.Errorf("four holders of a semaphore of 3: %d overlaps, at most %d at once", o.overlaps, o.concurrency["s"])
 	}
 }
+
+// TestCheckersCountReadersAndWriters: readers of a read/write lock overlap,
+// a writer with anyone is a belief overlap.
+func TestCheckersCountReadersAndWriters(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	hist := func(modes ...string) []histOp {
+		var ops []histOp
+		for i, m := range modes {
+			owner := string(rune('a' + i))
+			ops = append(ops,
+				histOp{Client: i, Owner: owner, Lock: "rw", Kind: opAcquire, Result: resOK, Fence: int64(10 + i), Mode: m, Call: ms(i), Return: ms(i + 1)},
+				histOp{Client: i, Owner: owner, Lock: "rw", Kind: opRelease, Result: resOK, Fence: int64(10 + i), Call: ms(20), Return: ms(21), Told: ms(20)})
+		}
+		return ops
+	}
+	st := &store{fenced: true, locks: map[string]*storeLock{}}
+	if o := analyze("readers", hist("read", "read", "read"), st); o.overlaps != 0 || o.concurrency["rw"] != 3 {
+		t.Errorf("three readers: %d overlaps, at most %d at once", o.overlaps, o.concurrency["rw"])
+	}
+	if o := analyze("a writer among readers", hist("read", "", "read"), st); o.overlaps == 0 {
+		t.Error("a writer among readers: no belief overlap counted")
+	}
+}

@@ -74,9 +74,11 @@ func TestS3KillChurn(t *testing.T) {
 }
 
 // TestS15SemaphoreKillChurn: app clients on several sidecars loop on units
-// of one semaphore of 3 while the sidecar of a random holder is SIGKILLed
-// at an interval and restarted: never more than 3 holders believe they
-// hold it at once, and it is held by 3 at times.
+// of one semaphore of 3, and others on a read/write lock, while the
+// sidecar of a random holder is SIGKILLed at an interval and restarted:
+// never more than 3 holders believe they hold the semaphore at once (and
+// 3 do at times), never a writer with anyone (readers share), and the
+// writers' fenced increments lose nothing.
 func TestS15SemaphoreKillChurn(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	var apps []*app
@@ -86,23 +88,35 @@ func TestS15SemaphoreKillChurn(t *testing.T) {
 	stop := make(chan struct{})
 	const limit = 3
 	wg := runApps(apps, stop, "s15", 0, holdPlan{wait: 30 * time.Second, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond, limit: limit})
+	// Beside it, a read/write lock: a third of the clients write.
+	var rw []*app
+	for _, sc := range e.sidecars {
+		rw = append(rw, e.apps(sc, 3, 5*time.Millisecond)...)
+	}
+	rwr := runApps(rw[:2*len(rw)/3], stop, "s15rw", 0, holdPlan{wait: 30 * time.Second, holdFor: 100 * time.Millisecond, pause: 50 * time.Millisecond, mode: "read"})
+	rww := runApps(rw[2*len(rw)/3:], stop, "s15rw", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 50 * time.Millisecond, pause: 100 * time.Millisecond})
 	var faults []time.Duration
 	end := time.Now().Add(scale(15*time.Second, 5*time.Minute))
-	for time.Now().Before(end) {
+	for i := 0; time.Now().Before(end); i++ {
 		time.Sleep(scale(3*time.Second, 5*time.Second))
-		x := e.holderOf("s15")
+		x := e.holderOf([]string{"s15", "s15rw"}[i%2])
 		faults = append(faults, e.h.now())
 		x.kill()
 		x.start(t)
 	}
 	close(stop)
 	wg.Wait()
-	o := e.finish("S15 semaphore SIGKILL churn", requirements{minOK: 20, noOverlap: true}, func(o *outcome) {
-		o.note("%d clients on a semaphore of %d, a holder's sidecar SIGKILLed every %v and restarted at once (%d kills); at most %d holders at once",
-			len(apps), limit, scale(3*time.Second, 5*time.Second), len(faults), o.concurrency["s15"])
+	rwr.Wait()
+	rww.Wait()
+	o := e.finish("S15 semaphore and read/write lock, SIGKILL churn", requirements{minOK: 20, noOverlap: true}, func(o *outcome) {
+		o.note("%d clients on a semaphore of %d and %d on a read/write lock (a third writing), a holder's sidecar SIGKILLed every %v and restarted at once (%d kills); at most %d holders of the semaphore and %d readers at once",
+			len(apps), limit, len(rw), scale(3*time.Second, 5*time.Second), len(faults), o.concurrency["s15"], o.concurrency["s15rw"])
 	})
 	if o.concurrency["s15"] != limit {
 		t.Errorf("at most %d holders at once: the semaphore of %d was never full", o.concurrency["s15"], limit)
+	}
+	if o.concurrency["s15rw"] < 2 {
+		t.Errorf("at most %d readers at once: they never shared the lock", o.concurrency["s15rw"])
 	}
 }
 
