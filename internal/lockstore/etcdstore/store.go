@@ -45,11 +45,18 @@ func New(cli *clientv3.Client, timeout time.Duration, opts ...Option) *Store {
 // transaction with a write branch); the coordinator reads first when it
 // expects a refusal.
 func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	t := lockTxn{key: p.Key, lock: lock,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "=", 0).WithPrefix()},
-		then: []clientv3.Op{put(p)},
-		els:  []clientv3.Op{clientv3.OpGet(lock, clientv3.WithFirstCreate()...)},
+	out, kvs, err := s.attempt(lock, p, clientv3.Compare(clientv3.CreateRevision(lock), "=", 0).WithPrefix(),
+		clientv3.OpGet(lock, clientv3.WithFirstCreate()...))
+	if err == nil && !out.OK {
+		out.First = first(kvs)
 	}
+	return out, err
+}
+
+// attempt creates p.Key if cmp holds and p.Gate (when set) does not exist;
+// else it reads with read, whose answer it returns, and the marker.
+func (s *Store) attempt(lock string, p lockstore.Put, cmp clientv3.Cmp, read clientv3.Op) (lockstore.Outcome, []*mvccpb.KeyValue, error) {
+	t := lockTxn{key: p.Key, lock: lock, cmp: []clientv3.Cmp{cmp}, then: []clientv3.Op{put(p)}, els: []clientv3.Op{read}}
 	if p.Gate != "" {
 		t.cmp = append(t.cmp, clientv3.Compare(clientv3.CreateRevision(p.Gate), "=", 0))
 		t.els = append(t.els, clientv3.OpGet(p.Gate))
@@ -57,13 +64,13 @@ func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || r.succeeded {
-		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
+		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, nil, err
 	}
-	out := lockstore.Outcome{Rev: r.revision, First: first(r.responses[0].GetResponseRange().Kvs)}
+	out := lockstore.Outcome{Rev: r.revision}
 	if p.Gate != "" {
 		out.Gate = value(r.responses[1].GetResponseRange().Kvs)
 	}
-	return out, nil
+	return out, r.responses[0].GetResponseRange().Kvs, nil
 }
 
 // value is the value of a single-key read, nil when the key is absent.
@@ -78,9 +85,19 @@ func value(kvs []*mvccpb.KeyValue) []byte {
 // reads the names of the contenders, so a waiter knows its place without a
 // second round trip.
 func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
+	out, kvs, err := s.enqueue(lock, p, clientv3.OpGet(lock, newestFirst()...))
+	if out.OK {
+		out.Ahead = namesBefore(kvs, out.Rev)
+	}
+	return out, err
+}
+
+// enqueue creates p.Key under lock unless it exists, reading in the same
+// transaction with read, whose answer it returns, and the marker p.Gate.
+func (s *Store) enqueue(lock string, p lockstore.Put, read clientv3.Op) (lockstore.Outcome, []*mvccpb.KeyValue, error) {
 	t := lockTxn{key: p.Key, lock: lock,
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
-		then: []clientv3.Op{put(p), clientv3.OpGet(lock, newestFirst()...)},
+		then: []clientv3.Op{put(p), read},
 	}
 	if p.Gate != "" {
 		t.then = append(t.then, clientv3.OpGet(p.Gate))
@@ -88,13 +105,13 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 	r, err := s.commits.do(t)
 	err = s.denied(err, p.Key)
 	if err != nil || !r.succeeded {
-		return lockstore.Outcome{Rev: r.revision}, err
+		return lockstore.Outcome{Rev: r.revision}, nil, err
 	}
-	out := lockstore.Outcome{OK: true, Rev: r.revision, Ahead: namesBefore(r.responses[1].GetResponseRange().Kvs, r.revision)}
+	out := lockstore.Outcome{OK: true, Rev: r.revision}
 	if p.Gate != "" {
 		out.Gate = value(r.responses[2].GetResponseRange().Kvs)
 	}
-	return out, nil
+	return out, r.responses[1].GetResponseRange().Kvs, nil
 }
 
 // TryIn implements lockstore.Store: one transaction, which reads the
@@ -102,47 +119,22 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 // and writes nothing but the raft entry of a transaction with a write
 // branch.
 func (s *Store) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outcome, error) {
-	t := lockTxn{key: p.Key, lock: lock,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lock), "<", seen+1).WithPrefix()},
-		then: []clientv3.Op{put(p)},
-		els:  []clientv3.Op{clientv3.OpGet(lock, firstCreatedFirst()...)},
+	out, kvs, err := s.attempt(lock, p, clientv3.Compare(clientv3.CreateRevision(lock), "<", seen+1).WithPrefix(),
+		clientv3.OpGet(lock, firstCreatedFirst()...))
+	if err == nil && !out.OK {
+		out.Line = contenders(kvs, out.Rev+1)
 	}
-	if p.Gate != "" {
-		t.cmp = append(t.cmp, clientv3.Compare(clientv3.CreateRevision(p.Gate), "=", 0))
-		t.els = append(t.els, clientv3.OpGet(p.Gate))
-	}
-	r, err := s.commits.do(t)
-	err = s.denied(err, p.Key)
-	if err != nil || r.succeeded {
-		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, err
-	}
-	out := lockstore.Outcome{Rev: r.revision, Line: contenders(r.responses[0].GetResponseRange().Kvs, r.revision+1)}
-	if p.Gate != "" {
-		out.Gate = value(r.responses[1].GetResponseRange().Kvs)
-	}
-	return out, nil
+	return out, err
 }
 
 // Join implements lockstore.Store: the transaction that creates the key
 // reads the line ahead of it.
 func (s *Store) Join(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	t := lockTxn{key: p.Key, lock: lock,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
-		then: []clientv3.Op{put(p), clientv3.OpGet(lock, firstCreatedFirst()...)},
+	out, kvs, err := s.enqueue(lock, p, clientv3.OpGet(lock, firstCreatedFirst()...))
+	if out.OK {
+		out.Line = contenders(kvs, out.Rev)
 	}
-	if p.Gate != "" {
-		t.then = append(t.then, clientv3.OpGet(p.Gate))
-	}
-	r, err := s.commits.do(t)
-	err = s.denied(err, p.Key)
-	if err != nil || !r.succeeded {
-		return lockstore.Outcome{Rev: r.revision}, err
-	}
-	out := lockstore.Outcome{OK: true, Rev: r.revision, Line: contenders(r.responses[1].GetResponseRange().Kvs, r.revision)}
-	if p.Gate != "" {
-		out.Gate = value(r.responses[2].GetResponseRange().Kvs)
-	}
-	return out, nil
+	return out, err
 }
 
 // Update implements lockstore.Store.
