@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRunOnceCommand: `baton run --once KEY` runs a command once: a later
@@ -19,25 +21,28 @@ func TestRunOnceCommand(t *testing.T) {
 		cmd, out, errb := batonRun(t, sc.socket, args...)
 		return exitOf(t, cmd.Run()), out.String(), errb.String()
 	}
-	migrate := []string{"--once", "migrate/v42", "--owner", "deploy-1", "--", "sh", "-c", `echo ran; echo "schema v42" > "$BATON_RESULT_FILE"`}
-	if code, out, errs := runOnce(migrate...); code != 0 || !strings.Contains(out, "ran") || !strings.Contains(errs, "migrate/v42 succeeded") {
+	// Run-once records outlive the sidecar: keys of this run's own.
+	run := fmt.Sprint(time.Now().UnixNano())
+	mig, backfill := "migrate/v42-"+run, "backfill-"+run
+	migrate := []string{"--once", mig, "--owner", "deploy-1", "--", "sh", "-c", `echo ran; echo "schema v42" > "$BATON_RESULT_FILE"`}
+	if code, out, errs := runOnce(migrate...); code != 0 || !strings.Contains(out, "ran") || !strings.Contains(errs, mig+" succeeded") {
 		t.Fatalf("first run: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	code, out, errs := runOnce("--once", "migrate/v42", "--", "sh", "-c", "echo ran")
+	code, out, errs := runOnce("--once", mig, "--", "sh", "-c", "echo ran")
 	if code != 0 || strings.Contains(out, "ran") || !strings.Contains(errs, "already done: deploy-1 (pod s.sock) ran it") || !strings.Contains(errs, `result "schema v42\n"`) {
 		t.Errorf("second run: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, _ := runOnce("--once", "migrate/v42", "--if-done", "rerun", "--", "sh", "-c", "echo ran"); code != 0 || !strings.Contains(out, "ran") {
+	if code, out, _ := runOnce("--once", mig, "--if-done", "rerun", "--", "sh", "-c", "echo ran"); code != 0 || !strings.Contains(out, "ran") {
 		t.Errorf("--if-done rerun: exit %d, stdout %q", code, out)
 	}
 
-	if code, _, errs := runOnce("--once", "backfill", "--", "sh", "-c", "exit 3"); code != 3 || !strings.Contains(errs, "backfill failed") {
+	if code, _, errs := runOnce("--once", backfill, "--", "sh", "-c", "exit 3"); code != 3 || !strings.Contains(errs, backfill+" failed") {
 		t.Errorf("a failing run: exit %d, stderr %q", code, errs)
 	}
-	if code, out, errs := runOnce("--once", "backfill", "--if-failed", "skip", "--", "sh", "-c", "echo ran"); code != 1 || strings.Contains(out, "ran") || !strings.Contains(errs, `already failed`) {
+	if code, out, errs := runOnce("--once", backfill, "--if-failed", "skip", "--", "sh", "-c", "echo ran"); code != 1 || strings.Contains(out, "ran") || !strings.Contains(errs, `already failed`) {
 		t.Errorf("--if-failed skip after a failure: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, out, _ := runOnce("--once", "backfill", "--", "sh", "-c", "echo ran"); code != 0 || !strings.Contains(out, "ran") {
+	if code, out, _ := runOnce("--once", backfill, "--", "sh", "-c", "echo ran"); code != 0 || !strings.Contains(out, "ran") {
 		t.Errorf("a retry after a failure: exit %d, stdout %q", code, out)
 	}
 	for _, args := range [][]string{

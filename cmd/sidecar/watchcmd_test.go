@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +18,9 @@ func TestLocksWatch(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sc := startProc(t, filepath.Join(dir, "s.sock"), "watch-test")
 	c := unixClient(sc.socket)
-	if code := post(t, c, "/v1/locks/leader", `{"owner":"replica-1"}`); code != 200 {
+	// A lock of this run's own: an earlier run's holder may hold its own.
+	leader := fmt.Sprintf("leader-%d", time.Now().UnixNano())
+	if code := post(t, c, "/v1/locks/"+leader, `{"owner":"replica-1"}`); code != 200 {
 		t.Fatalf("acquire: %d", code)
 	}
 	var text, js syncBuffer
@@ -25,7 +28,7 @@ func TestLocksWatch(t *testing.T) {
 		out  *syncBuffer
 		args []string
 	}{{&text, nil}, {&js, []string{"-o", "json"}}} {
-		cmd := exec.Command(binary(t), append([]string{"locks", "watch", "leader", "--socket", sc.socket}, w.args...)...)
+		cmd := exec.Command(binary(t), append([]string{"locks", "watch", leader, "--socket", sc.socket}, w.args...)...)
 		cmd.Stdout, cmd.Stderr = w.out, w.out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -35,26 +38,26 @@ func TestLocksWatch(t *testing.T) {
 	waitUntil(t, 10*time.Second, "both watches synced", func() bool {
 		return strings.Contains(text.String(), "synced") && strings.Contains(js.String(), `"event":"synced"`)
 	})
-	if !strings.Contains(text.String(), "state     leader  held by replica-1 (pod s.sock) fence ") {
+	if !strings.Contains(text.String(), "state     "+leader+"  held by replica-1 (pod s.sock) fence ") {
 		t.Errorf("state line:\n%s", text.String())
 	}
-	req, _ := http.NewRequest("DELETE", "http://baton/v1/locks/leader?owner=replica-1", nil)
+	req, _ := http.NewRequest("DELETE", "http://baton/v1/locks/"+leader+"?owner=replica-1", nil)
 	resp, err := c.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("release: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if code := post(t, c, "/v1/locks/leader", `{"owner":"replica-2"}`); code != 200 {
+	if code := post(t, c, "/v1/locks/"+leader, `{"owner":"replica-2"}`); code != 200 {
 		t.Fatalf("acquire: %d", code)
 	}
 	waitUntil(t, 10*time.Second, "the hand-over told", func() bool {
-		return strings.Contains(text.String(), "granted   leader  replica-2 (pod s.sock)") &&
+		return strings.Contains(text.String(), "granted   "+leader+"  replica-2 (pod s.sock)") &&
 			strings.Contains(js.String(), `"event":"released"`) && strings.Contains(js.String(), `"owner":"replica-2"`)
 	})
-	if !strings.Contains(text.String(), "released  leader  replica-1 (pod s.sock) fence ") {
+	if !strings.Contains(text.String(), "released  "+leader+"  replica-1 (pod s.sock) fence ") {
 		t.Errorf("release line:\n%s", text.String())
 	}
-	cmd := exec.Command(binary(t), "locks", "watch", "leader", "--prefix", "x", "--socket", sc.socket)
+	cmd := exec.Command(binary(t), "locks", "watch", leader, "--prefix", "x", "--socket", sc.socket)
 	if out, err := cmd.CombinedOutput(); exitOf(t, err) != 2 {
 		t.Errorf("a key and a prefix: %s", out)
 	}

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/lockapi"
 )
@@ -13,17 +15,19 @@ import (
 // already_done with the record, writing nothing.
 func TestRunOnceAPI(t *testing.T) {
 	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
-	g := a.do("POST", "/v1/locks/migrate/v42", `{"owner":"deploy-1","once":true}`).expect(t, http.StatusOK, "")
-	r := b.do("POST", "/v1/locks/migrate/v42", `{"owner":"deploy-2","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyRunning)
+	// Run-once records outlive the test's sidecars: a key of this run's own.
+	k := fmt.Sprintf("migrate/v%d", time.Now().UnixNano())
+	g := a.do("POST", "/v1/locks/"+k, `{"owner":"deploy-1","once":true}`).expect(t, http.StatusOK, "")
+	r := b.do("POST", "/v1/locks/"+k, `{"owner":"deploy-2","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyRunning)
 	if r.holder()["owner"] != "deploy-1" {
 		t.Errorf("refusal names %v", r.holder())
 	}
-	done := a.do("POST", "/v1/locks/migrate/v42:done", `{"owner":"deploy-1","ok":true,"result":"schema v42"}`).expect(t, http.StatusOK, "")
+	done := a.do("POST", "/v1/locks/"+k+":done", `{"owner":"deploy-1","ok":true,"result":"schema v42"}`).expect(t, http.StatusOK, "")
 	if done.str("status") != "succeeded" || done.num("fence") != g.num("fence") || done.str("result") != "schema v42" || done.str("expires_at") == "" {
 		t.Fatalf("finish: %s", done.raw)
 	}
 	txns := b.calls.Txns()
-	r = b.do("POST", "/v1/locks/migrate/v42", `{"owner":"deploy-3","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyDone)
+	r = b.do("POST", "/v1/locks/"+k, `{"owner":"deploy-3","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyDone)
 	run, _ := r.body["run"].(map[string]any)
 	if run["owner"] != "deploy-1" || run["result"] != "schema v42" || r.body["granted"] != false || !strings.Contains(r.str("message"), "already done") {
 		t.Errorf("already done: %s", r.raw)
@@ -31,12 +35,12 @@ func TestRunOnceAPI(t *testing.T) {
 	if b.calls.Txns() != txns {
 		t.Error("an already_done answer wrote to etcd")
 	}
-	if got := b.do("GET", "/v1/locks/migrate/v42:done", "").expect(t, http.StatusOK, ""); got.str("owner") != "deploy-1" {
+	if got := b.do("GET", "/v1/locks/"+k+":done", "").expect(t, http.StatusOK, ""); got.str("owner") != "deploy-1" {
 		t.Errorf("GET :done: %s", got.raw)
 	}
 
 	// On a hold stream: refused before the stream starts.
-	b.do("POST", "/v1/locks/migrate/v42:hold", `{"owner":"deploy-4","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyDone)
+	b.do("POST", "/v1/locks/"+k+":hold", `{"owner":"deploy-4","once":true}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyDone)
 }
 
 func TestRunOnceInput(t *testing.T) {

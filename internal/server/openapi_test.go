@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -62,6 +64,8 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	schemas := compileSchemas(t)
+	// Run-once records outlive the test's sidecars: a key of this run's own.
+	once := fmt.Sprintf("/v1/locks/oa/once-%d", time.Now().UnixNano())
 	calls := []apiCall{
 		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/k", body: `{"owner":"o1","ttl":"1m"}`, status: 200},
 		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/k", body: `{"owner":"o2"}`, status: 409, via: b},
@@ -86,14 +90,14 @@ func TestOpenAPI(t *testing.T) {
 		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/rw", body: `{"owner":"r2","mode":"read"}`, status: 200, via: b},
 		{op: "listLocks", method: "GET", path: "/v1/locks?prefix=oa/", status: 200},
 		{op: "releaseLock", method: "DELETE", path: "/v1/locks/oa/rw?force=true", status: 400},
-		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/once", body: `{"owner":"m1","once":true}`, status: 200},
-		{op: "getRun", method: "GET", path: "/v1/locks/oa/once:done", status: 404},
-		{op: "finishRun", method: "POST", path: "/v1/locks/oa/once:done", body: `{"owner":"m2","ok":true}`, status: 403},
-		{op: "finishRun", method: "POST", path: "/v1/locks/oa/once:done", body: `{"owner":"m1"}`, status: 400},
-		{op: "finishRun", method: "POST", path: "/v1/locks/oa/once:done", body: `{"owner":"m1","ok":true,"result":"v42"}`, status: 200},
-		{op: "finishRun", method: "POST", path: "/v1/locks/oa/once:done", body: `{"owner":"m1","ok":true}`, status: 404},
-		{op: "getRun", method: "GET", path: "/v1/locks/oa/once:done", status: 200},
-		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/once", body: `{"owner":"m3","once":true}`, status: 409, via: b},
+		{op: "acquireLock", method: "POST", path: once, body: `{"owner":"m1","once":true}`, status: 200},
+		{op: "getRun", method: "GET", path: once + ":done", status: 404},
+		{op: "finishRun", method: "POST", path: once + ":done", body: `{"owner":"m2","ok":true}`, status: 403},
+		{op: "finishRun", method: "POST", path: once + ":done", body: `{"owner":"m1"}`, status: 400},
+		{op: "finishRun", method: "POST", path: once + ":done", body: `{"owner":"m1","ok":true,"result":"v42"}`, status: 200},
+		{op: "finishRun", method: "POST", path: once + ":done", body: `{"owner":"m1","ok":true}`, status: 404},
+		{op: "getRun", method: "GET", path: once + ":done", status: 200},
+		{op: "acquireLock", method: "POST", path: once, body: `{"owner":"m3","once":true}`, status: 409, via: b},
 		{op: "watchLock", method: "GET", path: "/v1/locks/oa/sem:watch", status: 200},
 		{op: "watchLock", method: "GET", path: "/v1/locks/oa/free:watch", status: 200},
 		{op: "watchLocks", method: "GET", path: "/v1/locks:watch?prefix=oa/", status: 200},
