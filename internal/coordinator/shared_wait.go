@@ -14,20 +14,13 @@ import (
 // for it. The caller has the turn.
 func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
 	op := fmt.Sprintf("acquire %q", req.Key)
-	sess, err := c.session(ctx)
+	p, rec, err := c.placeFor(ctx, e, req, op, func(sess lockstore.Session) string {
+		return c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag)
+	})
 	if err != nil {
-		c.leaveTurn(e)
-		return Grant{}, fmt.Errorf("%s: %w", op, err)
+		return Grant{}, err
 	}
-	p := place{key: c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), lock: c.layout.LockPrefix(req.Key), sess: sess}
-	now := c.now()
-	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	rec.Claim = req.Claim
-	c.mu.Lock()
-	rec.Queued = e.queued
-	p.lease = sess.LeaseFor(len(c.locks))
-	c.mu.Unlock()
-
+	sess := p.sess
 	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
 	defer c.hub.unregister(p.lock, p.w)
 	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
@@ -53,7 +46,7 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 			return Grant{}, err
 		}
 	}
-	now = c.now()
+	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Claim = req.Claim
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)

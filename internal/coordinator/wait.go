@@ -92,22 +92,14 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		return c.waitShared(ctx, e, req, start)
 	}
 	op := fmt.Sprintf("acquire %q", req.Key)
-	sess, err := c.session(ctx)
-	if err != nil {
-		c.leaveTurn(e)
-		return Grant{}, fmt.Errorf("%s: %w", op, err)
-	}
-	p := place{key: c.contenderKey(req, sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
-	now := c.now()
-	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	c.mu.Lock()
-	rec.Queued = e.queued
 	// The key's name stays that of the session (its first lease), as in
 	// concurrency.Mutex, so one session has one contender key per lock
 	// whatever lease carries it.
-	p.lease = sess.LeaseFor(len(c.locks))
-	c.mu.Unlock()
-
+	p, rec, err := c.placeFor(ctx, e, req, op, func(sess lockstore.Session) string { return c.contenderKey(req, sess) })
+	if err != nil {
+		return Grant{}, err
+	}
+	sess := p.sess
 	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
 	defer c.hub.unregister(p.lock, p.w)
 
@@ -139,9 +131,29 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
 	// with no write on the way. The record's grant time and deadline follow
 	// off the hand-off's path.
-	now = c.now()
+	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+}
+
+// placeFor makes the place of req's waiter, with the key keyOf names
+// for the current session, and the record it queues with; the caller has
+// the turn, which passes on when there is no session.
+func (c *Coordinator) placeFor(ctx context.Context, e *entry, req AcquireRequest, op string, keyOf func(lockstore.Session) string) (place, keyspace.Holder, error) {
+	sess, err := c.session(ctx)
+	if err != nil {
+		c.leaveTurn(e)
+		return place{}, keyspace.Holder{}, fmt.Errorf("%s: %w", op, err)
+	}
+	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
+	now := c.now()
+	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Claim = req.Claim
+	c.mu.Lock()
+	rec.Queued = e.queued
+	p.lease = sess.LeaseFor(len(c.locks))
+	c.mu.Unlock()
+	return p, rec, nil
 }
 
 // queued takes in the outcome of the write that queued p (Queue or Join),

@@ -75,6 +75,12 @@ func (m *Memory) Try(lock string, p Put) (Outcome, error) {
 
 // Queue implements Store.
 func (m *Memory) Queue(lock string, p Put) (Outcome, error) {
+	return m.enqueue(p, func(out *Outcome) { out.Ahead, _, _ = m.aheadLocked(lock, p.Key, out.Rev) })
+}
+
+// enqueue creates p.Key unless it exists and lets read fill in, under the
+// store's lock, what the same step reads; then the marker p.Gate.
+func (m *Memory) enqueue(p Put, read func(out *Outcome)) (Outcome, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkWrite(p); err != nil {
@@ -83,9 +89,8 @@ func (m *Memory) Queue(lock string, p Put) (Outcome, error) {
 	if m.keys[p.Key] != nil {
 		return Outcome{Rev: m.rev}, nil
 	}
-	rev := m.putLocked(p)
-	ahead, _, _ := m.aheadLocked(lock, p.Key, rev)
-	out := Outcome{OK: true, Rev: rev, Ahead: ahead}
+	out := Outcome{OK: true, Rev: m.putLocked(p)}
+	read(&out)
 	if p.Gate != "" {
 		out.Gate = m.records[p.Gate]
 	}
@@ -109,20 +114,7 @@ func (m *Memory) TryIn(lock string, p Put, seen int64) (Outcome, error) {
 
 // Join implements Store.
 func (m *Memory) Join(lock string, p Put) (Outcome, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkWrite(p); err != nil {
-		return Outcome{}, err
-	}
-	if m.keys[p.Key] != nil {
-		return Outcome{Rev: m.rev}, nil
-	}
-	rev := m.putLocked(p)
-	out := Outcome{OK: true, Rev: rev, Line: m.lineLocked(lock, rev)}
-	if p.Gate != "" {
-		out.Gate = m.records[p.Gate]
-	}
-	return out, nil
+	return m.enqueue(p, func(out *Outcome) { out.Line = m.lineLocked(lock, out.Rev) })
 }
 
 // Update implements Store.
