@@ -31,15 +31,9 @@ const (
 func (c *Coordinator) checkAccess(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
-		var err error
-		for _, prefix := range c.scopePrefixes() {
-			actx, cancel := c.etcdCtx(ctx)
-			err = c.store.CheckAccess(actx, prefix)
-			cancel()
-			if err != nil {
-				break
-			}
-		}
+		actx, cancel := c.etcdCtx(ctx)
+		err := c.store.CheckAccess(actx, c.scopePrefixes()...)
+		cancel()
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
 			if c.setDenied(err) {

@@ -150,8 +150,9 @@ type Store interface {
 	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
 
 	// CheckAccess reports whether this store may read and write every key
-	// under prefix (ErrPermissionDenied when not), writing nothing.
-	CheckAccess(ctx context.Context, prefix string) error
+	// under the prefixes, at least one (ErrPermissionDenied when not),
+	// writing nothing.
+	CheckAccess(ctx context.Context, prefixes ...string) error
 	// Denied returns the last ErrPermissionDenied an operation met since
 	// CheckAccess last succeeded, or nil: a cheap, local check.
 	Denied() error

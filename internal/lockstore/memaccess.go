@@ -24,13 +24,18 @@ func (m *Memory) Deny(prefix string, denied bool) {
 }
 
 // CheckAccess implements Store.
-func (m *Memory) CheckAccess(ctx context.Context, prefix string) (err error) {
+func (m *Memory) CheckAccess(ctx context.Context, prefixes ...string) (err error) {
 	if err := m.read(ctx, func() {}); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.deniedLocked(prefix)
+	for _, prefix := range prefixes {
+		if err := m.deniedLocked(prefix); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Denied implements Store.

@@ -24,18 +24,23 @@ const accessProbe = "\x00access-probe"
 // CheckAccess implements lockstore.Store in one transaction whose compare
 // never holds: etcd checks the permission of every operation of both
 // branches before it evaluates the compare, so a user without read or
-// write access under prefix is refused, and nothing is written.
-func (s *Store) CheckAccess(ctx context.Context, prefix string) error {
-	probe := prefix + accessProbe
+// write access under any of the prefixes is refused, and nothing is
+// written.
+func (s *Store) CheckAccess(ctx context.Context, prefixes ...string) error {
+	var then, els []clientv3.Op
+	for _, prefix := range prefixes {
+		then = append(then, clientv3.OpPut(prefix+accessProbe, ""))
+		els = append(els, clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+	}
 	_, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(probe), "<", 0)).
-		Then(clientv3.OpPut(probe, "")).
-		Else(clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())).
+		If(clientv3.Compare(clientv3.CreateRevision(prefixes[0]+accessProbe), "<", 0)).
+		Then(then...).
+		Else(els...).
 		Commit()
 	if err == nil {
 		s.lastDenied.Store(nil)
 	}
-	return s.denied(err, prefix)
+	return s.denied(err, strings.Join(prefixes, `", "`))
 }
 
 // Denied implements lockstore.Store.
