@@ -28,9 +28,10 @@ LDFLAGS := -X github.com/baton-dev/baton/internal/version.version=$(VERSION) \
   -X github.com/baton-dev/baton/internal/version.commit=$(COMMIT)
 
 .PHONY: build
-build: ## Build bin/baton (every command, the embedded etcd) and bin/baton-sidecar (the lean build that runs in pods).
+build: ## Build bin/baton (every command, the embedded etcd), bin/baton-sidecar (the lean build that runs in pods) and bin/baton-dapr (the lean build with Dapr's lock API).
 	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/baton ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -tags lean -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/baton-sidecar ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -tags lean,dapr -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/baton-dapr ./cmd/sidecar
 
 # The image the chart's default values name (its appVersion).
 IMAGE      ?= ghcr.io/baton-dev/baton:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/baton/Chart.yaml)
@@ -38,12 +39,13 @@ ETCD_IMAGE ?= gcr.io/etcd-development/etcd:v3.7.3
 IMAGES     := $(BIN)/images
 
 .PHONY: image
-image: $(BIN)/image $(K8S_BIN)/etcd $(K8S_BIN)/etcdctl ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE) (/baton, the lean sidecar, its entrypoint; /baton-controller for the controller), etcd as $(ETCD_IMAGE).
+image: $(BIN)/image $(K8S_BIN)/etcd $(K8S_BIN)/etcdctl ## Write the images the chart runs as docker-archive tarballs in bin/images (no docker, no registry): Baton as $(IMAGE) (/baton, the lean sidecar, its entrypoint; /baton-dapr, the sidecar of pods that speak Dapr; /baton-controller for the controller), etcd as $(ETCD_IMAGE).
 	@mkdir -p $(BIN)/image-root $(IMAGES)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton ./cmd/sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -tags lean,dapr -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton-dapr ./cmd/sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-root/baton-controller ./cmd/sidecar
 	$(BIN)/image -o $(IMAGES)/baton.tar -tag $(IMAGE) -entrypoint /baton -user 65532:65532 \
-	  -file /baton=$(BIN)/image-root/baton:0755 -file /baton-controller=$(BIN)/image-root/baton-controller:0755 \
+	  -file /baton=$(BIN)/image-root/baton:0755 -file /baton-dapr=$(BIN)/image-root/baton-dapr:0755 -file /baton-controller=$(BIN)/image-root/baton-controller:0755 \
 	  -dir /tmp:1777 -dir /var/run/baton
 	$(BIN)/image -o $(IMAGES)/etcd.tar -tag $(ETCD_IMAGE) -env PATH=/usr/local/bin \
 	  -file /usr/local/bin/etcd=$(K8S_BIN)/etcd:0755 -file /usr/local/bin/etcdctl=$(K8S_BIN)/etcdctl:0755 -dir /tmp:1777 -dir /var/lib/etcd
@@ -63,8 +65,8 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, fuzz seeds and the reliability suite included.
-	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
+test: vet envtest-assets node-assets node-images $(BIN)/helm dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, fuzz seeds and the reliability suite included.
+	KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image BATON_DAPR_NODE=$(DAPR_NODE) $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...
 	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator
 	@mkdir -p $(BIN)
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
@@ -96,11 +98,13 @@ vet: ## go vet, the reliability suite and the lean sidecar build included.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags lean ./cmd/sidecar
+	$(GO) vet -tags lean,dapr ./cmd/sidecar
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## golangci-lint with .golangci.yml (vet, staticcheck, errcheck, errorlint, doc comments on exported names, ...).
 	$(BIN)/golangci-lint run ./...
 	$(BIN)/golangci-lint run --build-tags lean ./cmd/sidecar
+	$(BIN)/golangci-lint run --build-tags lean,dapr ./cmd/sidecar
 
 .PHONY: verify
 verify: vet lint vulncheck manifests helm-sync ## Fail on lint findings, known vulnerabilities on Baton's code paths, gofmt, go.mod or generated-manifest drift (the chart's copies included).
@@ -146,6 +150,24 @@ vulncheck: $(BIN)/govulncheck ## Fail on a known vulnerability that Baton's code
 	@db=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
 	test -d "$$db/data/osv" || { echo "vulncheck: no database at golang.org/x/vulndb@$(VULNDB_VERSION)"; exit 1; }; \
 	$(BIN)/govulncheck -db "file://$$db/data/osv" ./...
+
+# Dapr's Node SDK, pinned by test/dapr/node/package-lock.json and installed
+# into bin/dapr-node with the driver the tests run it through (Node.js and
+# npm from Debian's packages when missing).
+DAPR_NODE := $(BIN)/dapr-node
+
+.PHONY: dapr-node
+dapr-node: $(DAPR_NODE)/driver.mjs ## Install Dapr's Node SDK (@dapr/dapr) into bin/dapr-node for the Dapr compatibility tests.
+
+$(DAPR_NODE)/.installed: test/dapr/node/package.json test/dapr/node/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs npm"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	@mkdir -p $(DAPR_NODE)
+	cp test/dapr/node/package.json test/dapr/node/package-lock.json $(DAPR_NODE)/
+	cd $(DAPR_NODE) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(DAPR_NODE)/driver.mjs: test/dapr/node/driver.mjs $(DAPR_NODE)/.installed
+	cp test/dapr/node/driver.mjs $@
 
 # Helm, pinned by hack/helm/go.mod and built into bin (a few minutes cold).
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
@@ -248,7 +270,7 @@ node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images 
 	  -file /coredns=$(K8S_BIN)/coredns:0755
 	@[ -x /bin/busybox ] || { echo "node-images: no /bin/busybox (make node-deps): no app image, the node tests will be skipped"; exit 0; }; \
 	$(BIN)/image -o $(IMAGES)/app.tar -tag docker.io/baton/app:test -env PATH=/bin \
-	  -file /bin/busybox=/bin/busybox:0755 $(foreach c,sh sleep echo cat date hostname nslookup,-link /bin/$(c)=busybox) \
+	  -file /bin/busybox=/bin/busybox:0755 $(foreach c,sh sleep echo cat date hostname nslookup wget,-link /bin/$(c)=busybox) \
 	  -file /bin/baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777
 
 $(K8S_BIN)/etcd: hack/envtest-assets/etcd/go.mod hack/envtest-assets/etcd/go.sum hack/envtest-assets/etcd/main.go
@@ -268,7 +290,7 @@ clean: ## Remove build output and the data of `make run`.
 .PHONY: bench
 bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 4 minutes.
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
-	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar $(BENCH_ARGS)
+	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
 
 .PHONY: bench-deps
 bench-deps: ## Install redis-server from Debian's packages, the reference make bench compares with.

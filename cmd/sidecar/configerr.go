@@ -63,6 +63,10 @@ func flagOf(field string) string {
 		return "--etcd-client-secret"
 	case "access.Validity":
 		return "--etcd-cert-validity"
+	case "dapr.Stores":
+		return "--dapr-store"
+	case "dapr.AppID":
+		return "--dapr-app-id"
 	}
 	return ""
 }

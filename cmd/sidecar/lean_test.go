@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,6 +41,19 @@ func TestLeanBuild(t *testing.T) {
 	if found := carries(deps()); len(found) == 0 {
 		t.Error("the full build imports neither Kubernetes nor etcd's server: this check looks for the wrong names")
 	}
+	// Dapr's API is in baton-dapr (lean,dapr), the sidecar of the pods that
+	// speak Dapr, and in the full build; not in the lean one.
+	daprPkg := "github.com/baton-dev/baton/internal/dapr"
+	lean, withDapr := deps("-tags", "lean"), deps("-tags", "lean,dapr")
+	if slices.ContainsFunc(lean, func(p string) bool { return p == daprPkg || strings.HasPrefix(p, "github.com/dapr/") }) {
+		t.Error("the lean build carries Dapr's API")
+	}
+	if !slices.Contains(withDapr, daprPkg) || !slices.Contains(deps(), daprPkg) {
+		t.Error("baton-dapr (lean,dapr) or the full build lacks Dapr's API")
+	}
+	if found := carries(withDapr); len(found) > 0 {
+		t.Errorf("baton-dapr imports %d packages it should not, such as %v", len(found), found[:min(5, len(found))])
+	}
 
 	bin := leanBinary(t)
 	dir := t.TempDir()
@@ -49,6 +63,7 @@ func TestLeanBuild(t *testing.T) {
 	}{
 		{[]string{"serve", "--socket", filepath.Join(dir, "x.sock")}, "--etcd-endpoints: required by this lean build of baton, which has no embedded etcd"},
 		{[]string{"mirror"}, `unknown command "mirror"`},
+		{[]string{"serve", "--socket", filepath.Join(dir, "x.sock"), "--etcd-endpoints", "http://127.0.0.1:1", "--dapr-http-addr", "127.0.0.1:3500"}, "this lean build of baton has no Dapr API; baton-dapr"},
 	} {
 		out, err := exec.Command(bin, tt.args...).CombinedOutput()
 		var ee *exec.ExitError

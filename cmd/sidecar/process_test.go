@@ -26,13 +26,17 @@ type build struct {
 	err  error
 }
 
-var fullBuild, leanBuild build
+var fullBuild, leanBuild, daprBuild build
 
 // binary builds bin/baton once for the process tests.
 func binary(t *testing.T) string { return fullBuild.get(t, "baton") }
 
 // leanBinary builds bin/baton-sidecar (go build -tags lean) once.
 func leanBinary(t *testing.T) string { return leanBuild.get(t, "baton-sidecar", "-tags", "lean") }
+
+// daprBinary builds bin/baton-dapr (go build -tags lean,dapr), the lean
+// sidecar with Dapr's lock API, once.
+func daprBinary(t *testing.T) string { return daprBuild.get(t, "baton-dapr", "-tags", "lean,dapr") }
 
 func (b *build) get(t *testing.T, name string, flags ...string) string {
 	t.Helper()

@@ -39,6 +39,7 @@ type serveOptions struct {
 	lease  lease.Config
 	coord  coordinator.Config
 	server server.Config
+	dapr   daprOptions
 }
 
 func newServeCmd(getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
@@ -124,6 +125,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
 	fs.StringVar(&o.clientURL, "embedded-client-url", o.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
+	o.dapr.addFlags(fs)
 }
 
 // followLeaseTTL fits the etcd request timeout to a short lease when it
@@ -203,6 +205,9 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("--request-timeout %v: must be less than half the lease TTL (%v)", o.coord.RequestTimeout, o.lease.TTL)
 	}
 	if err := o.etcd.validate(); err != nil {
+		return err
+	}
+	if err := o.dapr.validate(); err != nil {
 		return err
 	}
 	if len(o.etcd.endpoints) == 0 {

@@ -115,7 +115,7 @@ func (sc *sidecar) listen() error {
 		*t.l = l
 		sc.closers = append(sc.closers, func() { l.Close() })
 	}
-	return nil
+	return sc.listenDapr()
 }
 
 // connect starts the embedded etcd unless endpoints were given, and
@@ -180,7 +180,10 @@ func (sc *sidecar) build() error {
 	id := sc.o.coord.Identity
 	sc.api, err = server.New(sc.o.server, sc.coord, sc.log,
 		server.WithAudit(server.Caller{Pod: id.Pod, Namespace: id.Namespace, ServiceAccount: sc.o.serviceAccount}, sc.metrics))
-	return err
+	if err != nil {
+		return err
+	}
+	return sc.buildDapr()
 }
 
 // policyKey is the etcd key of the scope's lock policy.
@@ -251,13 +254,15 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	// known here.
 	api := sc.api.Handler()
 	adopted := make(chan struct{})
-	if len(sc.prev.LeaseIDs()) > 0 {
+	adopting := len(sc.prev.LeaseIDs()) > 0
+	if adopting {
 		api = sc.api.Starting(api, adopted, sc.o.coord.RequestTimeout)
 	}
 	serveOn(sc.sock, api)
+	sc.serveDapr(serveCtx, &wg, adopting, adopted)
 	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	ready := waitReady(ctx, sc.coord, sc.log)
-	if ready && len(sc.prev.LeaseIDs()) > 0 {
+	if ready && adopting {
 		restart.Keep(ctx, sc.sessions, sc.coord, sc.prev, sc.log)
 	}
 	close(adopted)
@@ -269,6 +274,13 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	<-ctx.Done()
+	sc.shutdown(&wg, stopCoord, stopServing, stopRun)
+	return nil
+}
+
+// shutdown releases every lock, stops the components in order and waits
+// for them.
+func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun func()) {
 	start := time.Now()
 	sc.log.Info("shutting down: releasing every lock")
 	sc.coord.Shutdown()
@@ -283,7 +295,6 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		sc.log.Warn("remove state file", "err", err)
 	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // announce says the sidecar serves, with a first command to try.

@@ -60,6 +60,11 @@ type Config struct {
 	MetricsPort int32 `json:"metricsPort,omitempty"`
 	// Args are more flags for `baton serve`, such as --default-ttl=10m.
 	Args []string `json:"args,omitempty"`
+	// DaprStores are the Dapr lock stores of the sidecars of pods with
+	// Dapr's lock API on (baton.dev/dapr: "true"), each in the form of
+	// --dapr-store: name=NAME[,prefix=PREFIX][,keyPrefix=STRATEGY]. Empty:
+	// the store lockstore, keyed by app id.
+	DaprStores []string `json:"daprStores,omitempty"`
 }
 
 // Defaults of Config.
@@ -138,6 +143,14 @@ func (c Config) Validate() error {
 	}
 	if c.HealthPort == c.MetricsPort {
 		return fmt.Errorf("metricsPort %d: the health port uses it", c.MetricsPort)
+	}
+	for _, p := range []int32{c.HealthPort, c.MetricsPort} {
+		if p == DaprHTTPPort || p == DaprGRPCPort {
+			return fmt.Errorf("port %d: daprd's, where pods with %s get Dapr's lock API; choose another", p, AnnotationDapr)
+		}
+	}
+	if err := checkDaprStores(c.DaprStores); err != nil {
+		return fmt.Errorf("daprStores: %w", err)
 	}
 	return nil
 }

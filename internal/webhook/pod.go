@@ -45,6 +45,7 @@ const (
 type overrides struct {
 	leaseTTL  time.Duration
 	resources corev1.ResourceRequirements
+	dapr      daprOverrides
 }
 
 // resourceAnnotation says which resource a resource annotation sets, and
@@ -74,6 +75,7 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 		}
 		name, limit, isResource := resourceAnnotation(key)
 		switch {
+		case key == AnnotationDapr || key == AnnotationDaprAppID: // daprOf's
 		case key == AnnotationLeaseTTL:
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -97,13 +99,18 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 			}
 			(*list)[name] = q
 		default:
-			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s and %s",
-				key, AnnotationLeaseTTL, AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest, AnnotationMemoryLimit)
+			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s, %s, %s and %s",
+				key, AnnotationLeaseTTL, AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationDapr, AnnotationDaprAppID)
 		}
 	}
 	if err := checkResources(o.resources); err != nil {
 		return overrides{}, fmt.Errorf("the baton.dev/ resource annotations with the injector's defaults: %w", err)
 	}
+	d, err := daprOf(annotations)
+	if err != nil {
+		return overrides{}, err
+	}
+	o.dapr = d
 	return o, nil
 }
 
@@ -131,7 +138,7 @@ func Inject(pod *corev1.Pod, cfg Config) error {
 func injectSpec(spec *corev1.PodSpec, cfg Config, o overrides) error {
 	hasSidecar := slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName })
 	if !hasSidecar {
-		if err := checkFree(spec, cfg); err != nil {
+		if err := checkFree(spec, cfg, o); err != nil {
 			return err
 		}
 	}
@@ -142,6 +149,9 @@ func injectSpec(spec *corev1.PodSpec, cfg Config, o overrides) error {
 			}
 			if err := mountSocket(&list[i]); err != nil {
 				return err
+			}
+			if o.dapr.on {
+				daprEnv(&list[i])
 			}
 		}
 	}
@@ -165,7 +175,7 @@ func injectSpec(spec *corev1.PodSpec, cfg Config, o overrides) error {
 
 // checkFree refuses a pod that already uses a name, a path or a port the
 // sidecar needs.
-func checkFree(spec *corev1.PodSpec, cfg Config) error {
+func checkFree(spec *corev1.PodSpec, cfg Config, o overrides) error {
 	for _, v := range spec.Volumes {
 		if v.Name == VolumeName || (v.Name == tlsVolume && cfg.EtcdTLSSecret != "") {
 			return fmt.Errorf("the pod has a volume named %s, which the Baton sidecar needs; rename it", v.Name)
@@ -175,6 +185,9 @@ func checkFree(spec *corev1.PodSpec, cfg Config) error {
 	if cfg.MetricsPort != 0 {
 		ports = append(ports, cfg.MetricsPort)
 	}
+	if o.dapr.on {
+		ports = append(ports, DaprHTTPPort, DaprGRPCPort)
+	}
 	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range list {
 			if c.Name == ContainerName {
@@ -182,7 +195,7 @@ func checkFree(spec *corev1.PodSpec, cfg Config) error {
 			}
 			for _, p := range c.Ports {
 				if slices.Contains(ports, p.ContainerPort) {
-					return fmt.Errorf("container %s uses port %d, which the Baton sidecar needs (the injector's healthPort and metricsPort)", c.Name, p.ContainerPort)
+					return fmt.Errorf("container %s uses port %d, which the Baton sidecar needs (the injector's healthPort and metricsPort, and with %s daprd's 3500 and 50001: a pod runs Baton's Dapr API or daprd, not both)", c.Name, p.ContainerPort, AnnotationDapr)
 				}
 			}
 		}
@@ -233,6 +246,7 @@ func sidecar(cfg Config, o overrides) corev1.Container {
 		}
 		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsDir, ReadOnly: true})
 	}
+	args = append(args, daprArgs(cfg, o.dapr)...)
 	args = append(args, cfg.Args...)
 	env := []corev1.EnvVar{
 		fieldEnv("POD_NAME", "metadata.name"),
@@ -263,6 +277,7 @@ func sidecar(cfg Config, o overrides) corev1.Container {
 		Name:            ContainerName,
 		Image:           cfg.Image,
 		ImagePullPolicy: cfg.ImagePullPolicy,
+		Command:         daprCommand(o.dapr),
 		Args:            args,
 		Env:             env,
 		Ports:           ports,

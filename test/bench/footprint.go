@@ -21,6 +21,9 @@ const idleFor = 3 * time.Second
 // leanName is the footprint row of the sidecar that runs in pods.
 const leanName = "baton-sidecar (lean build, in pods), external etcd"
 
+// daprName is the footprint row of the sidecar of pods that speak Dapr.
+const daprName = "baton-dapr (lean build with Dapr's lock API on, in pods annotated baton.dev/dapr), external etcd"
+
 // footprint: what one sidecar costs a pod, the lean build beside the full
 // one, each on the bench's etcd, and the full one with its embedded etcd
 // (the one-command local mode).
@@ -37,6 +40,12 @@ func (w *world) footprint(ctx context.Context, r *results) error {
 		{"baton (full build), embedded etcd", w.o.baton, []string{"--socket", filepath.Join(w.dir, "fp-embedded.sock"),
 			"--data-dir", filepath.Join(w.dir, "fp-embedded"), "--embedded-client-url", "unix://" + filepath.Join(w.dir, "fp-etcd.sock")}},
 	}
+	if w.o.daprSidecar != "" {
+		runs = append(runs, struct {
+			name, bin string
+			args      []string
+		}{daprName, w.o.daprSidecar, append(extern("fp-dapr"), "--dapr-http-addr", "127.0.0.1:0", "--dapr-grpc-addr", "unix://"+filepath.Join(w.dir, "fp-dapr-grpc.sock"))})
+	}
 	for _, run := range runs {
 		fi, err := os.Stat(run.bin)
 		if err != nil {
@@ -47,7 +56,7 @@ func (w *world) footprint(ctx context.Context, r *results) error {
 		if err != nil {
 			return err
 		}
-		s := newSidecar(p, args[len(args)-len(run.args)+1])
+		s := newSidecar(p, run.args[1]) // the socket
 		// One cycle first: an idle sidecar is one that has served.
 		err = s.call(ctx, "POST", "/v1/locks/footprint", `{"owner":"bench"}`, 200)
 		if err == nil {

@@ -27,6 +27,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.baton, "baton", "bin/baton", "the baton binary to measure")
 	flag.StringVar(&o.sidecar, "sidecar", "bin/baton-sidecar", "the lean build of baton (go build -tags lean), whose footprint is measured")
+	flag.StringVar(&o.daprSidecar, "dapr-sidecar", "", "the lean build with Dapr's lock API (go build -tags lean,dapr), whose footprint is measured beside it; empty: not measured")
 	flag.DurationVar(&o.slice, "slice", 2*time.Second, "how long each contender runs in each round")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of interleaved runs; medians are reported")
 	flag.IntVar(&o.scaleMax, "scale", 100_000, "the largest number of locks held by one sidecar")
@@ -52,6 +53,7 @@ func main() {
 type options struct {
 	baton           string
 	sidecar         string
+	daprSidecar     string
 	slice           time.Duration
 	rounds          int
 	scaleMax        int
@@ -75,6 +77,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.sidecar, err = filepath.Abs(o.sidecar); err != nil {
 		return err
+	}
+	if o.daprSidecar != "" {
+		if o.daprSidecar, err = filepath.Abs(o.daprSidecar); err != nil {
+			return err
+		}
 	}
 	et, err := startEtcd(dir)
 	if err != nil {

@@ -330,7 +330,8 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) webh
 	if pull := []string{"registry"}; variant == "scheduling" && !slices.Equal(cfg.ImagePullSecrets, pull) {
 		t.Errorf("the injected pods' pull secrets %v, want %v", cfg.ImagePullSecrets, pull)
 	}
-	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"})) {
+	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"}) ||
+		!slices.Equal(cfg.DaprStores, []string{"name=lockstore,prefix=team-a/dapr,keyPrefix=name"})) {
 		t.Errorf("the variant's sidecar settings did not arrive: %+v", cfg)
 	}
 	return cfg
@@ -349,6 +350,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"controller.replicas=0":                             "controller.replicas",
 		"sidecar.healthPort=70000":                          "sidecar.healthPort",
 		"sidecar.args={default-ttl}":                        "sidecar.args",
+		"sidecar.daprStores={prefix=x}":                     "sidecar.daprStores",
 		"etcd.tsl.secretName=x":                             "tsl",
 		"nameOverride=Locks":                                "nameOverride",
 		"etcd.priorityClassName=High":                       "etcd.priorityClassName",

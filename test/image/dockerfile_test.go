@@ -175,10 +175,10 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	// The image: the binaries copied out of the build stage (the lean
-	// sidecar and the controller's full build), run as make image's image
-	// runs them.
-	if !slices.Equal(outputs, []string{"/baton", "/baton-controller"}) {
-		t.Fatalf("the image copies %v out of the build stage; want /baton and /baton-controller", outputs)
+	// sidecar, the one with Dapr's API and the controller's full build),
+	// run as make image's image runs them.
+	if !slices.Equal(outputs, []string{"/baton", "/baton-dapr", "/baton-controller"}) {
+		t.Fatalf("the image copies %v out of the build stage; want /baton, /baton-dapr and /baton-controller", outputs)
 	}
 	for _, o := range outputs {
 		bin := abs(o)

@@ -217,7 +217,7 @@ func TestBatonImage(t *testing.T) {
 	if tmp := a.files["/tmp"]; tmp.hdr == nil || tmp.hdr.Typeflag != tar.TypeDir || tmp.hdr.Mode != 0o1777 {
 		t.Errorf("/tmp: %+v, want a directory with mode 1777", tmp.hdr)
 	}
-	for _, bin := range []string{"/baton", "/baton-controller"} {
+	for _, bin := range []string{"/baton", "/baton-dapr", "/baton-controller"} {
 		if out := a.runStatic(t, bin, "version"); !strings.HasPrefix(out, "baton ") || !strings.Contains(out, "etcd 3.7.3") {
 			t.Errorf("%s version: %q", bin, out)
 		}
@@ -226,6 +226,11 @@ func TestBatonImage(t *testing.T) {
 	// the controller's command is the full one.
 	if out := a.runStatic(t, "/baton", "--help"); strings.Contains(out, "mirror") {
 		t.Errorf("/baton --help lists mirror: not the lean build\n%s", out)
+	}
+	// Dapr's gRPC service is in /baton-dapr, not in /baton.
+	const daprService = "dapr.proto.runtime.v1.Dapr"
+	if bytes.Contains(a.files["/baton"].data, []byte(daprService)) || !bytes.Contains(a.files["/baton-dapr"].data, []byte(daprService)) {
+		t.Errorf("%s: want it in /baton-dapr only", daprService)
 	}
 	if out := a.runStatic(t, "/baton-controller", "mirror", "--help"); !strings.Contains(out, "--inject-config") {
 		t.Errorf("/baton-controller mirror --help: %q", out)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -295,6 +296,8 @@ func TestBatonOnANode(t *testing.T) {
 	}
 
 	t.Run("the README's example", readmeExample)
+
+	t.Run("a Dapr app's replicas take turns through Dapr's lock API", daprExample)
 
 	t.Run("the chart's etcd is a boundary: TLS, client certificates, a user per namespace", etcdIsABoundary)
 
@@ -635,4 +638,71 @@ func readmeExample(t *testing.T) {
 		return nil
 	})
 	t.Logf("deleting the holder's pod handed the lock on in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// daprExample applies examples/k8s/dapr.yaml, as docs/dapr.md says: two
+// replicas of a Dapr app, unchanged but for the label and annotation, call
+// Dapr's lock API on daprd's port in their pod; the sidecar serves it, the
+// lock is a Baton lock (kubectl get locks names the holding pod), and the
+// replicas take turns.
+func daprExample(t *testing.T) {
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join(root, "examples", "k8s", "dapr.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test").Replace(string(b))
+	file := filepath.Join(t.TempDir(), "dapr.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "apply", "-f", file)
+	defer kubectl(t, "delete", "namespace", "dapr-demo", "--wait=false")
+	kubectl(t, "-n", "dapr-demo", "rollout", "status", "deploy/orders", "--timeout=2m")
+
+	pods, err := node.Client.CoreV1().Pods("dapr-demo").List(ctx, metav1.ListOptions{LabelSelector: "app=orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		names = append(names, p.Name)
+		if len(p.Spec.InitContainers) == 0 || !slices.Equal(p.Spec.InitContainers[0].Command, []string{"/baton-dapr"}) {
+			t.Errorf("pod %s: the sidecar does not run /baton-dapr: %+v", p.Name, p.Spec.InitContainers)
+		}
+		for _, c := range p.Spec.Containers {
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DAPR_HTTP_PORT" && e.Value == "3500" }) {
+				t.Errorf("pod %s container %s: no DAPR_HTTP_PORT=3500 in %v", p.Name, c.Name, c.Env)
+			}
+		}
+	}
+	eventually(t, time.Minute, "kubectl get locks names a replica holding dapr/orders/nightly-report", func() error {
+		out := kubectl(t, "get", "locks", "-n", "dapr-demo", "-o", "jsonpath={range .items[*]}{.status.key} {.status.phase} {.status.holder.owner}{\"\\n\"}{end}")
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "dapr/orders/nightly-report" && f[1] == "Held" && slices.Contains(names, f[2]) {
+				return nil
+			}
+		}
+		return fmt.Errorf("locks: %q; replicas %v", out, names)
+	})
+	// Each replica got the lock in its turn, and was refused while the
+	// other had it.
+	eventually(t, 90*time.Second, "both replicas held the lock and were refused it", func() error {
+		for _, name := range names {
+			log, err := node.Client.CoreV1().Pods("dapr-demo").GetLogs(name, &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(log), `lock: {"success":true}`) || !strings.Contains(string(log), `lock: {"success":false}`) {
+				return fmt.Errorf("%s logged %q", name, log)
+			}
+			if !strings.Contains(string(log), `unlock: {"status":0}`) {
+				return fmt.Errorf("%s never unlocked: %q", name, log)
+			}
+		}
+		return nil
+	})
 }
