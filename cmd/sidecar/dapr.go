@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/dapr"
 	"github.com/baton-dev/baton/internal/server"
 )
@@ -58,13 +60,12 @@ type daprBuilt struct {
 	api        *dapr.API
 }
 
-// listenDapr takes the Dapr API's addresses.
-func (sc *sidecar) listenDapr() error {
-	o := &sc.o.dapr
+// listen takes the Dapr API's addresses; closers close them.
+func (b *daprBuilt) listen(o *daprOptions) (closers []func(), err error) {
 	for _, t := range []struct {
 		flag, addr string
 		l          *net.Listener
-	}{{"--dapr-http-addr", o.httpAddr, &o.built.http}, {"--dapr-grpc-addr", o.grpcAddr, &o.built.grpc}} {
+	}{{"--dapr-http-addr", o.httpAddr, &b.http}, {"--dapr-grpc-addr", o.grpcAddr, &b.grpc}} {
 		if t.addr == "" {
 			continue
 		}
@@ -79,30 +80,29 @@ func (sc *sidecar) listenDapr() error {
 			l, err = net.Listen(network, addr)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", t.flag, err)
+			return closers, fmt.Errorf("%s: %w", t.flag, err)
 		}
 		*t.l = l
-		sc.closers = append(sc.closers, func() { l.Close() })
+		closers = append(closers, func() { l.Close() })
 	}
-	return nil
+	return closers, nil
 }
 
-// buildDapr makes the Dapr API on the coordinator, when on.
-func (sc *sidecar) buildDapr() error {
-	if !sc.o.dapr.enabled() {
+// build makes the Dapr API on the coordinator, when on.
+func (b *daprBuilt) build(o *daprOptions, coord *coordinator.Coordinator, log *slog.Logger) error {
+	if !o.enabled() {
 		return nil
 	}
-	api, err := dapr.New(sc.o.dapr.built.cfg, sc.coord, sc.log.With("api", "dapr"))
-	sc.o.dapr.built.api = api
+	api, err := dapr.New(b.cfg, coord, log.With("api", "dapr"))
+	b.api = api
 	return flagError(err)
 }
 
-// serveDapr serves the Dapr API, when on, until ctx ends. A sidecar taking
+// serve serves the Dapr API, when on, until ctx ends. A sidecar taking
 // over the locks of the process before it (adopting) serves it once that
 // is done (adopted closed): Dapr's API has no "starting" answer, its
 // callers' connections wait.
-func (sc *sidecar) serveDapr(ctx context.Context, wg *sync.WaitGroup, adopting bool, adopted <-chan struct{}) {
-	b := &sc.o.dapr.built
+func (b *daprBuilt) serve(ctx context.Context, wg *sync.WaitGroup, adopting bool, adopted <-chan struct{}, log *slog.Logger) {
 	api := b.api
 	if api == nil {
 		return
@@ -125,8 +125,8 @@ func (sc *sidecar) serveDapr(ctx context.Context, wg *sync.WaitGroup, adopting b
 			if !open() {
 				return
 			}
-			if err := server.Serve(ctx, dapr.NewHTTPServer(api.Handler(), sc.log), l, 500*time.Millisecond); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				sc.log.Error("Dapr HTTP API stopped", "addr", l.Addr().String(), "err", err)
+			if err := server.Serve(ctx, dapr.NewHTTPServer(api.Handler(), log), l, 500*time.Millisecond); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("Dapr HTTP API stopped", "addr", l.Addr().String(), "err", err)
 			}
 		}()
 	}
@@ -139,7 +139,7 @@ func (sc *sidecar) serveDapr(ctx context.Context, wg *sync.WaitGroup, adopting b
 				return
 			}
 			if err := g.Serve(l); err != nil {
-				sc.log.Error("Dapr gRPC API stopped", "addr", l.Addr().String(), "err", err)
+				log.Error("Dapr gRPC API stopped", "addr", l.Addr().String(), "err", err)
 			}
 		}()
 		go func() {
@@ -154,5 +154,12 @@ func (sc *sidecar) serveDapr(ctx context.Context, wg *sync.WaitGroup, adopting b
 			}
 		}()
 	}
-	sc.log.Info("serving Dapr's lock API", "http", sc.o.dapr.httpAddr, "grpc", sc.o.dapr.grpcAddr, "stores", b.cfg.Stores, "appID", b.cfg.AppID)
+	log.Info("serving Dapr's lock API", "http", addrOf(b.http), "grpc", addrOf(b.grpc), "stores", b.cfg.Stores, "appID", b.cfg.AppID)
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
 }

@@ -5,7 +5,10 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/coordinator"
 )
 
 // The lean build, which every pod not speaking Dapr runs, leaves out
@@ -27,6 +30,8 @@ func (o *daprOptions) validate() error {
 	return nil
 }
 
-func (sc *sidecar) listenDapr() error                                                 { return nil }
-func (sc *sidecar) buildDapr() error                                                  { return nil }
-func (sc *sidecar) serveDapr(context.Context, *sync.WaitGroup, bool, <-chan struct{}) {}
+func (daprBuilt) listen(*daprOptions) ([]func(), error) { return nil, nil }
+
+func (daprBuilt) build(*daprOptions, *coordinator.Coordinator, *slog.Logger) error { return nil }
+
+func (daprBuilt) serve(context.Context, *sync.WaitGroup, bool, <-chan struct{}, *slog.Logger) {}

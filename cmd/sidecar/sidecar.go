@@ -115,7 +115,9 @@ func (sc *sidecar) listen() error {
 		*t.l = l
 		sc.closers = append(sc.closers, func() { l.Close() })
 	}
-	return sc.listenDapr()
+	closers, err := sc.o.dapr.built.listen(&sc.o.dapr)
+	sc.closers = append(sc.closers, closers...)
+	return err
 }
 
 // connect starts the embedded etcd unless endpoints were given, and
@@ -183,7 +185,7 @@ func (sc *sidecar) build() error {
 	if err != nil {
 		return err
 	}
-	return sc.buildDapr()
+	return sc.o.dapr.built.build(&sc.o.dapr, sc.coord, sc.log)
 }
 
 // policyKey is the etcd key of the scope's lock policy.
@@ -259,7 +261,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		api = sc.api.Starting(api, adopted, sc.o.coord.RequestTimeout)
 	}
 	serveOn(sc.sock, api)
-	sc.serveDapr(serveCtx, &wg, adopting, adopted)
+	sc.o.dapr.built.serve(serveCtx, &wg, adopting, adopted, sc.log)
 	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	ready := waitReady(ctx, sc.coord, sc.log)
 	if ready && adopting {
