@@ -1,10 +1,18 @@
 package dapr
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	daprsdk "github.com/dapr/go-sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/policy"
 )
 
 // TestHTTPLockAPI: Dapr's lock API over HTTP as daprd answers it: a
@@ -52,6 +60,15 @@ func TestHTTPLockAPI(t *testing.T) {
 	}
 	expect("unlock after the expiry", unlock(`{"resourceId":"job-2","lockOwner":"exec-a"}`), "status", float64(1))
 	expect("unlock by the new holder", unlock(`{"resourceId":"job-2","lockOwner":"exec-b"}`), "status", float64(0))
+
+	// A Dapr lock is a Baton lock: an operator may force it free; its
+	// owner's unlock then finds no lock, and the next try gets it.
+	expect("lock again", lock(`{"resourceId":"job-3","lockOwner":"exec-a","expiryInSeconds":60}`), "success", true)
+	if _, err := s.coord.ForceRelease(context.Background(), mustKey(t, "dapr/orders/job-3"), 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	expect("unlock after a force release", unlock(`{"resourceId":"job-3","lockOwner":"exec-a"}`), "status", float64(1))
+	expect("lock after a force release", lock(`{"resourceId":"job-3","lockOwner":"exec-b","expiryInSeconds":60}`), "success", true)
 
 	// The resource id is any string but "||".
 	expect("any resource id", lock(`{"resourceId":"order:42/é","lockOwner":"exec-a","expiryInSeconds":60}`), "success", true)
@@ -127,5 +144,69 @@ func TestHTTPHealthAndMetadata(t *testing.T) {
 	}
 	if r := s.do(http.MethodPost, "/v1.0/healthz", ""); r.status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /v1.0/healthz: %d", r.status)
+	}
+}
+
+// TestUnavailable: a sidecar that cannot grant (here: shut down) answers
+// daprd's errors for a component that failed, and its health says not
+// ready; over gRPC, Internal.
+func TestUnavailable(t *testing.T) {
+	s := newSidecar(t, "pod-a", Config{Stores: DefaultStores(), AppID: "orders"})
+	c := s.sdk(false)
+	s.coord.Shutdown()
+	for _, tt := range []struct {
+		path, body, code string
+		status           int
+	}{
+		{"/v1.0-alpha1/lock/lockstore", `{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}`, CodeTryLock, 500},
+		{"/v1.0-alpha1/unlock/lockstore", `{"resourceId":"r","lockOwner":"o"}`, CodeUnlock, 500},
+	} {
+		r := s.do(http.MethodPost, tt.path, tt.body)
+		if m, _ := r.body["message"].(string); r.status != tt.status || r.body["errorCode"] != tt.code || !strings.Contains(m, "unavailable") {
+			t.Errorf("POST %s: %d %s; want %d %s saying unavailable", tt.path, r.status, r.raw, tt.status, tt.code)
+		}
+	}
+	for path, code := range map[string]string{"/v1.0/healthz": CodeHealthNotReady, "/v1.0/healthz/outbound": CodeOutboundHealthNotRdy} {
+		if r := s.do(http.MethodGet, path, ""); r.status != 500 || r.body["errorCode"] != code {
+			t.Errorf("GET %s: %d %s; want 500 %s", path, r.status, r.raw, code)
+		}
+	}
+	_, err := c.TryLockAlpha1(context.Background(), "lockstore", &daprsdk.LockRequest{ResourceID: "r", LockOwner: "o", ExpiryInSeconds: 5})
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "failed to try acquiring lock") {
+		t.Errorf("TryLockAlpha1: %v; want Internal, failed to try acquiring lock", err)
+	}
+}
+
+// denyPrefix is a lock policy that refuses the keys under a prefix.
+type denyPrefix string
+
+func (d denyPrefix) Check(a policy.Action, key string) error {
+	if strings.HasPrefix(key, string(d)) {
+		return &policy.Forbidden{Action: a, Key: key, Why: "no rule of the namespace's policy lets this pod lock " + key}
+	}
+	return nil
+}
+
+func (denyPrefix) Ready() error { return nil }
+
+// TestPolicyRefusal: a lock policy governs Dapr locks as any other: a
+// refused try-lock is 403 (PermissionDenied) saying why, and nothing is
+// written.
+func TestPolicyRefusal(t *testing.T) {
+	s := newSidecar(t, "pod-a", Config{Stores: DefaultStores(), AppID: "orders"}, coordinator.WithPolicy(denyPrefix("dapr/orders/secret")))
+	before := s.calls.Txns()
+	r := s.do(http.MethodPost, "/v1.0-alpha1/lock/lockstore", `{"resourceId":"secret","lockOwner":"o","expiryInSeconds":5}`)
+	if m, _ := r.body["message"].(string); r.status != 403 || r.body["errorCode"] != CodeTryLock || !strings.Contains(m, "no rule of the namespace's policy lets this pod lock dapr/orders/secret") {
+		t.Errorf("a refused try-lock: %d %s", r.status, r.raw)
+	}
+	_, err := s.sdk(false).TryLockAlpha1(context.Background(), "lockstore", &daprsdk.LockRequest{ResourceID: "secret", LockOwner: "o", ExpiryInSeconds: 5})
+	if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied {
+		t.Errorf("TryLockAlpha1 refused by the policy: %v; want PermissionDenied", err)
+	}
+	if n := s.calls.Txns() - before; n != 0 {
+		t.Errorf("%d etcd transactions for refused calls", n)
+	}
+	if r := s.do(http.MethodPost, "/v1.0-alpha1/lock/lockstore", `{"resourceId":"public","lockOwner":"o","expiryInSeconds":5}`); r.body["success"] != true {
+		t.Errorf("an allowed try-lock: %d %s", r.status, r.raw)
 	}
 }

@@ -54,7 +54,7 @@ func testScope(t *testing.T) string {
 	return fmt.Sprintf("d%x", h.Sum64())
 }
 
-func newSidecar(t *testing.T, pod string, cfg Config) *sidecar {
+func newSidecar(t *testing.T, pod string, cfg Config, opts ...coordinator.Option) *sidecar {
 	t.Helper()
 	cli, calls := testEtcd.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -68,7 +68,7 @@ func newSidecar(t *testing.T, pod string, cfg Config) *sidecar {
 	ccfg.Scope = testScope(t)
 	ccfg.Identity = coordinator.Identity{Pod: pod, Namespace: "ns", Node: "node"}
 	ccfg.RequestTimeout = time.Second
-	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
+	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,3 +215,28 @@ func TestAdmissionRefusesBadOverrides(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionDaprPod: through the API server, a pod annotated
+// baton.dev/dapr is stored with the sidecar of Dapr pods (/baton-dapr on
+// daprd's ports, the app id of dapr.io/app-id) and the SDKs' environment.
+func TestAdmissionDaprPod(t *testing.T) {
+	needAPIServer(t)
+	in := appPod(map[string]string{AnnotationDapr: "true", AnnotationDaprIOAppID: "orders"})
+	in.Name = "dapr-app"
+	got, err := create(t, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := got.Spec.InitContainers[0]
+	if !slices.Equal(sc.Command, []string{DaprBinary}) || !slices.Contains(sc.Args, "--dapr-app-id=orders") || !slices.Contains(sc.Args, "--dapr-http-addr=127.0.0.1:3500") {
+		t.Errorf("the stored sidecar runs %q %q; want %s with Dapr's API for app orders", sc.Command, sc.Args, DaprBinary)
+	}
+	if e := env(&got.Spec.Containers[0], "DAPR_GRPC_PORT"); e == nil || e.Value != "50001" {
+		t.Errorf("the app's DAPR_GRPC_PORT: %+v", e)
+	}
+	bad := appPod(map[string]string{AnnotationDapr: "on"})
+	bad.Name = "dapr-bad"
+	if _, err := create(t, bad); err == nil || !strings.Contains(err.Error(), `annotation baton.dev/dapr "on": want true or false`) {
+		t.Errorf("a bad baton.dev/dapr: %v; want the webhook to refuse it saying why", err)
+	}
+}
