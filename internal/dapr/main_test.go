@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // sidecar is one sidecar's coordinator serving Dapr's API over HTTP on a
 // loopback port, and over gRPC on a loopback port and on a unix socket.
 type sidecar struct {
-	t        *testing.T
+	t        testing.TB
 	coord    *coordinator.Coordinator
 	api      *API
 	calls    *etcdtest.Counter
@@ -45,16 +45,17 @@ type sidecar struct {
 	grpcAddr string
 	grpcSock string
 	kill     func() // ends the session without revoking its lease, as a crash
+	log      *slog.Logger
 }
 
 // testScope is a scope of the test's own.
-func testScope(t *testing.T) string {
+func testScope(t testing.TB) string {
 	h := fnv.New64a()
 	h.Write([]byte(strings.SplitN(t.Name(), "/", 2)[0]))
 	return fmt.Sprintf("d%x", h.Sum64())
 }
 
-func newSidecar(t *testing.T, pod string, cfg Config, opts ...coordinator.Option) *sidecar {
+func newSidecar(t testing.TB, pod string, cfg Config, opts ...coordinator.Option) *sidecar {
 	t.Helper()
 	cli, calls := testEtcd.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -102,7 +103,7 @@ func newSidecar(t *testing.T, pod string, cfg Config, opts ...coordinator.Option
 	go func() { server.Serve(ctx, NewHTTPServer(api.Handler(), log), httpL, time.Second); done <- struct{}{} }()
 	go func() { g.Serve(grpcL); done <- struct{}{} }()
 	go func() { g.Serve(unixL); done <- struct{}{} }()
-	s := &sidecar{t: t, coord: coord, api: api, calls: calls, cli: cli, scope: ccfg.Scope,
+	s := &sidecar{t: t, coord: coord, api: api, calls: calls, cli: cli, scope: ccfg.Scope, log: log,
 		httpURL: "http://" + httpL.Addr().String(), grpcAddr: grpcL.Addr().String(), grpcSock: sock, kill: stopKeeper}
 	t.Cleanup(func() {
 		coord.Shutdown()
@@ -172,7 +173,7 @@ func (s *sidecar) holder(key string) string {
 	return st.Holder.Owner
 }
 
-func mustKey(t *testing.T, s string) keyspace.Key {
+func mustKey(t testing.TB, s string) keyspace.Key {
 	t.Helper()
 	k, err := keyspace.ParseKey(s)
 	if err != nil {
