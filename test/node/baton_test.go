@@ -651,7 +651,11 @@ func daprExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test").Replace(string(b))
+	// A shorter report than the example's, so that the turns come sooner.
+	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test", "sleep 10 # the report", "sleep 3 # the report").Replace(string(b))
+	if !strings.Contains(manifest, "sleep 3 # the report") {
+		t.Fatal("examples/k8s/dapr.yaml has no 'sleep 10 # the report' to shorten")
+	}
 	file := filepath.Join(t.TempDir(), "dapr.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
