@@ -15,14 +15,14 @@ import (
 // Dapr's error codes that the lock API answers with: the errorCode of an
 // HTTP error body. They are daprd's own (its messages/errorcodes package).
 const (
-	CodeMalformedRequest     = "ERR_MALFORMED_REQUEST"
-	CodeBodyRead             = "ERR_BODY_READ"
-	CodeLockStoreNotFound    = "ERR_LOCK_STORE_NOT_FOUND"
-	CodeTryLock              = "ERR_TRY_LOCK"
-	CodeUnlock               = "ERR_UNLOCK"
-	CodeAPIUnimplemented     = "ERR_API_UNIMPLEMENTED"
-	CodeHealthNotReady       = "ERR_HEALTH_NOT_READY"
-	CodeOutboundHealthNotRdy = "ERR_OUTBOUND_HEALTH_NOT_READY"
+	CodeMalformedRequest  = "ERR_MALFORMED_REQUEST"
+	CodeBodyRead          = "ERR_BODY_READ"
+	CodeLockStoreNotFound = "ERR_LOCK_STORE_NOT_FOUND"
+	CodeTryLock           = "ERR_TRY_LOCK"
+	CodeUnlock            = "ERR_UNLOCK"
+	CodeAPIUnimplemented  = "ERR_API_UNIMPLEMENTED"
+	CodeHealthNotReady    = "ERR_HEALTH_NOT_READY"
+	CodeOutboundNotReady  = "ERR_OUTBOUND_HEALTH_NOT_READY"
 )
 
 // Error is an answer of Dapr's API that is not a success: daprd's error

@@ -145,7 +145,7 @@ func (a *API) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	if err := a.Ready(); err != nil {
 		code, msg := CodeHealthNotReady, "dapr is not ready: "
 		if r.URL.Path == outboundRoute {
-			code, msg = CodeOutboundHealthNotRdy, "dapr outbound is not ready: "
+			code, msg = CodeOutboundNotReady, "dapr outbound is not ready: "
 		}
 		writeError(w, &Error{Code: code, HTTP: http.StatusInternalServerError, Message: msg + err.Error()})
 		return

@@ -166,7 +166,7 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("POST %s: %d %s; want %d %s saying unavailable", tt.path, r.status, r.raw, tt.status, tt.code)
 		}
 	}
-	for path, code := range map[string]string{"/v1.0/healthz": CodeHealthNotReady, "/v1.0/healthz/outbound": CodeOutboundHealthNotRdy} {
+	for path, code := range map[string]string{"/v1.0/healthz": CodeHealthNotReady, "/v1.0/healthz/outbound": CodeOutboundNotReady} {
 		if r := s.do(http.MethodGet, path, ""); r.status != 500 || r.body["errorCode"] != code {
 			t.Errorf("GET %s: %d %s; want 500 %s", path, r.status, r.raw, code)
 		}
