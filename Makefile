@@ -294,6 +294,14 @@ bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when ins
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
 	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
 
+# The scale-out step's sizes: sidecars in one scope on one etcd.
+SCALE_OUT ?= 10,100,1000
+
+.PHONY: bench-scale-out
+bench-scale-out: ## Run make bench's scale-out step alone, for SCALE_OUT sidecars (default 10,100,1000; e.g. SCALE_OUT=3000).
+	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
+	$(BIN)/bench --only scale-out --scale-out $(SCALE_OUT)
+
 .PHONY: bench-deps
 bench-deps: ## Install redis-server from Debian's packages, the reference make bench compares with.
 	@command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }

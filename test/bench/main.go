@@ -37,7 +37,8 @@ func main() {
 	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
-	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, footprint")
+	flag.StringVar(&o.scaleOut, "scale-out", "10,100,1000", "the scale-out step's sizes: sidecar engines in one scope, each with its own etcd client and session (3000 when asked for)")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, scale-out, footprint")
 	flag.Parse()
 	if !slices.Contains(concurrencies, o.profileC) {
 		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
@@ -54,6 +55,7 @@ type options struct {
 	baton           string
 	sidecar         string
 	daprSidecar     string
+	scaleOut        string
 	slice           time.Duration
 	rounds          int
 	scaleMax        int
@@ -104,6 +106,7 @@ func run(ctx context.Context, o options) error {
 		{"shared", w.shared},
 		{"crash", w.crash},
 		{"scale", w.scale},
+		{"scale-out", w.scaleOut},
 		{"footprint", w.footprint},
 	}
 	for _, s := range steps {

@@ -97,8 +97,12 @@ func (p *proc) term() time.Duration {
 }
 
 // rss returns the resident set size of the process in bytes.
-func (p *proc) rss() int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+func (p *proc) rss() int64 { return statusRSS(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)) }
+
+// statusRSS reads VmRSS, in bytes, from a /proc/<pid>/status file; 0 when
+// it cannot.
+func statusRSS(path string) int64 {
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

@@ -24,6 +24,7 @@ type results struct {
 	crash         []time.Duration
 	crashTTL      time.Duration
 	scale         []scaleResult
+	scaleOut      []scaleOutResult
 	footprint     []footprintResult
 }
 
@@ -94,6 +95,9 @@ func (r *results) print(w io.Writer, o options) {
 	}
 	if r.crashTTL > 0 {
 		r.printCrash(w)
+	}
+	if len(r.scaleOut) > 0 {
+		r.printScaleOut(w)
 	}
 	if len(r.footprint) > 0 {
 		r.printFootprint(w)
@@ -243,6 +247,7 @@ func (r *results) printGoals(w io.Writer) {
 			fmt.Fprintf(w, "- the sidecar of a pod that speaks Dapr (baton-dapr, Dapr's API on): RSS %.1f MiB, %.2f× the lean build's; binary %.1f MB\n", float64(d.rss)/(1<<20), float64(d.rss)/float64(lean.rss), float64(d.size)/1e6)
 		}
 	}
+	r.scaleOutGoals(goal)
 	if r.crashTTL > 0 {
 		worst := slices.Max(append([]time.Duration{0}, r.crash...))
 		goal(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lease"
+	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+)
+
+// keepAlivesMetric counts the lease keep-alive requests etcd received.
+const keepAlivesMetric = `grpc_server_msg_received_total{grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`
+
+// The scale-out workload: every engine holds heldPerEngine locks for the
+// whole run; the engines together take and release others at
+// scaleOutRate cycles per second, for scaleOutWindow.
+const (
+	heldPerEngine  = 2
+	scaleOutRate   = 100
+	scaleOutWindow = 10 * time.Second
+)
+
+// scaleOutResult is one size of the scale-out step.
+type scaleOutResult struct {
+	n          int
+	cycles     int           // acquire + release cycles in the window
+	errs       int           // cycles that failed
+	etcdCPU    time.Duration // etcd's CPU in the window
+	events     float64       // watch events etcd sent in the window
+	keepAlives float64       // keep-alive requests etcd received in the window
+	lat        []time.Duration
+	memPerEng  int64 // the bench's RSS per engine
+	took       time.Duration
+}
+
+// ops is the lock operations of the window: an acquire and a release a cycle.
+func (r scaleOutResult) ops() float64 { return float64(2 * r.cycles) }
+
+func (r scaleOutResult) cpuPerOp() time.Duration {
+	return time.Duration(float64(r.etcdCPU) / max(r.ops(), 1))
+}
+
+func (r scaleOutResult) eventsPerOp() float64 { return r.events / max(r.ops(), 1) }
+
+func (r scaleOutResult) quantile(q float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// engine is one sidecar's lock engine, wired as `baton serve` wires it:
+// its own etcd client and connection, its own session (lease keeper) and
+// coordinator, in this process.
+type engine struct {
+	cli    *clientv3.Client
+	keeper *lease.Keeper
+	coord  *coordinator.Coordinator
+}
+
+// scaleOut: many sidecars in one scope on one etcd, as a namespace with
+// thousands of replicas has, each with its session, its keep-alives and
+// its watch. For each size, N engines hold a few locks each while the
+// engines together churn others at a fixed total rate; what etcd does per
+// lock operation should not grow with N.
+func (w *world) scaleOut(ctx context.Context, r *results) error {
+	for _, f := range strings.Split(w.o.scaleOut, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-scale-out %q: want sizes such as 10,100,1000", w.o.scaleOut)
+		}
+		res, err := w.scaleOutOnce(ctx, n)
+		if err != nil {
+			return fmt.Errorf("%d engines: %w", n, err)
+		}
+		r.scaleOut = append(r.scaleOut, res)
+	}
+	return nil
+}
+
+func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error) {
+	res := scaleOutResult{n: n}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	engines := make([]*engine, 0, n)
+	defer func() {
+		for _, e := range engines {
+			e.coord.Shutdown()
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for _, e := range engines {
+			e.keeper.Close(rctx)
+		}
+		cancel()
+		stop()
+		wg.Wait()
+		for _, e := range engines {
+			e.cli.Close()
+		}
+	}()
+	runtime.GC()
+	rssBefore := selfRSS()
+	scope := fmt.Sprintf("bench-scaleout-%d", n)
+	for i := range n {
+		e, err := newEngine(w.etcd.endpoint, scope, i)
+		if err != nil {
+			return res, err
+		}
+		engines = append(engines, e)
+		wg.Go(func() { e.keeper.Run(runCtx) })
+		wg.Go(func() { e.coord.Run(runCtx) })
+	}
+	// Each engine takes its held locks (once ready): a sidecar whose app
+	// holds something, so its session and watch are in use.
+	if err := forEach(ctx, engines, func(ctx context.Context, i int, e *engine) error {
+		for e.coord.Ready() != nil {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("engine %d not ready: %w", i, e.coord.Ready())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		for j := range heldPerEngine {
+			if _, err := e.coord.Acquire(ctx, coordinator.AcquireRequest{Key: key(fmt.Sprintf("held/%d-%d", i, j)), Owner: "holder", TTL: time.Hour}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	time.Sleep(time.Second) // the held locks' watches open (the watch delay)
+	runtime.GC()
+	res.memPerEng = (selfRSS() - rssBefore) / int64(n)
+	churn(ctx, engines, time.Second) // warm-up, not measured
+
+	counted := []string{watchEventsMetric, keepAlivesMetric}
+	before, cpu0 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
+	res.lat, res.cycles, res.errs, res.took = churn(ctx, engines, scaleOutWindow)
+	after, cpu1 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
+	res.etcdCPU = cpu1 - cpu0
+	res.events, res.keepAlives = after[0]-before[0], after[1]-before[1]
+	return res, nil
+}
+
+// churn takes and releases locks through random engines at scaleOutRate
+// cycles per second for window, each cycle on a lock of its own, and
+// returns each grant's latency.
+func churn(ctx context.Context, engines []*engine, window time.Duration) (lat []time.Duration, cycles, errs int, took time.Duration) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	tick := time.NewTicker(time.Second / scaleOutRate)
+	defer tick.Stop()
+	start := time.Now()
+	for seq := 0; time.Since(start) < window; seq++ {
+		<-tick.C
+		e := engines[rand.IntN(len(engines))]
+		k := key(fmt.Sprintf("churn/%d-%d", start.UnixNano(), seq))
+		wg.Go(func() {
+			t0 := time.Now()
+			g, err := e.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "churner", TTL: time.Minute})
+			d := time.Since(t0)
+			if err == nil {
+				_, err = e.coord.Release(ctx, k, g.Owner)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs++
+				return
+			}
+			cycles++
+			lat = append(lat, d)
+		})
+	}
+	wg.Wait()
+	return lat, cycles, errs, time.Since(start)
+}
+
+func newEngine(endpoint, scope string, i int) (*engine, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	keeper, err := lease.NewKeeper(cli, lease.Default(), log)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	cfg := coordinator.Default()
+	cfg.Scope = scope
+	cfg.Identity = coordinator.Identity{Pod: fmt.Sprintf("pod-%d", i), Namespace: scope, Node: "bench"}
+	coord, err := coordinator.New(cfg, etcdstore.New(cli, cfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &engine{cli: cli, keeper: keeper, coord: coord}, nil
+}
+
+// forEach runs f on every engine, 64 at a time, and returns the first
+// error.
+func forEach(ctx context.Context, engines []*engine, f func(ctx context.Context, i int, e *engine) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	sem := make(chan struct{}, 64)
+	errc := make(chan error, len(engines))
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errc <- f(ctx, i, e)
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func key(s string) keyspace.Key {
+	k, err := keyspace.ParseKey(s)
+	if err != nil {
+		panic(err) // the bench's own keys
+	}
+	return k
+}
+
+// selfRSS is this process's resident size in bytes.
+func selfRSS() int64 { return statusRSS("/proc/self/status") }

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// printScaleOut writes the scale-out step's table: what etcd does per lock
+// operation as the sidecars in one scope grow in number.
+func (r *results) printScaleOut(w io.Writer) {
+	fmt.Fprintf(w, "\n## Many sidecars in one scope (%d locks held by each, %d cycles/s in all for %v)\n\n", heldPerEngine, scaleOutRate, scaleOutWindow)
+	fmt.Fprintf(w, "| sidecars | cycles | errors | etcd CPU per lock op | watch events per lock op | keep-alives/s at etcd | grant p50 | grant p99 | bench RSS per sidecar |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.scaleOut {
+		fmt.Fprintf(w, "| %d | %d | %d | %s | %.1f | %.0f | %s | %s | %.0f KiB |\n", s.n, s.cycles, s.errs, us(s.cpuPerOp()), s.eventsPerOp(),
+			s.keepAlives/s.took.Seconds(), ms(s.quantile(0.5)), ms(s.quantile(0.99)), float64(s.memPerEng)/1024)
+	}
+}
+
+// scaleOutGoals states the scale-out goals, each a ratio of the largest
+// size to the smallest in one run.
+func (r *results) scaleOutGoals(goal func(ok bool, format string, args ...any)) {
+	if len(r.scaleOut) < 2 {
+		return
+	}
+	lo, hi := r.scaleOut[0], r.scaleOut[len(r.scaleOut)-1]
+	cpu := float64(hi.cpuPerOp()) / float64(max(lo.cpuPerOp(), 1))
+	goal(cpu <= 1.5, "etcd CPU per lock operation at %d sidecars in one scope is %.2f× that at %d (%s vs %s; goal ≤ 1.5×)", hi.n, cpu, lo.n, us(hi.cpuPerOp()), us(lo.cpuPerOp()))
+	goal(hi.eventsPerOp() <= 2, "watch events per lock operation at %d sidecars in one scope: %.1f (at %d: %.1f; goal ≤ 2)", hi.n, hi.eventsPerOp(), lo.n, lo.eventsPerOp())
+	p99 := float64(hi.quantile(0.99)) / float64(max(lo.quantile(0.99), 1))
+	goal(p99 <= 2, "grant p99 at %d sidecars in one scope is %.2f× that at %d (%s vs %s; goal ≤ 2×)", hi.n, p99, lo.n, ms(hi.quantile(0.99)), ms(lo.quantile(0.99)))
+}
