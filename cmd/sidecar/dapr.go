@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -34,16 +33,16 @@ func (o *daprOptions) validate() error {
 	if o.httpAddr != "" && o.httpAddr == o.grpcAddr {
 		return fmt.Errorf("--dapr-grpc-addr %s: the same address as --dapr-http-addr", o.grpcAddr)
 	}
-	cfg := dapr.Config{Stores: dapr.DefaultStores(), AppID: o.appID}
-	if len(o.stores) > 0 {
-		cfg.Stores = nil
-	}
+	cfg := dapr.Config{AppID: o.appID}
 	for _, s := range o.stores {
 		st, err := dapr.ParseStore(s)
 		if err != nil {
 			return fmt.Errorf("--dapr-store %w", err)
 		}
 		cfg.Stores = append(cfg.Stores, st)
+	}
+	if len(cfg.Stores) == 0 {
+		cfg.Stores = dapr.DefaultStores()
 	}
 	if !o.enabled() && o.given() {
 		return errors.New("--dapr-store and --dapr-app-id configure Dapr's lock API, which is off: set --dapr-http-addr or --dapr-grpc-addr")
@@ -125,7 +124,7 @@ func (b *daprBuilt) serve(ctx context.Context, wg *sync.WaitGroup, adopting bool
 			if !open() {
 				return
 			}
-			if err := server.Serve(ctx, dapr.NewHTTPServer(api.Handler(), log), l, 500*time.Millisecond); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := server.Serve(ctx, dapr.NewHTTPServer(api.Handler(), log), l, 500*time.Millisecond); err != nil {
 				log.Error("Dapr HTTP API stopped", "addr", l.Addr().String(), "err", err)
 			}
 		}()

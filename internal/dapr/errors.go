@@ -52,9 +52,13 @@ func malformed(format string, args ...any) *Error {
 	return &Error{Code: CodeMalformedRequest, Message: fmt.Sprintf(format, args...), HTTP: http.StatusBadRequest, GRPC: codes.InvalidArgument}
 }
 
-func storeNotFound(name string, known []string) *Error {
+func storeNotFound(name string, known []Store) *Error {
+	names := make([]string, len(known))
+	for i, s := range known {
+		names[i] = s.Name
+	}
 	return &Error{Code: CodeLockStoreNotFound, HTTP: http.StatusBadRequest, GRPC: codes.InvalidArgument,
-		Message: fmt.Sprintf("lock store %s not found; this Baton sidecar serves %q (--dapr-store)", name, known)}
+		Message: fmt.Sprintf("lock store %s not found; this Baton sidecar serves %q (--dapr-store)", name, names)}
 }
 
 func unimplemented(what string) *Error {

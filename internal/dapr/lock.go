@@ -22,7 +22,6 @@ type API struct {
 	locks  *coordinator.Coordinator
 	log    *slog.Logger
 	stores map[string]Store
-	names  []string
 }
 
 // New returns the API for locks, configured by cfg.
@@ -33,7 +32,6 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger) (*API, er
 	a := &API{cfg: cfg, locks: locks, log: log, stores: map[string]Store{}}
 	for _, s := range cfg.Stores {
 		a.stores[s.Name] = s
-		a.names = append(a.names, s.Name)
 	}
 	return a, nil
 }
@@ -57,7 +55,7 @@ func (a *API) key(req request, op string) (keyspace.Key, error) {
 	}
 	s, ok := a.stores[store]
 	if !ok {
-		return keyspace.Key{}, storeNotFound(store, a.names)
+		return keyspace.Key{}, storeNotFound(store, a.cfg.Stores)
 	}
 	if err := coordinator.CheckOwner(req.GetLockOwner()); err != nil {
 		return keyspace.Key{}, failed(op, err)
