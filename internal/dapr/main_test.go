@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -16,14 +14,11 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 	"github.com/baton-dev/baton/internal/server"
+	"github.com/baton-dev/baton/internal/sidecartest"
 )
 
 var testEtcd *etcdtest.Server
@@ -39,8 +34,6 @@ type sidecar struct {
 	coord    *coordinator.Coordinator
 	api      *API
 	calls    *etcdtest.Counter
-	cli      *clientv3.Client
-	scope    string
 	httpURL  string
 	grpcAddr string
 	grpcSock string
@@ -48,32 +41,10 @@ type sidecar struct {
 	log      *slog.Logger
 }
 
-// testScope is a scope of the test's own.
-func testScope(t testing.TB) string {
-	h := fnv.New64a()
-	h.Write([]byte(strings.SplitN(t.Name(), "/", 2)[0]))
-	return fmt.Sprintf("d%x", h.Sum64())
-}
-
 func newSidecar(t testing.TB, pod string, cfg Config, opts ...coordinator.Option) *sidecar {
 	t.Helper()
-	cli, calls := testEtcd.Client(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lcfg := lease.Default()
-	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
-	keeper, err := lease.NewKeeper(cli, lcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccfg := coordinator.Default()
-	ccfg.Scope = testScope(t)
-	ccfg.Identity = coordinator.Identity{Pod: pod, Namespace: "ns", Node: "node"}
-	ccfg.RequestTimeout = time.Second
-	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := New(cfg, coord, log)
+	e := sidecartest.Start(t, testEtcd, pod, nil, opts...)
+	api, err := New(cfg, e.Coord, e.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,38 +65,23 @@ func newSidecar(t testing.TB, pod string, cfg Config, opts ...coordinator.Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeperCtx, stopKeeper := context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 5)
+	done := make(chan struct{}, 3)
 	g := NewGRPCServer(api)
-	go func() { keeper.Run(keeperCtx); done <- struct{}{} }()
-	go func() { coord.Run(ctx); done <- struct{}{} }()
-	go func() { server.Serve(ctx, NewHTTPServer(api.Handler(), log), httpL, time.Second); done <- struct{}{} }()
+	go func() { server.Serve(ctx, NewHTTPServer(api.Handler(), e.Log), httpL, time.Second); done <- struct{}{} }()
 	go func() { g.Serve(grpcL); done <- struct{}{} }()
 	go func() { g.Serve(unixL); done <- struct{}{} }()
-	s := &sidecar{t: t, coord: coord, api: api, calls: calls, cli: cli, scope: ccfg.Scope, log: log,
-		httpURL: "http://" + httpL.Addr().String(), grpcAddr: grpcL.Addr().String(), grpcSock: sock, kill: stopKeeper}
 	t.Cleanup(func() {
-		coord.Shutdown()
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		keeper.Close(rctx)
-		rcancel()
-		stopKeeper()
+		e.Coord.Shutdown()
 		cancel()
 		g.Stop()
-		for i := 0; i < 5; i++ {
+		for range 3 {
 			<-done
 		}
 		os.RemoveAll(dir)
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for coord.Ready() != nil || calls.Txns() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("sidecar not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return s
+	return &sidecar{t: t, coord: e.Coord, api: api, calls: e.Calls, log: e.Log, kill: e.Kill,
+		httpURL: "http://" + httpL.Addr().String(), grpcAddr: grpcL.Addr().String(), grpcSock: sock}
 }
 
 // reply is an HTTP answer, decoded.

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,8 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/etcdtest"
-	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/sidecartest"
 )
 
 var testEtcd *etcdtest.Server
@@ -40,29 +37,13 @@ type api struct {
 
 func newAPI(t testing.TB, pod string, mods ...func(*coordinator.Config, *Config)) *api {
 	t.Helper()
-	cli, calls := testEtcd.Client(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lcfg := lease.Default()
-	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
-	keeper, err := lease.NewKeeper(cli, lcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccfg := coordinator.Default()
-	h := fnv.New64a()
-	h.Write([]byte(strings.SplitN(t.Name(), "/", 2)[0]))
-	ccfg.Scope = fmt.Sprintf("s%x", h.Sum64())
-	ccfg.Identity = coordinator.Identity{Pod: pod, Namespace: "ns", Node: "node"}
-	ccfg.RequestTimeout = time.Second
 	scfg := Default()
-	for _, m := range mods {
-		m(&ccfg, &scfg)
-	}
-	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(scfg, coord, log)
+	e := sidecartest.Start(t, testEtcd, pod, func(c *coordinator.Config) {
+		for _, m := range mods {
+			m(c, &scfg)
+		}
+	})
+	srv, err := New(scfg, e.Coord, e.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,37 +57,20 @@ func newAPI(t testing.TB, pod string, mods ...func(*coordinator.Config, *Config)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 3)
-	go func() { keeper.Run(ctx); done <- struct{}{} }()
-	go func() { coord.Run(ctx); done <- struct{}{} }()
-	go func() { Serve(ctx, srv.HTTPServer(srv.Handler()), l, time.Second); done <- struct{}{} }()
-	a := &api{t: t, socket: sock, coord: coord, calls: calls, srv: srv, client: &http.Client{
+	done := make(chan struct{})
+	go func() { Serve(ctx, srv.HTTPServer(srv.Handler()), l, time.Second); close(done) }()
+	t.Cleanup(func() {
+		e.Coord.Shutdown() // first, as baton serve does: hold streams end at once
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	})
+	return &api{t: t, socket: sock, coord: e.Coord, calls: e.Calls, srv: srv, client: &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}},
 	}}
-	t.Cleanup(func() {
-		coord.Shutdown()
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		keeper.Close(rctx)
-		rcancel()
-		cancel()
-		for i := 0; i < 3; i++ {
-			<-done
-		}
-		os.RemoveAll(dir)
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	// Ready, and its check of etcd's permissions done (one transaction
-	// at start), so that tests counting transactions count theirs only.
-	for coord.Ready() != nil || calls.Txns() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("sidecar not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return a
 }
 
 // reply is a decoded answer.
