@@ -119,7 +119,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.OnceRetention, "once-retention", o.coord.OnceRetention, "how long a run-once lock's record of its last run is kept: within it, a run that succeeded is not run again")
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
 	fs.DurationVar(&o.coord.WatchDelay, "watch-delay", o.coord.WatchDelay, "how long a lock is held before the sidecar watches it for a loss (a force release); a lock released sooner costs no watch event; hold streams are watched at once; 0 watches every lock from its grant")
-	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long the watch on the scope stays open once no lock held or awaited here needs it; an idle sidecar receives none of the scope's deletes")
+	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long a lock's watch stays open once nothing held or awaited here needs it; a sidecar receives the deletes of the locks it holds or awaits, and of no other")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.maxProcs, "max-procs", o.maxProcs, "the most CPUs running the sidecar's Go code at once (GOMAXPROCS); 0 leaves it to Go ($GOMAXPROCS, else the container's CPU limit, else every CPU). Unless set, 0 with the embedded etcd or $GOMAXPROCS")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")

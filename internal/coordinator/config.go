@@ -33,19 +33,19 @@ type Config struct {
 	// EndedRetention is how long the sidecar remembers a lock that ended
 	// without its owner's release, to answer that owner ErrLost. Default 1h.
 	EndedRetention time.Duration
-	// WatchLinger is how long the watch on the scope stays open once no
-	// lock held or awaited here needs it (see WatchDelay). Default 2s: opening it again costs
-	// one watch request, while every second open costs a decoded event per
-	// delete in the scope.
+	// WatchLinger is how long a lock's watch stays open once nothing held
+	// or awaited here needs it (see WatchDelay). Default 2s: a lock taken
+	// again soon finds its watch open, while every second open costs a
+	// decoded event per delete in that lock.
 	WatchLinger time.Duration
-	// WatchDelay is how long a lock is held before the scope's watch opens
-	// for it. Default 250ms: a lock released sooner costs the sidecar no
-	// watch event, and a delete of its key by someone else (a force
-	// release) meanwhile is reported when the delay is up. The locks of a
-	// burst are watched in batches, each up to a quarter of the delay
-	// sooner than its own delay would say. Hold streams,
-	// Grant.Done and waiters open the watch at once; 0 opens it at every
-	// grant.
+	// WatchDelay is how long a lock is held before its watch opens for it.
+	// Default 250ms: a lock released sooner costs the sidecar no watch
+	// event, and a delete of its key by someone else (a force release)
+	// meanwhile is delivered when the delay is up (the watch starts just
+	// after the grant). The locks of a burst are watched in batches, each
+	// up to a quarter of the delay sooner than its own delay would say.
+	// Hold streams, Grant.Done and waiters open the watch at once; 0 opens
+	// it at every grant.
 	WatchDelay time.Duration
 	// OnceRetention is how long a run-once lock's record of its last
 	// finished run is kept: within it, a run that succeeded is not run

@@ -3,31 +3,47 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
-// watchOpen reports whether the sidecar's scope watch is established.
+// watchOpen reports whether one of the sidecar's lock watches is
+// established.
 func (s *sidecar) watchOpen() bool {
-	s.c.hub.mu.Lock()
-	defer s.c.hub.mu.Unlock()
-	return s.c.hub.ok
+	return len(s.watchedLocks()) > 0
 }
 
-// watchEverOpened reports whether the scope watch was ever established.
+// watchedLocks returns the locks whose watch is established.
+func (s *sidecar) watchedLocks() []string {
+	s.c.hub.mu.Lock()
+	defer s.c.hub.mu.Unlock()
+	var ks []string
+	for _, lw := range s.c.hub.locks {
+		if lw.ok {
+			ks = append(ks, lw.key.String())
+		}
+	}
+	return ks
+}
+
+// watchEverOpened reports whether a lock watch was ever established.
 func (s *sidecar) watchEverOpened() bool {
 	s.c.hub.mu.Lock()
 	defer s.c.hub.mu.Unlock()
-	return s.c.hub.from != 0
+	return s.c.hub.opened > 0
 }
 
-// keepWatching has s hold a lock of its own, so that its scope watch is
-// open before a test counts its etcd calls (a watch opened after a read
-// makes the reader read again).
-func (s *sidecar) keepWatching(t *testing.T) {
+// keepWatching has lock k's watch open in s for as long as the test runs,
+// before the test counts its etcd calls (a watch opened after a read makes
+// the reader read again).
+func (s *sidecar) keepWatching(t *testing.T, k keyspace.Key) {
 	t.Helper()
-	s.mustAcquire(t, key(t, "keep-watching-"+s.c.cfg.Identity.Pod), "watcher")
-	waitFor(t, 5*time.Second, "the scope watch", s.watchOpen)
+	s.c.hub.need(k, 0)
+	t.Cleanup(func() { s.c.hub.unneed(k) })
+	waitFor(t, 5*time.Second, "the lock's watch", func() bool { return slices.Contains(s.watchedLocks(), k.String()) })
 }
 
 // TestWatchOnlyWhileNeeded: an idle sidecar does not watch its scope (it
@@ -74,6 +90,44 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 	waitFor(t, 5*time.Second, "both watches closed", func() bool { return !a.watchOpen() && !b.watchOpen() })
 	if err := a.c.Ready(); err != nil {
 		t.Errorf("an idle sidecar is not ready: %v", err)
+	}
+}
+
+// TestWatchOnlyTheLocksHere: a sidecar watches the locks it holds or
+// awaits, not its scope: the releases of another lock in the same scope
+// never reach it, however often that lock changes hands elsewhere, and a
+// delete of its own key still does.
+func TestWatchOnlyTheLocksHere(t *testing.T) {
+	parallel(t)
+	now := func(c *Config) { c.WatchDelay = 0 }
+	a, b := newSidecar(t, "pod-a", now), newSidecar(t, "pod-b", now)
+	mine, theirs := key(t, "mine"), key(t, "theirs")
+	g := a.mustAcquire(t, mine, "a")
+	waitFor(t, 5*time.Second, "the held lock's watch", func() bool { return slices.Equal(a.watchedLocks(), []string{mine.String()}) })
+	b.keepWatching(t, theirs)
+	const cycles = 20
+	for range cycles {
+		b.mustAcquire(t, theirs, "b")
+		if _, err := b.c.Release(context.Background(), theirs, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "b's watch to deliver its releases", func() bool { return b.calls.deletes.Load() >= cycles })
+	time.Sleep(100 * time.Millisecond) // what a scope watch would deliver to a has come by now
+	if got := a.calls.deletes.Load(); got != 0 {
+		t.Errorf("a sidecar holding %s was sent %d deletes of %s", mine, got, theirs)
+	}
+	if got := a.watchedLocks(); !slices.Equal(got, []string{mine.String()}) {
+		t.Errorf("a watches %v; want only %s", got, mine)
+	}
+	a.deleteKey(t, a.contenders(t, mine)[0])
+	select {
+	case <-g.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its key was deleted")
+	}
+	if got := a.calls.deletes.Load(); got != 1 {
+		t.Errorf("a was sent %d deletes; want 1, its own key's", got)
 	}
 }
 

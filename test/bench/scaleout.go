@@ -37,13 +37,14 @@ const (
 // scaleOutResult is one size of the scale-out step.
 type scaleOutResult struct {
 	n          int
-	cycles     int           // acquire + release cycles in the window
-	errs       int           // cycles that failed
-	etcdCPU    time.Duration // etcd's CPU in the window
-	events     float64       // watch events etcd sent in the window
-	keepAlives float64       // keep-alive requests etcd received in the window
-	lat        []time.Duration
-	memPerEng  int64 // the bench's RSS per engine
+	cycles     int             // acquire + release cycles in the window
+	errs       int             // cycles that failed
+	etcdCPU    time.Duration   // etcd's CPU in the window
+	events     float64         // watch events etcd sent in the window
+	keepAlives float64         // keep-alive requests etcd received in the window
+	lat        []time.Duration // immediate grants
+	handOff    []time.Duration // from a release to its waiter's grant
+	memPerEng  int64           // the bench's RSS per engine
 	took       time.Duration
 }
 
@@ -56,11 +57,15 @@ func (r scaleOutResult) cpuPerOp() time.Duration {
 
 func (r scaleOutResult) eventsPerOp() float64 { return r.events / max(r.ops(), 1) }
 
-func (r scaleOutResult) quantile(q float64) time.Duration {
-	if len(r.lat) == 0 {
+func (r scaleOutResult) quantile(q float64) time.Duration { return quantileOf(r.lat, q) }
+
+func (r scaleOutResult) handOffQuantile(q float64) time.Duration { return quantileOf(r.handOff, q) }
+
+func quantileOf(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.lat)
+	s := slices.Clone(lat)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
@@ -152,7 +157,8 @@ func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error)
 
 	counted := []string{watchEventsMetric, keepAlivesMetric}
 	before, cpu0 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
-	res.lat, res.cycles, res.errs, res.took = churn(ctx, engines, scaleOutWindow)
+	c := churn(ctx, engines, scaleOutWindow)
+	res.lat, res.handOff, res.cycles, res.errs, res.took = c.lat, c.handOff, c.cycles, c.errs, c.took
 	after, cpu1 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
 	res.etcdCPU = cpu1 - cpu0
 	res.events, res.keepAlives = after[0]-before[0], after[1]-before[1]
@@ -160,39 +166,118 @@ func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error)
 }
 
 // churn takes and releases locks through random engines at scaleOutRate
-// cycles per second for window, each cycle on a lock of its own, and
-// returns each grant's latency.
-func churn(ctx context.Context, engines []*engine, window time.Duration) (lat []time.Duration, cycles, errs int, took time.Duration) {
+// cycles per second for window, each cycle on a lock of its own. Every
+// other cycle is a try released at once; the others come in pairs, a hand
+// off between two engines: both ask with a wait, one is granted, holds the
+// lock for handOffHold, releases it, and the other, queued meanwhile, is
+// granted by its watch. It returns each immediate grant's latency, and
+// each hand-off's from the release to the waiter's grant.
+func churn(ctx context.Context, engines []*engine, window time.Duration) (c churned) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
+	record := func(lat *[]time.Duration, d time.Duration, n int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			c.errs += n
+			return
+		}
+		c.cycles += n
+		*lat = append(*lat, d)
+	}
 	tick := time.NewTicker(time.Second / scaleOutRate)
 	defer tick.Stop()
 	start := time.Now()
 	for seq := 0; time.Since(start) < window; seq++ {
 		<-tick.C
-		e := engines[rand.IntN(len(engines))]
 		k := key(fmt.Sprintf("churn/%d-%d", start.UnixNano(), seq))
-		wg.Go(func() {
-			t0 := time.Now()
-			g, err := e.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "churner", TTL: time.Minute})
-			d := time.Since(t0)
-			if err == nil {
-				_, err = e.coord.Release(ctx, k, g.Owner)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs++
-				return
-			}
-			cycles++
-			lat = append(lat, d)
-		})
+		switch seq % 4 {
+		case 0, 2:
+			e := engines[rand.IntN(len(engines))]
+			wg.Go(func() {
+				d, err := cycle(ctx, e, k)
+				record(&c.lat, d, 1, err)
+			})
+		case 1:
+			a, b := engines[rand.IntN(len(engines))], engines[rand.IntN(len(engines))]
+			wg.Go(func() {
+				d, took, err := handOff(ctx, a, b, k)
+				record(&c.lat, d, 1, err)
+				record(&c.handOff, took, 1, err)
+			})
+		}
 	}
 	wg.Wait()
-	return lat, cycles, errs, time.Since(start)
+	c.took = time.Since(start)
+	return c
+}
+
+// churned is what one churn did.
+type churned struct {
+	lat, handOff []time.Duration
+	cycles, errs int
+	took         time.Duration
+}
+
+// handOffHold is how long the first holder of a hand-off holds the lock.
+const handOffHold = 20 * time.Millisecond
+
+// handOff has engine a take lock k and b wait for it; a releases it after
+// handOffHold. It returns a's grant latency and the time from a's release
+// to b's grant.
+func handOff(ctx context.Context, a, b *engine, k keyspace.Key) (grant, handOff time.Duration, err error) {
+	t0 := time.Now()
+	g, err := a.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "first", TTL: time.Minute, Wait: time.Second})
+	if err != nil {
+		return 0, 0, err
+	}
+	grant = time.Since(t0)
+	queued := make(chan struct{})
+	var once sync.Once
+	type granted struct {
+		at  time.Time
+		err error
+	}
+	waiter := make(chan granted, 1)
+	go func() {
+		g, err := b.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "second", TTL: time.Minute, Wait: 5 * time.Second,
+			OnQueued: func(int) { once.Do(func() { close(queued) }) }})
+		at := time.Now()
+		if err == nil {
+			_, err = b.coord.Release(ctx, k, g.Owner)
+		}
+		waiter <- granted{at, err}
+	}()
+	select {
+	case <-queued:
+	case w := <-waiter:
+		_, _ = a.coord.Release(ctx, k, g.Owner)
+		return grant, 0, fmt.Errorf("the waiter was granted %q before its release: %v", k, w.err)
+	}
+	time.Sleep(handOffHold)
+	released := time.Now()
+	if _, err := a.coord.Release(ctx, k, g.Owner); err != nil {
+		return grant, 0, err
+	}
+	w := <-waiter
+	if w.err != nil {
+		return grant, 0, fmt.Errorf("the waiter: %w", w.err)
+	}
+	return grant, w.at.Sub(released), nil
+}
+
+// cycle takes lock k through e with a try and releases it, returning the
+// grant's latency.
+func cycle(ctx context.Context, e *engine, k keyspace.Key) (time.Duration, error) {
+	t0 := time.Now()
+	g, err := e.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "churner", TTL: time.Minute})
+	d := time.Since(t0)
+	if err == nil {
+		_, err = e.coord.Release(ctx, k, g.Owner)
+	}
+	return d, err
 }
 
 func newEngine(endpoint, scope string, i int) (*engine, error) {

@@ -8,11 +8,12 @@ import (
 // printScaleOut writes the scale-out step's table: what etcd does per lock
 // operation as the sidecars in one scope grow in number.
 func (r *results) printScaleOut(w io.Writer) {
-	fmt.Fprintf(w, "\n## Many sidecars in one scope (%d locks held by each, %d cycles/s in all for %v)\n\n", heldPerEngine, scaleOutRate, scaleOutWindow)
-	fmt.Fprintf(w, "| sidecars | cycles | errors | etcd CPU per lock op | watch events per lock op | keep-alives/s at etcd | grant p50 | grant p99 | bench RSS per sidecar |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "\n## Many sidecars in one scope (%d locks held by each, %d cycles/s in all for %v: half tries, half hand-offs between two sidecars after %v)\n\n",
+		heldPerEngine, scaleOutRate, scaleOutWindow, handOffHold)
+	fmt.Fprintf(w, "| sidecars | cycles | errors | etcd CPU per lock op | watch events per lock op | keep-alives/s at etcd | grant p50 | grant p99 | hand-off p50 | hand-off p99 | bench RSS per sidecar |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.scaleOut {
-		fmt.Fprintf(w, "| %d | %d | %d | %s | %.1f | %.0f | %s | %s | %.0f KiB |\n", s.n, s.cycles, s.errs, us(s.cpuPerOp()), s.eventsPerOp(),
-			s.keepAlives/s.took.Seconds(), ms(s.quantile(0.5)), ms(s.quantile(0.99)), float64(s.memPerEng)/1024)
+		fmt.Fprintf(w, "| %d | %d | %d | %s | %.1f | %.0f | %s | %s | %s | %s | %.0f KiB |\n", s.n, s.cycles, s.errs, us(s.cpuPerOp()), s.eventsPerOp(),
+			s.keepAlives/s.took.Seconds(), ms(s.quantile(0.5)), ms(s.quantile(0.99)), ms(s.handOffQuantile(0.5)), ms(s.handOffQuantile(0.99)), float64(s.memPerEng)/1024)
 	}
 }
 
@@ -28,4 +29,6 @@ func (r *results) scaleOutGoals(goal func(ok bool, format string, args ...any)) 
 	goal(hi.eventsPerOp() <= 2, "watch events per lock operation at %d sidecars in one scope: %.1f (at %d: %.1f; goal ≤ 2)", hi.n, hi.eventsPerOp(), lo.n, lo.eventsPerOp())
 	p99 := float64(hi.quantile(0.99)) / float64(max(lo.quantile(0.99), 1))
 	goal(p99 <= 2, "grant p99 at %d sidecars in one scope is %.2f× that at %d (%s vs %s; goal ≤ 2×)", hi.n, p99, lo.n, ms(hi.quantile(0.99)), ms(lo.quantile(0.99)))
+	h99 := float64(hi.handOffQuantile(0.99)) / float64(max(lo.handOffQuantile(0.99), 1))
+	goal(h99 <= 2, "hand-off p99 at %d sidecars in one scope is %.2f× that at %d (%s vs %s; goal ≤ 2×)", hi.n, h99, lo.n, ms(hi.handOffQuantile(0.99)), ms(lo.handOffQuantile(0.99)))
 }
