@@ -33,6 +33,7 @@ type hub struct {
 
 	mu      sync.Mutex
 	ctx     context.Context // Run's, once it runs
+	stopped bool            // Run is over
 	locks   map[string]*lockWatch
 	failing int // watches that ended in an error and are not established again
 	opened  int // watches established, ever
@@ -93,7 +94,7 @@ func (h *hub) unneed(k keyspace.Key) {
 
 // startLocked starts lw's goroutine if it is not running and Run runs.
 func (h *hub) startLocked(pfx string, lw *lockWatch) {
-	if lw.running || h.ctx == nil || h.ctx.Err() != nil {
+	if lw.running || h.ctx == nil || h.stopped {
 		return
 	}
 	lw.running = true
@@ -245,7 +246,8 @@ func (h *hub) run(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	<-ctx.Done()
-	h.mu.Lock() // no watch starts after ctx ended, so none after Wait starts
+	h.mu.Lock()
+	h.stopped = true // no watch starts after Wait starts
 	h.mu.Unlock()
 	h.wg.Wait()
 	return nil

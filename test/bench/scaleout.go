@@ -254,7 +254,10 @@ func handOff(ctx context.Context, a, b *engine, k keyspace.Key) (grant, handOff 
 	case <-queued:
 	case w := <-waiter:
 		_, _ = a.coord.Release(ctx, k, g.Owner)
-		return grant, 0, fmt.Errorf("the waiter was granted %q before its release: %v", k, w.err)
+		if w.err != nil {
+			return grant, 0, fmt.Errorf("the waiter: %w", w.err)
+		}
+		return grant, 0, fmt.Errorf("the waiter was granted %q before its release", k)
 	}
 	time.Sleep(handOffHold)
 	released := time.Now()
