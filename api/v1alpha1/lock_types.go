@@ -49,6 +49,10 @@ type Holder struct {
 	Namespace string `json:"namespace,omitempty"`
 	// +optional
 	Node string `json:"node,omitempty"`
+	// Cluster is the holder's Kubernetes cluster (its sidecar's
+	// --cluster-name), when clusters share one etcd.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 	// AcquiredAt is when the lock was granted.
 	// +optional
 	AcquiredAt *metav1.Time `json:"acquiredAt,omitempty"`
@@ -127,6 +131,7 @@ type LockStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.holder.pod`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.holder.cluster`,priority=1
 // +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fence`
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
 // +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.status.limit`,priority=1

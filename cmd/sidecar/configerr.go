@@ -19,6 +19,8 @@ func flagOf(field string) string {
 		return "--keys-per-lease"
 	case "coordinator.Scope":
 		return "--scope"
+	case "coordinator.Identity.Cluster":
+		return "--cluster-name"
 	case "coordinator.DefaultTTL":
 		return "--default-ttl"
 	case "coordinator.MaxHold":

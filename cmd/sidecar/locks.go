@@ -190,7 +190,7 @@ func printLocks(w io.Writer, locks []lockapi.Status, now time.Time) {
 			if !h.ExpiresAt.IsZero() {
 				expires = "in " + h.ExpiresAt.Sub(now).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", key, dash(owner), dash(h.Pod), h.Fence, since, expires, waiters, held)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", key, dash(owner), dash(podOf(h.Holder)), h.Fence, since, expires, waiters, held)
 		}
 	}
 	tw.Flush()
@@ -218,10 +218,22 @@ func holderName(h *lockapi.Holder) string {
 	if h.Foreign {
 		return "a client that is not Baton"
 	}
-	if h.Pod != "" {
+	switch {
+	case h.Pod != "" && h.Cluster != "":
+		return h.Owner + " (pod " + h.Pod + " in cluster " + h.Cluster + ")"
+	case h.Pod != "":
 		return h.Owner + " (pod " + h.Pod + ")"
 	}
 	return h.Owner
+}
+
+// podOf is the holder's pod as the table shows it: cluster/pod when
+// clusters share the etcd.
+func podOf(h lockapi.Holder) string {
+	if h.Cluster != "" && h.Pod != "" {
+		return h.Cluster + "/" + h.Pod
+	}
+	return h.Pod
 }
 
 func dash(s string) string {

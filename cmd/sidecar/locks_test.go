@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 func TestLocksCommands(t *testing.T) {
@@ -86,5 +89,24 @@ func TestLocksCommands(t *testing.T) {
 		if code, _, errs := baton(args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, errs)
 		}
+	}
+}
+
+// TestLocksNameTheCluster: with clusters sharing one etcd, the table and
+// the force release's message name the holder's cluster beside its pod.
+func TestLocksNameTheCluster(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	h := lockapi.Holder{Owner: "run-7", Pod: "api-1", Cluster: "east", AcquiredAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute)}
+	var b strings.Builder
+	printLocks(&b, []lockapi.Status{{Key: "report", Held: true, Holder: &h, Fence: 42}}, now)
+	if !strings.Contains(b.String(), "east/api-1") {
+		t.Errorf("table:\n%s\nwant the pod as east/api-1", b.String())
+	}
+	if got := holderName(&h); got != "run-7 (pod api-1 in cluster east)" {
+		t.Errorf("holderName: %q", got)
+	}
+	h.Cluster = ""
+	if got := holderName(&h); got != "run-7 (pod api-1)" {
+		t.Errorf("holderName without a cluster: %q", got)
 	}
 }

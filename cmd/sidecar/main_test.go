@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/etcdtest"
 )
 
@@ -61,6 +62,8 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"request timeout vs lease", []string{"--request-timeout=6s"}, nil, "--request-timeout"},
 		{"watch linger too short", []string{"--watch-linger=1ms"}, nil, "--watch-linger"},
 		{"negative watch delay", []string{"--watch-delay=-1s"}, nil, "--watch-delay"},
+		{"cluster name", []string{"--cluster-name=East_1"}, nil, "--cluster-name: cluster name \"East_1\": must be a DNS label"},
+		{"cluster name from the environment", nil, map[string]string{"BATON_CLUSTER_NAME": "-east"}, "--cluster-name"},
 		{"cert without key", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-cert=" + cert}, nil, "--etcd-key"},
 		{"missing CA file", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-cacert=/nonexistent"}, nil, "--etcd-cacert"},
 		{"endpoint without scheme", []string{"--etcd-endpoints=127.0.0.1:2379"}, nil, "--etcd-endpoints"},
@@ -110,7 +113,7 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--max-waiters=7"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := bindEnv(fs, env(map[string]string{"BATON_MAX_WAITERS": "9", "BATON_LEASE_TTL": "4s", "BATON_ETCD_ENDPOINTS": "http://a:1,http://b:2"}), io.Discard); err != nil {
+	if err := bindEnv(fs, env(map[string]string{"BATON_MAX_WAITERS": "9", "BATON_LEASE_TTL": "4s", "BATON_ETCD_ENDPOINTS": "http://a:1,http://b:2", "BATON_CLUSTER_NAME": "east"}), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if o.coord.MaxWaiters != 7 {
@@ -119,7 +122,7 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	if o.lease.TTL != 4*time.Second || len(o.etcd.endpoints) != 2 {
 		t.Errorf("from the environment: lease TTL %v, endpoints %v", o.lease.TTL, o.etcd.endpoints)
 	}
-	if o.coord.Scope != "team-a" || o.coord.Identity != (struct{ Pod, Namespace, Node string }{"api-1", "team-a", "n1"}) {
+	if o.coord.Scope != "team-a" || o.coord.Identity != (coordinator.Identity{Pod: "api-1", Namespace: "team-a", Node: "n1", Cluster: "east"}) {
 		t.Errorf("identity %+v scope %q", o.coord.Identity, o.coord.Scope)
 	}
 }

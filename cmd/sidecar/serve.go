@@ -106,6 +106,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
+	fs.StringVar(&o.coord.Identity.Cluster, "cluster-name", "", "this Kubernetes cluster's name, written into the holder records, when several clusters share one etcd: their sidecars contend for the same locks when they share a scope, and every mirror shows each holder's cluster (a DNS label; empty: not shared)")
 	fs.StringVar(&o.serviceAccount, "service-account", o.serviceAccount, "the pod's ServiceAccount, which lock policies name (the injector sets it from the pod)")
 	fs.StringVar(&o.policyFile, "policy-file", "", "read the lock policy from this YAML or JSON file (re-read when it changes) instead of the scope's policy in etcd, which the controller writes from LockPolicy objects")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")

@@ -10,6 +10,9 @@ import (
 // Identity says who this sidecar is; it goes into every holder record.
 type Identity struct {
 	Pod, Namespace, Node string
+	// Cluster names the sidecar's Kubernetes cluster when several share
+	// one etcd; empty when they do not.
+	Cluster string
 }
 
 // Config configures a Coordinator. Zero durations are invalid: start from
@@ -84,6 +87,10 @@ func (c Config) Validate() error {
 	if err := keyspace.ValidateScope(c.Scope); err != nil {
 		return config.Invalid("coordinator.Scope", "scope: %w", err)
 	}
+	if !dnsLabel(c.Identity.Cluster) && c.Identity.Cluster != "" {
+		return config.Invalid("coordinator.Identity.Cluster",
+			"cluster name %q: must be a DNS label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit), or empty", c.Identity.Cluster)
+	}
 	switch {
 	case c.DefaultTTL <= 0:
 		return config.Invalid("coordinator.DefaultTTL", "default TTL %v: must be positive", c.DefaultTTL)
@@ -113,4 +120,18 @@ func (c Config) Validate() error {
 		return config.Invalid("coordinator.OnceRetention", "once retention %v: must be at most %v", c.OnceRetention, maxOnceRetention)
 	}
 	return nil
+}
+
+// dnsLabel reports whether s is a DNS label (RFC 1123), as Kubernetes
+// names a namespace.
+func dnsLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
 }

@@ -179,7 +179,7 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	now := c.now().UTC()
 	id := c.cfg.Identity
-	run := keyspace.Run{Status: keyspace.RunFailed, Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Fence: h.fence,
+	run := keyspace.Run{Status: keyspace.RunFailed, Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Cluster: id.Cluster, Fence: h.fence,
 		StartedAt: h.acquiredAt.UTC(), FinishedAt: now, Result: result, ExpiresAt: now.Add(c.cfg.OnceRetention)}
 	if ok {
 		run.Status = keyspace.RunSucceeded

@@ -41,7 +41,7 @@ type contenderRecord struct {
 // record returns the record of owner's lock, granted or queued at at.
 func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holder {
 	id := c.cfg.Identity
-	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
+	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Cluster: id.Cluster, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
 }
 
 func (c *Coordinator) recordOf(h *held) keyspace.Holder {
@@ -169,6 +169,6 @@ func (c *Coordinator) publish(e *entry) {
 // sameRecord reports whether a and b say the same (times compared as
 // instants).
 func sameRecord(a, b keyspace.Holder) bool {
-	return a.Owner == b.Owner && a.Pod == b.Pod && a.Namespace == b.Namespace && a.Node == b.Node &&
+	return a.Owner == b.Owner && a.Pod == b.Pod && a.Namespace == b.Namespace && a.Node == b.Node && a.Cluster == b.Cluster &&
 		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign && a.Claim == b.Claim
 }

@@ -13,10 +13,12 @@ import (
 type Holder struct {
 	// Owner is the caller's execution id.
 	Owner string `json:"owner"`
-	// Pod, Namespace and Node identify the sidecar that wrote the key.
+	// Pod, Namespace and Node identify the sidecar that wrote the key;
+	// Cluster names its Kubernetes cluster, when clusters share one etcd.
 	Pod       string `json:"pod,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Node      string `json:"node,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
 	// AcquiredAt is when the lock was granted (for a waiter: when it queued).
 	AcquiredAt time.Time `json:"acquired_at"`
 	// ExpiresAt is the lock's deadline: the holding sidecar deletes the key

@@ -12,12 +12,13 @@ import (
 type Run struct {
 	// Status is RunSucceeded or RunFailed.
 	Status string `json:"status"`
-	// Owner is the execution that ran it; Pod, Namespace and Node its
-	// sidecar's.
+	// Owner is the execution that ran it; Pod, Namespace, Node and
+	// Cluster its sidecar's.
 	Owner     string `json:"owner"`
 	Pod       string `json:"pod,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Node      string `json:"node,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
 	// Fence is the run's grant of the lock.
 	Fence      int64     `json:"fence"`
 	StartedAt  time.Time `json:"started_at"`

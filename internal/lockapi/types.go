@@ -56,6 +56,7 @@ type Run struct {
 	Pod        string    `json:"pod,omitempty"`
 	Namespace  string    `json:"namespace,omitempty"`
 	Node       string    `json:"node,omitempty"`
+	Cluster    string    `json:"cluster,omitempty"`
 	Fence      int64     `json:"fence"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
@@ -70,6 +71,7 @@ type Holder struct {
 	Pod        string    `json:"pod,omitempty"`
 	Namespace  string    `json:"namespace,omitempty"`
 	Node       string    `json:"node,omitempty"`
+	Cluster    string    `json:"cluster,omitempty"`
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	// Foreign marks a holder that is not Baton (etcdctl lock).

@@ -96,11 +96,17 @@ func startMirror(t *testing.T, retention time.Duration) (stop func()) {
 // startMirrorOn is startMirror with the etcd client cli.
 func startMirrorOn(t *testing.T, cli *clientv3.Client, retention time.Duration) (stop func()) {
 	t.Helper()
+	return startMirrorIn(t, restConfig, cli, retention)
+}
+
+// startMirrorIn is startMirrorOn in the cluster of the apiserver rc.
+func startMirrorIn(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration) (stop func()) {
+	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	if testing.Verbose() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		LeaderElection:                true,
@@ -138,7 +144,13 @@ func startMirrorOn(t *testing.T, cli *clientv3.Client, retention time.Duration) 
 // kube returns a client of the test apiserver.
 func kube(t *testing.T) client.Client {
 	t.Helper()
-	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	return kubeOf(t, restConfig)
+}
+
+// kubeOf returns a client of the apiserver rc.
+func kubeOf(t *testing.T, rc *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(rc, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +183,12 @@ func newSidecar(t *testing.T, scope, pod string) *sidecar {
 // newSidecarOn is newSidecar with the etcd client cli.
 func newSidecarOn(t *testing.T, cli *clientv3.Client, scope, pod string) *sidecar {
 	t.Helper()
+	return newSidecarIn(t, cli, scope, pod, "")
+}
+
+// newSidecarIn is newSidecarOn in the Kubernetes cluster named cluster.
+func newSidecarIn(t *testing.T, cli *clientv3.Client, scope, pod, cluster string) *sidecar {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lcfg := lease.Default()
 	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
@@ -180,7 +198,7 @@ func newSidecarOn(t *testing.T, cli *clientv3.Client, scope, pod string) *sideca
 	}
 	cfg := coordinator.Default()
 	cfg.Scope = scope
-	cfg.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1"}
+	cfg.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1", Cluster: cluster}
 	c, err := coordinator.New(cfg, etcdstore.New(cli, cfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -279,7 +280,13 @@ func TestRestartedMirrorConverges(t *testing.T) {
 // kubectl runs the kubectl built alongside the apiserver as an admin.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, restConfig)
+	return kubectlIn(t, testEnv, restConfig, args...)
+}
+
+// kubectlIn runs kubectl against the apiserver env started, at rc.
+func kubectlIn(t *testing.T, env *envtest.Environment, rc *rest.Config, args ...string) string {
+	t.Helper()
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, rc)
 	if err != nil {
 		t.Fatal(err)
 	}

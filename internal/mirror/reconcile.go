@@ -198,7 +198,7 @@ func holderOf(c contender) *batonv1.Holder {
 	if c.holder.Foreign {
 		return h
 	}
-	h.Owner, h.Pod, h.Namespace, h.Node = c.holder.Owner, c.holder.Pod, c.holder.Namespace, c.holder.Node
+	h.Owner, h.Pod, h.Namespace, h.Node, h.Cluster = c.holder.Owner, c.holder.Pod, c.holder.Namespace, c.holder.Node, c.holder.Cluster
 	h.AcquiredAt, h.ExpiresAt = timeOf(c.holder.AcquiredAt), timeOf(c.holder.ExpiresAt)
 	h.Mode, h.Weight = string(c.holder.Mode), int32(c.holder.Units())
 	return h

@@ -121,6 +121,6 @@ func (s *Server) doneBody(w http.ResponseWriter, r *http.Request) (lockapi.Done,
 
 // runOf is a run-once record as answers show it.
 func runOf(k keyspace.Key, r keyspace.Run) lockapi.Run {
-	return lockapi.Run{Key: k.String(), Status: r.Status, Owner: r.Owner, Pod: r.Pod, Namespace: r.Namespace, Node: r.Node, Fence: r.Fence,
+	return lockapi.Run{Key: k.String(), Status: r.Status, Owner: r.Owner, Pod: r.Pod, Namespace: r.Namespace, Node: r.Node, Cluster: r.Cluster, Fence: r.Fence,
 		StartedAt: r.StartedAt.UTC(), FinishedAt: r.FinishedAt.UTC(), Result: r.Result, ExpiresAt: r.ExpiresAt.UTC()}
 }

@@ -249,7 +249,7 @@ func clip(b []byte) string {
 // holderOf is h as answers show it.
 func holderOf(h keyspace.Holder) *lockapi.Holder {
 	return &lockapi.Holder{
-		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node,
+		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node, Cluster: h.Cluster,
 		AcquiredAt: h.AcquiredAt.UTC(), ExpiresAt: h.ExpiresAt.UTC(), Foreign: h.Foreign,
 		Mode: string(h.Mode), Weight: h.Units(),
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	// --dapr-store: name=NAME[,prefix=PREFIX][,keyPrefix=STRATEGY]. Empty:
 	// the store lockstore, keyed by app id.
 	DaprStores []string `json:"daprStores,omitempty"`
+	// ClusterName names this Kubernetes cluster in the holder records of
+	// its sidecars (--cluster-name), for clusters that share one etcd.
+	// Empty: not shared, no name.
+	ClusterName string `json:"clusterName,omitempty"`
 }
 
 // Defaults of Config.
@@ -118,6 +122,9 @@ func (c Config) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			return fmt.Errorf("imagePullSecrets: %q is not a Secret name: %s", name, strings.Join(errs, "; "))
 		}
+	}
+	if errs := validation.IsDNS1123Label(c.ClusterName); c.ClusterName != "" && len(errs) > 0 {
+		return fmt.Errorf("clusterName %q: %s", c.ClusterName, strings.Join(errs, "; "))
 	}
 	if len(c.EtcdEndpoints) == 0 {
 		return errors.New("etcdEndpoints: required; injected sidecars join this etcd cluster")

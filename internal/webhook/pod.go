@@ -246,6 +246,9 @@ func sidecar(cfg Config, o overrides) corev1.Container {
 		}
 		mounts = append(mounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsDir, ReadOnly: true})
 	}
+	if cfg.ClusterName != "" {
+		args = append(args, "--cluster-name="+cfg.ClusterName)
+	}
 	args = append(args, daprArgs(cfg, o.dapr)...)
 	args = append(args, cfg.Args...)
 	env := []corev1.EnvVar{

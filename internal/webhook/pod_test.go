@@ -207,13 +207,13 @@ func annotate(key, value string) func(*corev1.Pod) {
 func TestEtcdTLSAndAuth(t *testing.T) {
 	cfg := testConfig()
 	cfg.EtcdTLSSecret, cfg.EtcdClientCert, cfg.EtcdAuthSecret, cfg.MetricsPort = "etcd-tls", true, "etcd-user", 9811
-	cfg.Args = []string{"--default-ttl=10m"}
+	cfg.Args, cfg.ClusterName = []string{"--default-ttl=10m"}, "east"
 	pod := appPod(nil)
 	if err := Inject(pod, cfg); err != nil {
 		t.Fatal(err)
 	}
 	sc := pod.Spec.InitContainers[0]
-	for _, a := range []string{"--etcd-cacert=/etc/baton/etcd-tls/ca.crt", "--etcd-cert=/etc/baton/etcd-tls/tls.crt", "--etcd-key=/etc/baton/etcd-tls/tls.key", "--metrics-addr=:9811", "--default-ttl=10m"} {
+	for _, a := range []string{"--etcd-cacert=/etc/baton/etcd-tls/ca.crt", "--etcd-cert=/etc/baton/etcd-tls/tls.crt", "--etcd-key=/etc/baton/etcd-tls/tls.key", "--metrics-addr=:9811", "--default-ttl=10m", "--cluster-name=east"} {
 		if !slices.Contains(sc.Args, a) {
 			t.Errorf("args %q: want %s", sc.Args, a)
 		}
@@ -258,6 +258,7 @@ func TestConfigValidation(t *testing.T) {
 		{"endpoint without scheme", func(c *Config) { c.EtcdEndpoints = []string{"etcd:2379"} }, "etcdEndpoints"},
 		{"pull policy", func(c *Config) { c.ImagePullPolicy = "Sometimes" }, "imagePullPolicy"},
 		{"pull secret", func(c *Config) { c.ImagePullSecrets = []string{"Registry Key"} }, "imagePullSecrets"},
+		{"cluster name", func(c *Config) { c.ClusterName = "East.1" }, "clusterName \"East.1\""},
 		{"client cert without secret", func(c *Config) { c.EtcdClientCert = true }, "etcdTLSSecret"},
 		{"lease TTL", func(c *Config) { c.LeaseTTL.Duration = time.Second }, "leaseTTL"},
 		{"health port", func(c *Config) { c.HealthPort = 0 }, "healthPort"},

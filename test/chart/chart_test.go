@@ -331,7 +331,7 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) webh
 		t.Errorf("the injected pods' pull secrets %v, want %v", cfg.ImagePullSecrets, pull)
 	}
 	if variant == "cert-manager" && (cfg.LeaseTTL.Duration != 30*time.Second || cfg.MetricsPort != 9811 || !slices.Equal(cfg.Args, []string{"--default-ttl=10m"}) ||
-		!slices.Equal(cfg.DaprStores, []string{"name=lockstore,prefix=team-a/dapr,keyPrefix=name"})) {
+		!slices.Equal(cfg.DaprStores, []string{"name=lockstore,prefix=team-a/dapr,keyPrefix=name"}) || cfg.ClusterName != "east") {
 		t.Errorf("the variant's sidecar settings did not arrive: %+v", cfg)
 	}
 	return cfg
@@ -351,6 +351,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"sidecar.healthPort=70000":                          "sidecar.healthPort",
 		"sidecar.args={default-ttl}":                        "sidecar.args",
 		"sidecar.daprStores={prefix=x}":                     "sidecar.daprStores",
+		"clusterName=East_1":                                "clusterName",
 		"etcd.tsl.secretName=x":                             "tsl",
 		"nameOverride=Locks":                                "nameOverride",
 		"etcd.priorityClassName=High":                       "etcd.priorityClassName",
