@@ -121,6 +121,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
 	fs.DurationVar(&o.coord.WatchDelay, "watch-delay", o.coord.WatchDelay, "how long a lock is held before the sidecar watches it for a loss (a force release); a lock released sooner costs no watch event; hold streams are watched at once; 0 watches every lock from its grant")
 	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long a lock's watch stays open once nothing held or awaited here needs it; a sidecar receives the deletes of the locks it holds or awaits, and of no other")
+	fs.IntVar(&o.coord.MaxLockWatches, "max-lock-watches", o.coord.MaxLockWatches, "the most locks the sidecar watches each with a watch of its own (those it holds past --watch-delay or awaits); past it, one watch on its whole scope, which receives every delete in the scope")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.maxProcs, "max-procs", o.maxProcs, "the most CPUs running the sidecar's Go code at once (GOMAXPROCS); 0 leaves it to Go ($GOMAXPROCS, else the container's CPU limit, else every CPU). Unless set, 0 with the embedded etcd or $GOMAXPROCS")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")

@@ -41,6 +41,13 @@ type Config struct {
 	// again soon finds its watch open, while every second open costs a
 	// decoded event per delete in that lock.
 	WatchLinger time.Duration
+	// MaxLockWatches is how many locks the sidecar watches each with a
+	// watch of its own; past it, it watches its whole scope with one
+	// watch, and every lock again once at most half as many need
+	// watching. Each lock's watch costs the sidecar about three
+	// goroutines and etcd a watcher; the scope's watch costs the sidecar
+	// every delete in the scope. Default 256.
+	MaxLockWatches int
 	// WatchDelay is how long a lock is held before its watch opens for it.
 	// Default 250ms: a lock released sooner costs the sidecar no watch
 	// event, and a delete of its key by someone else (a force release)
@@ -76,6 +83,7 @@ func Default() Config {
 		RequestTimeout: 3 * time.Second,
 		EndedRetention: time.Hour,
 		WatchLinger:    2 * time.Second,
+		MaxLockWatches: 256,
 		WatchDelay:     250 * time.Millisecond,
 		OnceRetention:  7 * 24 * time.Hour,
 		MaxLockDelay:   time.Minute,
@@ -104,6 +112,8 @@ func (c Config) Validate() error {
 		return config.Invalid("coordinator.RequestTimeout", "request timeout %v: must be positive", c.RequestTimeout)
 	case c.EndedRetention <= 0:
 		return config.Invalid("coordinator.EndedRetention", "ended retention %v: must be positive", c.EndedRetention)
+	case c.MaxLockWatches < 1:
+		return config.Invalid("coordinator.MaxLockWatches", "max lock watches %d: must be at least 1", c.MaxLockWatches)
 	case c.WatchLinger < 10*time.Millisecond:
 		return config.Invalid("coordinator.WatchLinger", "watch linger %v: must be at least 10ms", c.WatchLinger)
 	case c.WatchDelay < 0:

@@ -171,7 +171,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	for _, o := range opts {
 		o(c)
 	}
-	c.hub = newHub(store, layout, log, cfg.WatchLinger, c.onDelete, c.checkHeld)
+	c.hub = newHub(store, layout, log, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
 	return c, nil
 }
 

@@ -23,39 +23,50 @@ import (
 // opens from the current revision, or from just after the grant of the
 // held lock that asked for it; once established, whoever read before reads
 // again, so nothing deleted while it was closed goes unseen.
+//
+// Past Config.MaxLockWatches locks, the hub watches the whole scope
+// instead, with one watch, as each lock's costs the sidecar goroutines and
+// etcd a watcher: a sidecar holding thousands of locks receives the
+// scope's deletes rather than keeping thousands of watches. Once no more
+// than half that many locks need watching, the lock watches take over
+// again.
 type hub struct {
 	store    lockstore.Store
 	layout   keyspace.Layout
 	log      *slog.Logger
 	onDelete func(k keyspace.Key, key string, modRev int64)
-	onResync func(k keyspace.Key, from int64)
+	onResync func(k keyspace.Key, from int64) // the zero k: every lock
 	linger   time.Duration
+	maxLocks int
 
 	mu      sync.Mutex
 	ctx     context.Context // Run's, once it runs
 	stopped bool            // Run is over
 	locks   map[string]*lockWatch
-	failing int // watches that ended in an error and are not established again
-	opened  int // watches established, ever
+	needed  int        // locks whose need is not 0
+	scope   *lockWatch // the watch on the scope, while it stands in for the lock watches
+	failing int        // watches that ended in an error and are not established again
+	opened  int        // watches established, ever
 	wg      sync.WaitGroup
 }
 
-// lockWatch is the watch on one lock's prefix. Guarded by hub.mu.
+// lockWatch is the watch on one lock's prefix, or the scope's. Guarded by
+// hub.mu.
 type lockWatch struct {
-	key     keyspace.Key
-	need    int       // why it is open: watched holders, callers in line, waiters
-	regs    []*waiter // the waiters, fed its deletes
-	since   int64     // the revision to open it from (0: now), while it is not running
-	running bool      // its goroutine runs
-	ok      bool      // established
-	from    int64     // the first revision whose deletes it delivers, when ok
-	failing bool      // ended in an error and not established again
+	key     keyspace.Key // the zero Key for the scope's
+	need    int          // why it is open: watched holders, callers in line, waiters
+	regs    []*waiter    // the waiters, fed its deletes
+	since   int64        // the revision to open it from (0: now), while it is not running
+	running bool         // its goroutine runs
+	ok      bool         // established
+	from    int64        // the first revision whose deletes it delivers, when ok
+	failing bool         // ended in an error and not established again
 	wake    chan struct{}
 }
 
-func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration,
+func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(k keyspace.Key, from int64)) *hub {
-	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger,
+	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
 		locks: map[string]*lockWatch{}}
 }
 
@@ -74,7 +85,7 @@ func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 		lw = &lockWatch{key: k, wake: make(chan struct{}, 1)}
 		h.locks[pfx] = lw
 	}
-	lw.need++
+	h.addNeedLocked(lw, 1)
 	if since > 0 && !lw.ok && (lw.since == 0 || since < lw.since) {
 		lw.since = since
 	}
@@ -87,14 +98,48 @@ func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 func (h *hub) unneed(k keyspace.Key) {
 	h.mu.Lock()
 	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil {
-		lw.need--
+		h.addNeedLocked(lw, -1)
 	}
 	h.mu.Unlock()
 }
 
-// startLocked starts lw's goroutine if it is not running and Run runs.
+// addNeedLocked adds d to lw's need, and has the scope watched instead of
+// the locks past maxLocks of them, and the locks again once at most half
+// as many need it.
+func (h *hub) addNeedLocked(lw *lockWatch, d int) {
+	was := lw.need > 0
+	lw.need += d
+	if now := lw.need > 0; now != was {
+		if now {
+			h.needed++
+		} else {
+			h.needed--
+		}
+	}
+	if lw.need == 0 && !lw.running {
+		delete(h.locks, h.layout.LockPrefix(lw.key)) // its goroutine, which would, does not run
+	}
+	switch {
+	case h.needed > h.maxLocks && h.scope == nil:
+		h.scope = &lockWatch{need: 1, wake: make(chan struct{}, 1)}
+		h.log.Info("watching the scope rather than each lock", "locks", h.needed, "max", h.maxLocks)
+		h.startLocked(h.layout.Base(), h.scope)
+	case h.scope != nil && h.needed > h.maxLocks/2 && h.scope.need == 0:
+		h.scope.need = 1
+		poke(h.scope.wake)
+	case h.scope != nil && h.needed <= h.maxLocks/2:
+		h.scope.need = 0
+	}
+}
+
+// scopeCoversLocked reports whether the scope's watch is established and
+// stands in for the lock watches.
+func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.ok }
+
+// startLocked starts lw's goroutine if it is not running, Run runs, and
+// for a lock, the scope's watch does not stand in for it.
 func (h *hub) startLocked(pfx string, lw *lockWatch) {
-	if lw.running || h.ctx == nil || h.stopped {
+	if lw.running || h.ctx == nil || h.stopped || (lw != h.scope && h.scope != nil) {
 		return
 	}
 	lw.running = true
@@ -117,114 +162,21 @@ func (h *hub) unregister(k keyspace.Key, w *waiter) {
 	h.mu.Lock()
 	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil {
 		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
-		lw.need--
+		h.addNeedLocked(lw, -1)
 	}
 	h.mu.Unlock()
 }
 
-// waiter is a local waiter's view of the deletes under its lock's prefix.
-type waiter struct {
-	notify chan struct{} // level-triggered: something to look at
-	mu     *sync.Mutex   // the hub's, guarding gone, resync and from
-	gone   map[string]deletion
-	resync bool  // the watch was established again since the waiter last looked
-	from   int64 // the first revision whose deletes that watch delivers
-}
-
-// coveredLocked reports whether the watch delivers every delete after a
-// read at rev; a watch established again from a later revision does not,
-// and the waiter must read again.
-func (w *waiter) coveredLocked(rev int64) bool {
-	if w.resync && w.from <= rev+1 {
-		w.resync = false
-	}
-	return !w.resync
-}
-
-// deletion is a contender key's delete seen by the watch.
-type deletion struct{ modRev int64 }
-
-// deleted reports whether key, or any key of anyOf, was deleted after
-// revision rev, or whether the watch had a gap (after which everything
-// must be read again). It forgets the deletes that a read at rev has seen.
-func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) {
-		w.resync = false
-		return true
-	}
-	hit := false
-	for k, d := range w.gone {
-		switch {
-		case d.modRev <= rev:
-			delete(w.gone, k)
-		case k == key, anyOf[k]:
-			hit = true
-		}
-	}
-	return hit
-}
-
-// allAheadGone reports, for a waiter whose contenders ahead at revision rev
-// were ahead, that the watch has delivered the delete of every one of them
-// and not mine's: the waiter is first in line as of the last delete.
-// Nothing created after rev can get ahead of it (create revisions only
-// grow), and the watch delivers every delete under the prefix in revision
-// order, its own key's included, so no read is needed to know it. After a
-// gap in the watch it answers false, and the waiter reads.
-func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) {
-		return false
-	}
-	for _, k := range ahead {
-		if d, ok := w.gone[k]; !ok || d.modRev <= rev {
-			return false
-		}
-	}
-	m, ok := w.gone[mine]
-	return !ok || m.modRev <= rev
-}
-
-// pruned returns line, read at rev, without the contenders whose delete
-// the watch has delivered since; covered is false when the watch may have
-// missed some (a gap), and the waiter must read again. mineGone says the
-// waiter's own key, mine, was deleted. Deletes of keys not in line are
-// forgotten once too many pile up, since a read then starts over.
-func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (rest []lockstore.Contender, covered, mineGone bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) || len(w.gone) > maxPrunedDeletes {
-		w.resync = false
-		clear(w.gone)
-		return nil, false, false
-	}
-	if d, ok := w.gone[mine]; ok && d.modRev > rev {
-		return nil, true, true
-	}
-	rest = line[:0:0]
-	for _, ct := range line {
-		if d, ok := w.gone[ct.Key]; !ok || d.modRev <= rev {
-			rest = append(rest, ct)
-		}
-	}
-	return rest, true, false
-}
-
-// maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
-// between two reads of its line.
-const maxPrunedDeletes = 4096
-
-// covers reports whether lock k's watch, as established now, delivers
-// every delete of a key created at revision rev: it has been established
-// since before the key was created.
+// covers reports whether lock k's watch, or the scope's, as established
+// now, delivers every delete of a key created at revision rev: it has been
+// established since before the key was created.
 func (h *hub) covers(k keyspace.Key, rev int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	lw := h.locks[h.layout.LockPrefix(k)]
-	return lw != nil && lw.ok && lw.from <= rev+1
+	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil && lw.ok && lw.from <= rev+1 {
+		return true
+	}
+	return h.scopeCoversLocked() && h.scope.from <= rev+1
 }
 
 // broken reports whether a watch failed and has not been established
@@ -239,6 +191,9 @@ func (h *hub) broken() bool {
 func (h *hub) run(ctx context.Context) error {
 	h.mu.Lock()
 	h.ctx = ctx
+	if h.scope != nil {
+		h.startLocked(h.layout.Base(), h.scope)
+	}
 	for pfx, lw := range h.locks {
 		if lw.need > 0 {
 			h.startLocked(pfx, lw)
@@ -253,19 +208,34 @@ func (h *hub) run(ctx context.Context) error {
 	return nil
 }
 
+// doneLocked reports whether lw's watch may close: nothing needs it, or,
+// for a lock, the scope's watch stands in for it.
+func (h *hub) doneLocked(lw *lockWatch) bool {
+	return lw.need == 0 || (lw != h.scope && h.scopeCoversLocked())
+}
+
 // watchLock keeps lw's watch open while it is needed, until ctx ends,
 // resuming after the last revision seen; after a compaction or a close it
-// starts afresh and has everyone read again. Its goroutine ends, and lw is
-// forgotten, once nothing has needed it for a linger.
+// starts afresh and has everyone read again. Its goroutine ends once lw
+// has not been needed for a linger; a lock nothing needs is forgotten, and
+// once the scope's watch ends, the lock watches it stood in for start.
 func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 	defer h.wg.Done()
 	var next int64 // 0: from now
 	for {
 		h.mu.Lock()
-		if lw.need == 0 || ctx.Err() != nil {
+		if h.doneLocked(lw) || ctx.Err() != nil {
 			lw.running = false
 			h.failingLocked(lw, false)
-			if lw.need == 0 {
+			switch {
+			case lw == h.scope:
+				h.scope = nil
+				for p, o := range h.locks {
+					if o.need > 0 {
+						h.startLocked(p, o)
+					}
+				}
+			case lw.need == 0:
 				delete(h.locks, pfx)
 			}
 			h.mu.Unlock()
@@ -283,7 +253,7 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 		h.failingLocked(lw, !idle && ctx.Err() == nil)
 		h.mu.Unlock()
 		if idle {
-			h.log.Debug("nothing held or awaited: lock watch closed", "lock", lw.key.String())
+			h.log.Debug("watch closed: nothing held or awaited needs it", "prefix", pfx)
 			next = 0
 			continue
 		}
@@ -317,9 +287,9 @@ func (h *hub) follow(lw *lockWatch, wch <-chan lockstore.WatchResponse, next *in
 			unneeded = 0
 		case <-tick.C:
 			h.mu.Lock()
-			needed := lw.need > 0
+			done := h.doneLocked(lw)
 			h.mu.Unlock()
-			if needed {
+			if !done {
 				unneeded = 0
 			} else if unneeded++; unneeded >= 2 {
 				return true
@@ -353,29 +323,44 @@ func (h *hub) follow(lw *lockWatch, wch <-chan lockstore.WatchResponse, next *in
 }
 
 // established marks lw's watch open from revision from, and makes everyone
-// who read before it read again: deletes before it may have been missed.
+// who read before it (for the scope's, every lock's) read again: deletes
+// before it may have been missed.
 func (h *hub) established(lw *lockWatch, from int64) {
 	h.mu.Lock()
 	lw.ok, lw.from, lw.since = true, from, 0
 	h.failingLocked(lw, false)
 	h.opened++
-	for _, w := range lw.regs {
-		w.resync, w.from = true, from
-		poke(w.notify)
+	resync := func(o *lockWatch) {
+		for _, w := range o.regs {
+			w.resync, w.from = true, from
+			poke(w.notify)
+		}
+	}
+	if lw == h.scope {
+		for _, o := range h.locks {
+			resync(o)
+		}
+	} else {
+		resync(lw)
 	}
 	h.mu.Unlock()
 	go h.onResync(lw.key, from)
 }
 
 func (h *hub) dispatch(lw *lockWatch, d lockstore.Deletion) {
-	k, _, ok := h.layout.ParseContender(d.Key)
+	k, pfx, ok := h.layout.ParseContender(d.Key)
 	if !ok {
 		return
 	}
 	h.mu.Lock()
-	for _, w := range lw.regs {
-		w.gone[d.Key] = deletion{modRev: d.Rev}
-		poke(w.notify)
+	if lw == h.scope {
+		lw = h.locks[pfx]
+	}
+	if lw != nil {
+		for _, w := range lw.regs {
+			w.gone[d.Key] = deletion{modRev: d.Rev}
+			poke(w.notify)
+		}
 	}
 	h.mu.Unlock()
 	h.onDelete(k, d.Key, d.Rev)

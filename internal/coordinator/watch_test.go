@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -286,5 +287,88 @@ func TestConfigWatchDelay(t *testing.T) {
 	c.WatchDelay = 0
 	if err := c.Validate(); err != nil {
 		t.Errorf("a 0 watch delay: %v", err)
+	}
+}
+
+// TestManyLocksWatchTheScope: past MaxLockWatches locks, the sidecar
+// watches its scope with one watch instead of a watch per lock; losses
+// and hand-offs are heard all the same, and once few locks need watching,
+// the lock watches take over again.
+func TestManyLocksWatchTheScope(t *testing.T) {
+	parallel(t)
+	const max = 2
+	few := func(c *Config) { c.WatchDelay, c.WatchLinger, c.MaxLockWatches = 0, 100*time.Millisecond, max }
+	a, b := newSidecar(t, "pod-a", few), newSidecar(t, "pod-b", few)
+	ctx := context.Background()
+	scopeOpen := func() bool {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		return a.c.hub.scopeCoversLocked()
+	}
+	lockWatches := func() int {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		n := 0
+		for _, lw := range a.c.hub.locks {
+			if lw.running {
+				n++
+			}
+		}
+		return n
+	}
+	var ks []keyspace.Key
+	var gs []Grant
+	for i := range max + 1 {
+		ks = append(ks, key(t, fmt.Sprintf("many-%d", i)))
+		gs = append(gs, a.mustAcquire(t, ks[i], "o"))
+	}
+	waitFor(t, 5*time.Second, "the scope's watch, and no lock's", func() bool { return scopeOpen() && lockWatches() == 0 })
+
+	// A loss is heard on the scope's watch.
+	a.deleteKey(t, a.contenders(t, ks[0])[0])
+	select {
+	case <-gs[0].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a holder was not told its key was deleted, on the scope's watch")
+	}
+	// A waiter is handed a lock on it.
+	b.mustAcquire(t, ks[0], "b")
+	granted := make(chan error, 1)
+	go func() {
+		_, err := a.acquire(t, ks[0], "waiter", 10*time.Second)
+		granted <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, ks[0])) == 2 })
+	if _, err := b.c.Release(ctx, ks[0], "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+
+	// Down to one lock: its own watch again, which hears its loss.
+	for i, k := range ks[1:] {
+		if _, err := a.c.Release(ctx, k, "o"); err != nil {
+			t.Fatalf("release %d: %v", i+1, err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the lock's watch back, the scope's closed", func() bool {
+		return !scopeOpen() && slices.Equal(a.watchedLocks(), []string{ks[0].String()})
+	})
+	g := a.mustAcquire(t, ks[0], "waiter") // the holder asks again: its grant
+	a.deleteKey(t, a.contenders(t, ks[0])[0])
+	select {
+	case <-g.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its key was deleted, on its lock's watch")
+	}
+}
+
+// TestConfigMaxLockWatches: at least 1.
+func TestConfigMaxLockWatches(t *testing.T) {
+	c := Default()
+	c.MaxLockWatches = 0
+	if err := c.Validate(); err == nil {
+		t.Error("0 max lock watches is valid")
 	}
 }
