@@ -301,10 +301,10 @@ bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when ins
 	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
 
 # The scale-out step's sizes: sidecars in one scope on one etcd.
-SCALE_OUT ?= 10,100,1000
+SCALE_OUT ?= 10,100,1000,1000/10
 
 .PHONY: bench-scale-out
-bench-scale-out: ## Run make bench's scale-out step alone, for SCALE_OUT sidecars (default 10,100,1000; e.g. SCALE_OUT=3000).
+bench-scale-out: ## Run make bench's scale-out step alone, for SCALE_OUT sidecars (default 10,100,1000,1000/10: N/P is N sidecars through P of etcd's gRPC proxies; e.g. SCALE_OUT=3000).
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
 	$(BIN)/bench --only scale-out --scale-out $(SCALE_OUT)
 

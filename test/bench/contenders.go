@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -93,21 +92,7 @@ func (w *world) leased(name string, acquire func(ctx context.Context, l clientv3
 }
 
 // mutexTry is etcd's concurrency.Mutex, TryLock and Unlock, one session.
-func (w *world) mutexTry() contender {
-	return contender{name: "concurrency.Mutex TryLock", setup: func(ctx context.Context, c int) (func(context.Context, int) error, func(), error) {
-		sess, err := concurrency.NewSession(w.cli, concurrency.WithTTL(60))
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, i int) error {
-			m := concurrency.NewMutex(sess, fmt.Sprintf("/bench/mutex/k%d", i))
-			if err := m.TryLock(ctx); err != nil {
-				return err
-			}
-			return m.Unlock(ctx)
-		}, func() { sess.Close() }, nil
-	}}
-}
+func (w *world) mutexTry() contender { return mutexTryOn(w.cli, mutex) }
 
 // baton takes and releases the lock through a sidecar's socket.
 func (w *world) baton(s *sidecar) contender { return w.batonNamed(s, baton) }

@@ -21,6 +21,12 @@ func main() {
 	if dir := os.Getenv(etcdChildEnv); dir != "" {
 		os.Exit(runEtcdChild(dir))
 	}
+	if spec := os.Getenv(memberChildEnv); spec != "" {
+		os.Exit(runMemberChild(spec))
+	}
+	if spec := os.Getenv(proxyChildEnv); spec != "" {
+		os.Exit(runProxyChild(spec))
+	}
 	if spec := os.Getenv(bareChildEnv); spec != "" {
 		os.Exit(runBareChild(spec))
 	}
@@ -37,8 +43,8 @@ func main() {
 	flag.StringVar(&o.profileRefusals, "profile-refusals", "", "write a CPU profile of the refusing sidecar during Baton's refusals to this file")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
-	flag.StringVar(&o.scaleOut, "scale-out", "10,100,1000", "the scale-out step's sizes: sidecar engines in one scope, each with its own etcd client and session (3000 when asked for)")
-	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, scale-out, footprint")
+	flag.StringVar(&o.scaleOut, "scale-out", "10,100,1000,1000/10", "the scale-out step's sizes: sidecar engines in one scope, each with its own etcd client and session (3000 when asked for); N/P reaches etcd through P of etcd's gRPC proxies, as one per node")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, scale-out, etcd-cluster, footprint")
 	flag.Parse()
 	if !slices.Contains(concurrencies, o.profileC) {
 		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
@@ -107,6 +113,7 @@ func run(ctx context.Context, o options) error {
 		{"crash", w.crash},
 		{"scale", w.scale},
 		{"scale-out", w.scaleOut},
+		{"etcd-cluster", w.etcdCluster},
 		{"footprint", w.footprint},
 	}
 	for _, s := range steps {

@@ -145,9 +145,14 @@ type sidecar struct {
 }
 
 func (w *world) startSidecar(name string, extra ...string) (*sidecar, error) {
+	return w.startSidecarOn(name, w.etcd.endpoint, extra...)
+}
+
+// startSidecarOn is startSidecar on the etcd at endpoints.
+func (w *world) startSidecarOn(name, endpoints string, extra ...string) (*sidecar, error) {
 	socket := filepath.Join(w.dir, name+".sock")
 	args := append([]string{"serve", "--socket", socket, "--scope", "bench",
-		"--etcd-endpoints", w.etcd.endpoint, "--health-addr", "", "--log-level", "error",
+		"--etcd-endpoints", endpoints, "--health-addr", "", "--log-level", "error",
 		"--max-waiters", "100000"}, extra...)
 	p, err := startProc(exec.Command(w.o.baton, args...), "serving on")
 	if err != nil {

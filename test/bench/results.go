@@ -25,6 +25,7 @@ type results struct {
 	crashTTL      time.Duration
 	scale         []scaleResult
 	scaleOut      []scaleOutResult
+	cluster       map[string]map[int]series // etcd-cluster: contender → C → rounds
 	footprint     []footprintResult
 }
 
@@ -98,6 +99,9 @@ func (r *results) print(w io.Writer, o options) {
 	}
 	if len(r.scaleOut) > 0 {
 		r.printScaleOut(w)
+	}
+	if len(r.cluster) > 0 {
+		r.printCluster(w)
 	}
 	if len(r.footprint) > 0 {
 		r.printFootprint(w)

@@ -37,6 +37,8 @@ const (
 // scaleOutResult is one size of the scale-out step.
 type scaleOutResult struct {
 	n          int
+	proxies    int             // etcd gRPC proxies the engines reach etcd through; 0: direct
+	streams    etcdStreams     // what etcd serves the engines, in the window
 	cycles     int             // acquire + release cycles in the window
 	errs       int             // cycles that failed
 	etcdCPU    time.Duration   // etcd's CPU in the window
@@ -86,11 +88,16 @@ type engine struct {
 // lock operation should not grow with N.
 func (w *world) scaleOut(ctx context.Context, r *results) error {
 	for _, f := range strings.Split(w.o.scaleOut, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-scale-out %q: want sizes such as 10,100,1000", w.o.scaleOut)
+		size, via, proxied := strings.Cut(strings.TrimSpace(f), "/")
+		n, err := strconv.Atoi(size)
+		p := 0
+		if proxied {
+			p, err = strconv.Atoi(via)
 		}
-		res, err := w.scaleOutOnce(ctx, n)
+		if err != nil || n < 1 || p < 0 || (proxied && p < 1) {
+			return fmt.Errorf("-scale-out %q: want sizes such as 10,100,1000, each N or N/P for N engines through P of etcd's gRPC proxies", w.o.scaleOut)
+		}
+		res, err := w.scaleOutOnce(ctx, n, p)
 		if err != nil {
 			return fmt.Errorf("%d engines: %w", n, err)
 		}
@@ -99,8 +106,18 @@ func (w *world) scaleOut(ctx context.Context, r *results) error {
 	return nil
 }
 
-func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error) {
-	res := scaleOutResult{n: n}
+func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResult, error) {
+	res := scaleOutResult{n: n, proxies: proxies}
+	base := w.streamsNow(ctx)
+	endpoints := []string{w.etcd.endpoint}
+	if proxies > 0 {
+		procs, eps, err := w.startProxies(proxies)
+		if err != nil {
+			return res, err
+		}
+		defer stopAll(procs)
+		endpoints = eps
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	engines := make([]*engine, 0, n)
@@ -121,9 +138,9 @@ func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error)
 	}()
 	runtime.GC()
 	rssBefore := selfRSS()
-	scope := fmt.Sprintf("bench-scaleout-%d", n)
+	scope := fmt.Sprintf("bench-scaleout-%d-%d", n, proxies)
 	for i := range n {
-		e, err := newEngine(w.etcd.endpoint, scope, i)
+		e, err := newEngine(endpoints[i%len(endpoints)], scope, i)
 		if err != nil {
 			return res, err
 		}
@@ -154,6 +171,7 @@ func (w *world) scaleOutOnce(ctx context.Context, n int) (scaleOutResult, error)
 	runtime.GC()
 	res.memPerEng = (selfRSS() - rssBefore) / int64(n)
 	churn(ctx, engines, time.Second) // warm-up, not measured
+	res.streams = w.streamsNow(ctx).minus(base)
 
 	counted := []string{watchEventsMetric, keepAlivesMetric}
 	before, cpu0 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
