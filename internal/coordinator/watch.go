@@ -40,34 +40,34 @@ type hub struct {
 	maxLocks int
 
 	mu      sync.Mutex
-	ctx     context.Context // Run's, once it runs
-	stopped bool            // Run is over
-	locks   map[string]*lockWatch
-	needed  int        // locks whose need is not 0
-	scope   *lockWatch // the watch on the scope, while it stands in for the lock watches
-	failing int        // watches that ended in an error and are not established again
-	opened  int        // watches established, ever
+	ctx     context.Context             // Run's, once it runs
+	stopped bool                        // Run is over
+	locks   map[keyspace.Key]*lockWatch // a few dozen bytes each: a sidecar may hold 100 000 locks
+	needed  int                         // locks whose need is not 0
+	scope   *lockWatch                  // the watch on the scope, while it stands in for the lock watches
+	failing int                         // watches that ended in an error and are not established again
+	opened  int                         // watches established, ever
 	wg      sync.WaitGroup
 }
 
 // lockWatch is the watch on one lock's prefix, or the scope's. Guarded by
 // hub.mu.
 type lockWatch struct {
-	key     keyspace.Key // the zero Key for the scope's
-	need    int          // why it is open: watched holders, callers in line, waiters
-	regs    []*waiter    // the waiters, fed its deletes
-	since   int64        // the revision to open it from (0: now), while it is not running
-	running bool         // its goroutine runs
-	ok      bool         // established
-	from    int64        // the first revision whose deletes it delivers, when ok
-	failing bool         // ended in an error and not established again
-	wake    chan struct{}
+	key     keyspace.Key  // the zero Key for the scope's
+	need    int           // why it is open: watched holders, callers in line, waiters
+	regs    []*waiter     // the waiters, fed its deletes
+	since   int64         // the revision to open it from (0: now), while it is not running
+	running bool          // its goroutine runs
+	ok      bool          // established
+	from    int64         // the first revision whose deletes it delivers, when ok
+	failing bool          // ended in an error and not established again
+	wake    chan struct{} // made when its goroutine first starts
 }
 
 func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(k keyspace.Key, from int64)) *hub {
 	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
-		locks: map[string]*lockWatch{}}
+		locks: map[keyspace.Key]*lockWatch{}}
 }
 
 // need keeps the watch on lock k open until a matching unneed. since, when
@@ -79,17 +79,16 @@ func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, lin
 func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	pfx := h.layout.LockPrefix(k)
-	lw := h.locks[pfx]
+	lw := h.locks[k]
 	if lw == nil {
-		lw = &lockWatch{key: k, wake: make(chan struct{}, 1)}
-		h.locks[pfx] = lw
+		lw = &lockWatch{key: k}
+		h.locks[k] = lw
 	}
 	h.addNeedLocked(lw, 1)
 	if since > 0 && !lw.ok && (lw.since == 0 || since < lw.since) {
 		lw.since = since
 	}
-	h.startLocked(pfx, lw)
+	h.startLocked(lw)
 	poke(lw.wake)
 	return lw
 }
@@ -97,7 +96,7 @@ func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 // unneed undoes a need of k: its watch closes a linger after the last.
 func (h *hub) unneed(k keyspace.Key) {
 	h.mu.Lock()
-	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil {
+	if lw := h.locks[k]; lw != nil {
 		h.addNeedLocked(lw, -1)
 	}
 	h.mu.Unlock()
@@ -117,13 +116,13 @@ func (h *hub) addNeedLocked(lw *lockWatch, d int) {
 		}
 	}
 	if lw.need == 0 && !lw.running {
-		delete(h.locks, h.layout.LockPrefix(lw.key)) // its goroutine, which would, does not run
+		delete(h.locks, lw.key) // its goroutine, which would, does not run
 	}
 	switch {
 	case h.needed > h.maxLocks && h.scope == nil:
-		h.scope = &lockWatch{need: 1, wake: make(chan struct{}, 1)}
+		h.scope = &lockWatch{need: 1}
 		h.log.Info("watching the scope rather than each lock", "locks", h.needed, "max", h.maxLocks)
-		h.startLocked(h.layout.Base(), h.scope)
+		h.startLocked(h.scope)
 	case h.scope != nil && h.needed > h.maxLocks/2 && h.scope.need == 0:
 		h.scope.need = 1
 		poke(h.scope.wake)
@@ -138,9 +137,16 @@ func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.ok }
 
 // startLocked starts lw's goroutine if it is not running, Run runs, and
 // for a lock, the scope's watch does not stand in for it.
-func (h *hub) startLocked(pfx string, lw *lockWatch) {
+func (h *hub) startLocked(lw *lockWatch) {
 	if lw.running || h.ctx == nil || h.stopped || (lw != h.scope && h.scope != nil) {
 		return
+	}
+	if lw.wake == nil {
+		lw.wake = make(chan struct{}, 1)
+	}
+	pfx := h.layout.Base()
+	if lw != h.scope {
+		pfx = h.layout.LockPrefix(lw.key)
 	}
 	lw.running = true
 	h.wg.Add(1)
@@ -160,7 +166,7 @@ func (h *hub) register(k keyspace.Key) *waiter {
 
 func (h *hub) unregister(k keyspace.Key, w *waiter) {
 	h.mu.Lock()
-	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil {
+	if lw := h.locks[k]; lw != nil {
 		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
 		h.addNeedLocked(lw, -1)
 	}
@@ -173,7 +179,7 @@ func (h *hub) unregister(k keyspace.Key, w *waiter) {
 func (h *hub) covers(k keyspace.Key, rev int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if lw := h.locks[h.layout.LockPrefix(k)]; lw != nil && lw.ok && lw.from <= rev+1 {
+	if lw := h.locks[k]; lw != nil && lw.ok && lw.from <= rev+1 {
 		return true
 	}
 	return h.scopeCoversLocked() && h.scope.from <= rev+1
@@ -192,11 +198,11 @@ func (h *hub) run(ctx context.Context) error {
 	h.mu.Lock()
 	h.ctx = ctx
 	if h.scope != nil {
-		h.startLocked(h.layout.Base(), h.scope)
+		h.startLocked(h.scope)
 	}
-	for pfx, lw := range h.locks {
+	for _, lw := range h.locks {
 		if lw.need > 0 {
-			h.startLocked(pfx, lw)
+			h.startLocked(lw)
 		}
 	}
 	h.mu.Unlock()
@@ -230,13 +236,13 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 			switch {
 			case lw == h.scope:
 				h.scope = nil
-				for p, o := range h.locks {
+				for _, o := range h.locks {
 					if o.need > 0 {
-						h.startLocked(p, o)
+						h.startLocked(o)
 					}
 				}
 			case lw.need == 0:
-				delete(h.locks, pfx)
+				delete(h.locks, lw.key)
 			}
 			h.mu.Unlock()
 			return
@@ -348,13 +354,13 @@ func (h *hub) established(lw *lockWatch, from int64) {
 }
 
 func (h *hub) dispatch(lw *lockWatch, d lockstore.Deletion) {
-	k, pfx, ok := h.layout.ParseContender(d.Key)
+	k, _, ok := h.layout.ParseContender(d.Key)
 	if !ok {
 		return
 	}
 	h.mu.Lock()
 	if lw == h.scope {
-		lw = h.locks[pfx]
+		lw = h.locks[k]
 	}
 	if lw != nil {
 		for _, w := range lw.regs {

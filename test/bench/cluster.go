@@ -145,6 +145,7 @@ func (w *world) etcdCluster(ctx context.Context, r *results) error {
 	if err != nil {
 		return err
 	}
+	defer on3.term() // before its etcd stops, so that it revokes its lease
 	cs := []contender{w.batonNamed(main, batonOne), w.batonNamed(on3, batonThree), mutexTryOn(w.cli, mutexOne), mutexTryOn(cli3, mutexThree)}
 	r.cluster = map[string]map[int]series{}
 	for round := range w.o.rounds {
