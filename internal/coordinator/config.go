@@ -44,7 +44,7 @@ type Config struct {
 	// MaxLockWatches is how many locks the sidecar watches each with a
 	// watch of its own; past it, it watches its whole scope with one
 	// watch, and every lock again once at most half as many need
-	// watching. Each lock's watch costs the sidecar about three
+	// watching and the locks held meanwhile have ended. Each lock's watch costs the sidecar about three
 	// goroutines and etcd a watcher; the scope's watch costs the sidecar
 	// every delete in the scope. Default 256.
 	MaxLockWatches int

@@ -108,7 +108,8 @@ type held struct {
 	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	ended      bool          // the lock ended
-	watched    bool          // its lock's watch is open for it (hub.need)
+	watched    bool          // its lock's watch is open for it (hub.watchHeld)
+	inScope    bool          // counted among the scope watch's holds, with no lock watch
 	co         *Coordinator  // whose mu guards ended, done and lost for Grant
 	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
 	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
@@ -291,7 +292,7 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	}
 	h.ended = true
 	if h.watched {
-		c.hub.unneed(e.key)
+		c.hub.unwatchHeld(e.key, h.inScope)
 	}
 	if h.done != nil {
 		close(h.done)

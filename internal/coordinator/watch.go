@@ -27,9 +27,10 @@ import (
 // Past Config.MaxLockWatches locks, the hub watches the whole scope
 // instead, with one watch, as each lock's costs the sidecar goroutines and
 // etcd a watcher: a sidecar holding thousands of locks receives the
-// scope's deletes rather than keeping thousands of watches. Once no more
-// than half that many locks need watching, the lock watches take over
-// again.
+// scope's deletes rather than keeping thousands of watches, and keeps no
+// record of each lock it holds meanwhile (scopewatch.go). Once no more
+// than half that many locks need watching and those locks have ended, the
+// lock watches take over again.
 type hub struct {
 	store    lockstore.Store
 	layout   keyspace.Layout
@@ -43,11 +44,14 @@ type hub struct {
 	ctx     context.Context             // Run's, once it runs
 	stopped bool                        // Run is over
 	locks   map[keyspace.Key]*lockWatch // a few dozen bytes each: a sidecar may hold 100 000 locks
-	needed  int                         // locks whose need is not 0
-	scope   *lockWatch                  // the watch on the scope, while it stands in for the lock watches
-	failing int                         // watches that ended in an error and are not established again
-	opened  int                         // watches established, ever
-	wg      sync.WaitGroup
+	needed  int                         // locks whose need is not 0, and the scope's holds
+	// scopeHolds are the held locks counted while the scope was watched,
+	// which keep no lockWatch (watchHeld).
+	scopeHolds int
+	scope      *lockWatch // the watch on the scope, while it stands in for the lock watches
+	failing    int        // watches that ended in an error and are not established again
+	opened     int        // watches established, ever
+	wg         sync.WaitGroup
 }
 
 // lockWatch is the watch on one lock's prefix, or the scope's. Guarded by
@@ -102,9 +106,7 @@ func (h *hub) unneed(k keyspace.Key) {
 	h.mu.Unlock()
 }
 
-// addNeedLocked adds d to lw's need, and has the scope watched instead of
-// the locks past maxLocks of them, and the locks again once at most half
-// as many need it.
+// addNeedLocked adds d to lw's need.
 func (h *hub) addNeedLocked(lw *lockWatch, d int) {
 	was := lw.need > 0
 	lw.need += d
@@ -118,22 +120,8 @@ func (h *hub) addNeedLocked(lw *lockWatch, d int) {
 	if lw.need == 0 && !lw.running {
 		delete(h.locks, lw.key) // its goroutine, which would, does not run
 	}
-	switch {
-	case h.needed > h.maxLocks && h.scope == nil:
-		h.scope = &lockWatch{need: 1}
-		h.log.Info("watching the scope rather than each lock", "locks", h.needed, "max", h.maxLocks)
-		h.startLocked(h.scope)
-	case h.scope != nil && h.needed > h.maxLocks/2 && h.scope.need == 0:
-		h.scope.need = 1
-		poke(h.scope.wake)
-	case h.scope != nil && h.needed <= h.maxLocks/2:
-		h.scope.need = 0
-	}
+	h.scopeLocked()
 }
-
-// scopeCoversLocked reports whether the scope's watch is established and
-// stands in for the lock watches.
-func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.ok }
 
 // startLocked starts lw's goroutine if it is not running, Run runs, and
 // for a lock, the scope's watch does not stand in for it.

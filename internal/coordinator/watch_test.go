@@ -291,9 +291,10 @@ func TestConfigWatchDelay(t *testing.T) {
 }
 
 // TestManyLocksWatchTheScope: past MaxLockWatches locks, the sidecar
-// watches its scope with one watch instead of a watch per lock; losses
-// and hand-offs are heard all the same, and once few locks need watching,
-// the lock watches take over again.
+// watches its scope with one watch instead of a watch per lock, and keeps
+// no record of each lock held meanwhile; losses and hand-offs are heard
+// all the same, and once few locks need watching and those held meanwhile
+// are gone, the lock watches take over again.
 func TestManyLocksWatchTheScope(t *testing.T) {
 	parallel(t)
 	const max = 2
@@ -323,6 +324,15 @@ func TestManyLocksWatchTheScope(t *testing.T) {
 		gs = append(gs, a.mustAcquire(t, ks[i], "o"))
 	}
 	waitFor(t, 5*time.Second, "the scope's watch, and no lock's", func() bool { return scopeOpen() && lockWatches() == 0 })
+	later := key(t, "many-later")
+	a.mustAcquire(t, later, "o")
+	a.c.hub.mu.Lock()
+	_, recorded := a.c.hub.locks[later]
+	holds := a.c.hub.scopeHolds
+	a.c.hub.mu.Unlock()
+	if recorded || holds != 1 {
+		t.Errorf("a lock held while the scope is watched: recorded %v, %d scope holds; want no record, 1 hold", recorded, holds)
+	}
 
 	// A loss is heard on the scope's watch.
 	a.deleteKey(t, a.contenders(t, ks[0])[0])
@@ -346,16 +356,23 @@ func TestManyLocksWatchTheScope(t *testing.T) {
 		t.Fatalf("the waiter: %v", err)
 	}
 
-	// Down to one lock: its own watch again, which hears its loss.
-	for i, k := range ks[1:] {
-		if _, err := a.c.Release(ctx, k, "o"); err != nil {
-			t.Fatalf("release %d: %v", i+1, err)
+	// Down to no lock: the scope's watch closes, and a lock held then has
+	// its own watch, which hears its loss.
+	for _, l := range []struct {
+		k     keyspace.Key
+		owner string
+	}{{ks[1], "o"}, {ks[2], "o"}, {later, "o"}, {ks[0], "waiter"}} {
+		if _, err := a.c.Release(ctx, l.k, l.owner); err != nil {
+			t.Fatalf("release %s: %v", l.k, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the lock's watch back, the scope's closed", func() bool {
-		return !scopeOpen() && slices.Equal(a.watchedLocks(), []string{ks[0].String()})
+	waitFor(t, 5*time.Second, "the scope's watch closed", func() bool {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		return a.c.hub.scope == nil
 	})
-	g := a.mustAcquire(t, ks[0], "waiter") // the holder asks again: its grant
+	g := a.mustAcquire(t, ks[0], "again")
+	waitFor(t, 5*time.Second, "the lock's own watch", func() bool { return slices.Equal(a.watchedLocks(), []string{ks[0].String()}) })
 	a.deleteKey(t, a.contenders(t, ks[0])[0])
 	select {
 	case <-g.Done():

@@ -96,5 +96,5 @@ func (c *Coordinator) watchHeldLocked(h *held) {
 		return
 	}
 	h.watched = true
-	c.hub.need(h.entry.key, h.fence+1)
+	h.inScope = c.hub.watchHeld(h.entry.key, h.fence+1)
 }
