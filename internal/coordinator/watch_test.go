@@ -226,10 +226,15 @@ func TestWatchDelay(t *testing.T) {
 		a := newSidecar(t, "pod-old", func(c *Config) { c.WatchDelay = 200 * time.Millisecond })
 		k := key(t, "old")
 		g := a.mustAcquire(t, k, "o")
-		// Deleted while young, with the watch closed: the watch opens when
-		// the delay is up and reads the keys older than itself.
+		reads := a.calls.Reads()
+		// Deleted while young, with no watch: the lock's watch opens when
+		// the delay is up, from just after the grant, and delivers the
+		// delete; the only read is of the lease, to tell why.
 		a.deleteKey(t, a.contenders(t, k)[0])
 		waitFor(t, 5*time.Second, "the loss of the young lock", func() bool { return g.Err() != nil })
+		if got := a.calls.Reads() - reads; got != 1 {
+			t.Errorf("the young lock's loss took %d reads; want 1, of its lease (the delete comes with the watch)", got)
+		}
 		var le *LostError
 		if !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
 			t.Errorf("ended with %v; want lost (force_released)", g.Err())
