@@ -68,15 +68,17 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 test: vet envtest-assets node-assets node-images $(BIN)/helm dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
-	@# they run beside the other packages rather than after them, and the
-	@# coordinator's tests again on etcd run beside the reliability suite.
-	@# Each one's output follows; any failing fails make test.
+	@# they run beside the other packages rather than after them. The
+	@# reliability suite, whose faults are timed, starts once they are
+	@# done, with the coordinator's tests again on etcd beside it. Each
+	@# one's output follows; any failing fails make test.
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image BATON_DAPR_NODE=$(DAPR_NODE); \
 	$(GO) test $(GOFLAGS) $(TEST_FLAGS) ./test/node > $(BIN)/node-test.log 2>&1 & node=$$!; \
 	$(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); rest=$$?; \
 	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator > $(BIN)/coordinator-etcd.log 2>&1 & coord=$$!; \
+	wait $$node; noderc=$$?; \
 	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e; e2e=$$?; \
-	wait $$coord; coordrc=$$?; wait $$node; noderc=$$?; \
+	wait $$coord; coordrc=$$?; \
 	echo "--- the real node's tests:"; cat $(BIN)/node-test.log; \
 	echo "--- the coordinator's tests on etcd:"; cat $(BIN)/coordinator-etcd.log; \
 	cat $(BIN)/e2e-report.md; \

@@ -8,11 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -101,10 +99,7 @@ func runBareChild(spec string) int {
 	}
 	srv := &http.Server{Handler: bareMux(cli, l.ID, key, try)}
 	go srv.Serve(ln)
-	fmt.Println("serving on", socket)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	readyUntilSignal("serving on " + socket)
 	srv.Close()
 	cli.Revoke(context.Background(), l.ID)
 	return 0

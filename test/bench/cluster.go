@@ -7,10 +7,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,10 +59,7 @@ func runMemberChild(spec string) int {
 		fmt.Fprintln(os.Stderr, "member not ready after 1m")
 		return 1
 	}
-	fmt.Println("ready")
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	readyUntilSignal("ready")
 	e.Close()
 	return 0
 }
@@ -148,24 +143,13 @@ func (w *world) etcdCluster(ctx context.Context, r *results) error {
 	defer on3.term() // before its etcd stops, so that it revokes its lease
 	cs := []contender{w.batonNamed(main, batonOne), w.batonNamed(on3, batonThree), mutexTryOn(w.cli, mutexOne), mutexTryOn(cli3, mutexThree)}
 	r.cluster = map[string]map[int]series{}
-	for round := range w.o.rounds {
-		for _, c := range concurrencies {
-			for k := range cs {
-				ct := cs[(k+round)%len(cs)]
-				cycle, done, err := ct.setup(ctx, c)
-				if err != nil {
-					return fmt.Errorf("%s: %w", ct.name, err)
-				}
-				s := runFor(ctx, c, w.o.slice, cycle)
-				done()
-				if r.cluster[ct.name] == nil {
-					r.cluster[ct.name] = map[int]series{}
-				}
-				r.cluster[ct.name][c] = append(r.cluster[ct.name][c], s)
-			}
+	return w.interleave(ctx, cs, func(_, c int, ct contender, cycle func(context.Context, int) error) error {
+		if r.cluster[ct.name] == nil {
+			r.cluster[ct.name] = map[int]series{}
 		}
-	}
-	return nil
+		r.cluster[ct.name][c] = append(r.cluster[ct.name][c], runFor(ctx, c, w.o.slice, cycle))
+		return nil
+	})
 }
 
 // The etcd-cluster step's contenders.

@@ -36,12 +36,19 @@ func runEtcdChild(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println("ready")
+	readyUntilSignal("ready")
+	e.Close()
+	return 0
+}
+
+// readyUntilSignal tells the bench that a child is ready, with line on
+// its standard output, and returns once it is told to stop (SIGTERM or
+// SIGINT).
+func readyUntilSignal(line string) {
+	fmt.Println(line)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
-	e.Close()
-	return 0
 }
 
 // proc is a child process that printed a ready line.

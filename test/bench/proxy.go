@@ -6,10 +6,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -57,10 +55,7 @@ func runProxyChild(spec string) int {
 		return 1
 	}
 	go srv.Serve(ln)
-	fmt.Println("ready")
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	readyUntilSignal("ready")
 	srv.Stop()
 	return 0
 }

@@ -70,6 +70,32 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 		cs = append(cs, rc)
 	}
 	r.cycles = map[string]map[int]series{}
+	return w.interleave(ctx, cs, func(round, c int, ct contender, cycle func(context.Context, int) error) error {
+		var prof chan error
+		if profAddr != "" && round == 0 && c == w.o.profileC && ct.name == baton {
+			prof = make(chan error, 1)
+			go func() { prof <- fetchProfile(profAddr, w.o.slice, w.o.profile) }()
+		}
+		s := w.run(ctx, c, cycle)
+		if prof != nil {
+			if err := <-prof; err != nil {
+				return fmt.Errorf("profile: %w", err)
+			}
+		}
+		if r.cycles[ct.name] == nil {
+			r.cycles[ct.name] = map[int]series{}
+			r.order = append(r.order, ct.name)
+		}
+		r.cycles[ct.name][c] = append(r.cycles[ct.name][c], s)
+		return nil
+	})
+}
+
+// interleave runs each contender of cs at each concurrency, w.o.rounds
+// times, their order rotated each round so that the machine's drift hits
+// all of them alike: measure runs the cycle of ct at c clients, set up
+// before and done after.
+func (w *world) interleave(ctx context.Context, cs []contender, measure func(round, c int, ct contender, cycle func(context.Context, int) error) error) error {
 	for round := range w.o.rounds {
 		for _, c := range concurrencies {
 			for k := range cs {
@@ -78,23 +104,11 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 				if err != nil {
 					return fmt.Errorf("%s: %w", ct.name, err)
 				}
-				var prof chan error
-				if profAddr != "" && round == 0 && c == w.o.profileC && ct.name == baton {
-					prof = make(chan error, 1)
-					go func() { prof <- fetchProfile(profAddr, w.o.slice, w.o.profile) }()
-				}
-				s := w.run(ctx, c, cycle)
-				if prof != nil {
-					if err := <-prof; err != nil {
-						return fmt.Errorf("profile: %w", err)
-					}
-				}
+				err = measure(round, c, ct, cycle)
 				done()
-				if r.cycles[ct.name] == nil {
-					r.cycles[ct.name] = map[int]series{}
-					r.order = append(r.order, ct.name)
+				if err != nil {
+					return err
 				}
-				r.cycles[ct.name][c] = append(r.cycles[ct.name][c], s)
 			}
 		}
 	}

@@ -122,6 +122,7 @@ func (e *env) holderOf(lock string) *sidecar {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	e.dump()
 	e.t.Fatalf("no holder of %s after 10s", lock)
 	return nil
 }
