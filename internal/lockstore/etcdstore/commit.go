@@ -19,11 +19,38 @@ type lockTxn struct {
 	// create a key: two keys created in one etcd transaction would share a
 	// create revision, so one lock's two new contenders would share a place
 	// in line and a fence.
-	lock string
-	cmp  []clientv3.Cmp
-	then []clientv3.Op
-	els  []clientv3.Op
+	lock  string
+	cmp   []clientv3.Cmp
+	then  []clientv3.Op
+	els   []clientv3.Op
+	phase txnPhase // where a batch carries it
 }
+
+// txnPhase is where a lockTxn that reads its lock's line goes in a batch.
+// Operations in one etcd transaction see the ones before them and all take
+// its revision, but etcd evaluates every compare of the transaction, nested
+// ones included, before any operation. A read must show the line its
+// caller's logic expects at the transaction's revision: a read of a line
+// before a delete in the same transaction would show a contender gone at
+// the very revision the read reports, a delete that a watch from the next
+// revision never delivers, and the waiter behind it would wait for it
+// forever.
+type txnPhase int
+
+const (
+	// amongWrites: a lockTxn that reads no line (a release, an update, a
+	// mark).
+	amongWrites txnPhase = iota
+	// beforeWrites: a try, whose compare on its lock's line sees the line
+	// before the transaction; its read on refusal comes before any write,
+	// so it names the holder that compare saw.
+	beforeWrites
+	// afterWrites: a queueing, which creates its key and reads the line
+	// ahead in the branch that writes; after every write, it sees the line
+	// as of the end of the revision. Two lockTxns creating keys of one lock
+	// never share a batch (takeLocked), so it sees no other's new key.
+	afterWrites
+)
 
 // txnResult is the outcome of a lockTxn.
 type txnResult struct {
@@ -153,6 +180,7 @@ func (m *committer) commit(batch []*pendingTxn) {
 		close(p.done)
 		return
 	}
+	batch = ordered(batch)
 	ops := make([]clientv3.Op, len(batch))
 	for i, p := range batch {
 		ops[i] = clientv3.OpTxn(p.t.cmp, p.t.then, p.t.els)
@@ -186,4 +214,18 @@ func (m *committer) commit(batch []*pendingTxn) {
 		}
 		close(p.done)
 	}
+}
+
+// ordered returns a batch in the order its etcd transaction carries it:
+// the tries, then the writes, then the queueings (txnPhase).
+func ordered(batch []*pendingTxn) []*pendingTxn {
+	out := make([]*pendingTxn, 0, len(batch))
+	for _, ph := range []txnPhase{beforeWrites, amongWrites, afterWrites} {
+		for _, p := range batch {
+			if p.t.phase == ph {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

@@ -220,3 +220,63 @@ func TestGroupCommitSameLock(t *testing.T) {
 		revs[out.Rev] = true
 	}
 }
+
+// TestGroupCommitReadsSeeTheBatch: a contender that queues or joins in the
+// same etcd transaction as the release of the contender ahead of it sees
+// its lock's line without that contender, though it arrived first. The
+// delete has the read's revision, and a watch from the next one never
+// delivers it: a waiter told it was still ahead would wait for it forever.
+// A try in that transaction is judged on the line before it, and its
+// refusal names the holder it was refused for.
+func TestGroupCommitReadsSeeTheBatch(t *testing.T) {
+	f := newFixture(t)
+	theirs, mine := f.grant(t), f.grant(t)
+	queueLock, joinLock, tryLock := f.base+"queue/", f.base+"join/", f.base+"try/"
+	held := map[string]lockstore.Outcome{}
+	for _, l := range []string{queueLock, joinLock, tryLock} {
+		held[l] = f.try(t, l, theirs, "theirs")
+	}
+	queued, send := hold(t, f.s.commits)
+	var outs [3]lockstore.Outcome
+	var errs [6]error
+	var wg sync.WaitGroup
+	put := func(l string) lockstore.Put {
+		return lockstore.Put{Key: l + "mine", Lease: mine, Record: keyspace.Holder{Owner: "mine"}}
+	}
+	wg.Go(func() { outs[0], errs[0] = f.s.Queue(queueLock, put(queueLock)) })
+	queued(1)
+	wg.Go(func() { outs[1], errs[1] = f.s.Join(joinLock, put(joinLock)) })
+	queued(2)
+	wg.Go(func() { outs[2], errs[2] = f.s.Try(tryLock, put(tryLock)) })
+	queued(3)
+	for i, l := range []string{queueLock, joinLock, tryLock} {
+		wg.Go(func() {
+			out, err := f.s.Delete(l+"theirs", held[l].Rev)
+			if err == nil && !out.OK {
+				err = fmt.Errorf("delete of %stheirs refused", l)
+			}
+			errs[3+i] = err
+		})
+		queued(4 + i)
+	}
+	before := f.calls.Txns()
+	send()
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.calls.Txns() - before; got != 1 {
+		t.Fatalf("3 contenders and 3 releases made %d etcd transactions, want 1", got)
+	}
+	if q := outs[0]; !q.OK || len(q.Ahead) != 0 {
+		t.Errorf("queueing behind a contender released in the same transaction: %+v, want first in line", q)
+	}
+	if j := outs[1]; !j.OK || len(j.Line) != 0 {
+		t.Errorf("joining behind a contender released in the same transaction: %+v, want an empty line ahead", j)
+	}
+	// etcd evaluates a transaction's compares before its operations: the
+	// try saw the lock held, and its refusal names the holder it saw.
+	if tr := outs[2]; tr.OK || tr.First == nil || tr.First.Holder.Owner != "theirs" || tr.First.Create != held[tryLock].Rev {
+		t.Errorf("a try of a lock released in the same transaction: %+v, want refused naming theirs, created at %d", tr, held[tryLock].Rev)
+	}
+}

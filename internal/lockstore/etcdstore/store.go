@@ -56,7 +56,7 @@ func (s *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 // attempt creates p.Key if cmp holds and p.Gate (when set) does not exist;
 // else it reads with read, whose answer it returns, and the marker.
 func (s *Store) attempt(lock string, p lockstore.Put, cmp clientv3.Cmp, read clientv3.Op) (lockstore.Outcome, []*mvccpb.KeyValue, error) {
-	t := lockTxn{key: p.Key, lock: lock, cmp: []clientv3.Cmp{cmp}, then: []clientv3.Op{put(p)}, els: []clientv3.Op{read}}
+	t := lockTxn{key: p.Key, lock: lock, cmp: []clientv3.Cmp{cmp}, then: []clientv3.Op{put(p)}, els: []clientv3.Op{read}, phase: beforeWrites}
 	if p.Gate != "" {
 		t.cmp = append(t.cmp, clientv3.Compare(clientv3.CreateRevision(p.Gate), "=", 0))
 		t.els = append(t.els, clientv3.OpGet(p.Gate))
@@ -96,8 +96,9 @@ func (s *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 // transaction with read, whose answer it returns, and the marker p.Gate.
 func (s *Store) enqueue(lock string, p lockstore.Put, read clientv3.Op) (lockstore.Outcome, []*mvccpb.KeyValue, error) {
 	t := lockTxn{key: p.Key, lock: lock,
-		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
-		then: []clientv3.Op{put(p), read},
+		cmp:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.Key), "=", 0)},
+		then:  []clientv3.Op{put(p), read},
+		phase: afterWrites,
 	}
 	if p.Gate != "" {
 		t.then = append(t.then, clientv3.OpGet(p.Gate))
