@@ -41,6 +41,8 @@ func flagOf(field string) string {
 		return "--max-lock-delay"
 	case "coordinator.WatchLinger":
 		return "--watch-linger"
+	case "coordinator.MaxLockWatches":
+		return "--max-lock-watches"
 	case "embedetcd.DataDir":
 		return "--data-dir"
 	case "embedetcd.ClientURL":

@@ -62,6 +62,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"request timeout vs lease", []string{"--request-timeout=6s"}, nil, "--request-timeout"},
 		{"watch linger too short", []string{"--watch-linger=1ms"}, nil, "--watch-linger"},
 		{"negative watch delay", []string{"--watch-delay=-1s"}, nil, "--watch-delay"},
+		{"no lock watches", []string{"--max-lock-watches=0"}, nil, "--max-lock-watches: max lock watches 0: must be at least 1"},
 		{"cluster name", []string{"--cluster-name=East_1"}, nil, "--cluster-name: cluster name \"East_1\": must be a DNS label"},
 		{"cluster name from the environment", nil, map[string]string{"BATON_CLUSTER_NAME": "-east"}, "--cluster-name"},
 		{"cert without key", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-cert=" + cert}, nil, "--etcd-key"},

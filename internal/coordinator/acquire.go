@@ -122,7 +122,7 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 		c.loseLocked(e, h, LeaseLost)
 		c.passTurnLocked(e)
 	}
-	if h := e.held; h != nil && h.owner == req.Owner && !c.hub.covers(h.fence) {
+	if h := e.held; h != nil && h.owner == req.Owner && !c.hub.covers(e.key, h.fence) {
 		// Asked again before the watch reports this key's deletes (a young
 		// lock, or a watch being established again): etcd says whether
 		// it is still held, so a lock force released meanwhile is never

@@ -432,7 +432,7 @@ func TestHandOffCostsTheWaiterOneCall(t *testing.T) {
 	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	k := key(t, "handoff")
-	b.keepWatching(t)
+	b.keepWatching(t, k)
 	txns, ranges := b.calls.Writes(), b.calls.Reads()
 	handOff(t, a, b, k, 0)
 	granted := time.Now()
@@ -509,7 +509,7 @@ func TestThirdInLineReadsNothing(t *testing.T) {
 	parallel(t)
 	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
 	k := key(t, "line")
-	c.keepWatching(t)
+	c.keepWatching(t, k)
 	a.mustAcquire(t, k, "first")
 	wait := func(s *sidecar, owner string, done chan<- error) {
 		_, err := s.acquire(t, k, owner, 10*time.Second)

@@ -36,19 +36,26 @@ type Config struct {
 	// EndedRetention is how long the sidecar remembers a lock that ended
 	// without its owner's release, to answer that owner ErrLost. Default 1h.
 	EndedRetention time.Duration
-	// WatchLinger is how long the watch on the scope stays open once no
-	// lock held or awaited here needs it (see WatchDelay). Default 2s: opening it again costs
-	// one watch request, while every second open costs a decoded event per
-	// delete in the scope.
+	// WatchLinger is how long a lock's watch stays open once nothing held
+	// or awaited here needs it (see WatchDelay). Default 2s: a lock taken
+	// again soon finds its watch open, while every second open costs a
+	// decoded event per delete in that lock.
 	WatchLinger time.Duration
-	// WatchDelay is how long a lock is held before the scope's watch opens
-	// for it. Default 250ms: a lock released sooner costs the sidecar no
-	// watch event, and a delete of its key by someone else (a force
-	// release) meanwhile is reported when the delay is up. The locks of a
-	// burst are watched in batches, each up to a quarter of the delay
-	// sooner than its own delay would say. Hold streams,
-	// Grant.Done and waiters open the watch at once; 0 opens it at every
-	// grant.
+	// MaxLockWatches is how many locks the sidecar watches each with a
+	// watch of its own; past it, it watches its whole scope with one
+	// watch, and every lock again once at most half as many need
+	// watching and the locks held meanwhile have ended. Each lock's watch costs the sidecar about three
+	// goroutines and etcd a watcher; the scope's watch costs the sidecar
+	// every delete in the scope. Default 256.
+	MaxLockWatches int
+	// WatchDelay is how long a lock is held before its watch opens for it.
+	// Default 250ms: a lock released sooner costs the sidecar no watch
+	// event, and a delete of its key by someone else (a force release)
+	// meanwhile is delivered when the delay is up (the watch starts just
+	// after the grant). The locks of a burst are watched in batches, each
+	// up to a quarter of the delay sooner than its own delay would say.
+	// Hold streams, Grant.Done and waiters open the watch at once; 0 opens
+	// it at every grant.
 	WatchDelay time.Duration
 	// OnceRetention is how long a run-once lock's record of its last
 	// finished run is kept: within it, a run that succeeded is not run
@@ -76,6 +83,7 @@ func Default() Config {
 		RequestTimeout: 3 * time.Second,
 		EndedRetention: time.Hour,
 		WatchLinger:    2 * time.Second,
+		MaxLockWatches: 256,
 		WatchDelay:     250 * time.Millisecond,
 		OnceRetention:  7 * 24 * time.Hour,
 		MaxLockDelay:   time.Minute,
@@ -104,6 +112,8 @@ func (c Config) Validate() error {
 		return config.Invalid("coordinator.RequestTimeout", "request timeout %v: must be positive", c.RequestTimeout)
 	case c.EndedRetention <= 0:
 		return config.Invalid("coordinator.EndedRetention", "ended retention %v: must be positive", c.EndedRetention)
+	case c.MaxLockWatches < 1:
+		return config.Invalid("coordinator.MaxLockWatches", "max lock watches %d: must be at least 1", c.MaxLockWatches)
 	case c.WatchLinger < 10*time.Millisecond:
 		return config.Invalid("coordinator.WatchLinger", "watch linger %v: must be at least 10ms", c.WatchLinger)
 	case c.WatchDelay < 0:

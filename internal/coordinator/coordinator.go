@@ -59,7 +59,6 @@ type Coordinator struct {
 	deadlines     deadlines              // when the held locks expire
 	sweptAt       time.Time              // last pruning of ended
 	waiting       int                    // blocking acquires in progress
-	watched       int                    // held locks that keep the scope's watch open
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
 	changes       chan struct{} // poked when the set of held locks changes
@@ -109,7 +108,8 @@ type held struct {
 	hold       bool          // bound to a hold stream
 	ending     bool          // a release of ours is in flight: its delete is not a loss
 	ended      bool          // the lock ended
-	watched    bool          // counted in Coordinator.watched: the scope's watch stays open for it
+	watched    bool          // its lock's watch is open for it (hub.watchHeld)
+	inScope    bool          // counted among the scope watch's holds, with no lock watch
 	co         *Coordinator  // whose mu guards ended, done and lost for Grant
 	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
 	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
@@ -172,16 +172,16 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	for _, o := range opts {
 		o(c)
 	}
-	c.hub = newHub(store, layout, log, cfg.WatchLinger, c.busy, c.onDelete, c.checkHeld)
+	c.hub = newHub(store, layout, log, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
 	return c, nil
 }
 
 // Layout returns the key layout of the coordinator's scope.
 func (c *Coordinator) Layout() keyspace.Layout { return c.layout }
 
-// Run watches the scope's prefix in etcd until ctx ends: it wakes local
-// waiters when the contender before them goes and notices holder keys
-// deleted by someone else.
+// Run watches, until ctx ends, the locks held or awaited here: it wakes
+// local waiters when the contender before them goes and notices holder
+// keys deleted by someone else.
 func (c *Coordinator) Run(ctx context.Context) error {
 	actx, cancel := context.WithCancel(ctx)
 	checked := make(chan struct{})
@@ -226,15 +226,6 @@ func (c *Coordinator) connected() error {
 		return fmt.Errorf("%w: the watch on etcd failed and is not established again", ErrUnavailable)
 	}
 	return nil
-}
-
-// busy reports whether a lock held or awaited here needs the scope's
-// watch: a blocking acquire, or a held lock past its watch delay or
-// listened to for its loss. Tries and young locks do not.
-func (c *Coordinator) busy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.waiting > 0 || c.watched > 0
 }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held
@@ -301,7 +292,7 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	}
 	h.ended = true
 	if h.watched {
-		c.watched--
+		c.hub.unwatchHeld(e.key, h.inScope)
 	}
 	if h.done != nil {
 		close(h.done)

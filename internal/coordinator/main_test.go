@@ -258,6 +258,7 @@ func needsEtcd(t testing.TB) {
 type counted struct {
 	lockstore.Store
 	writes, reads atomic.Int64
+	deletes       atomic.Int64 // deletes the watches delivered
 	readDelay     atomic.Int64 // a round trip added to each First, in ns
 }
 
@@ -327,6 +328,24 @@ func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome,
 func (c *counted) Delete(key string, create int64) (lockstore.Outcome, error) {
 	c.writes.Add(1)
 	return c.Store.Delete(key, create)
+}
+
+// Watch counts the deletes the watch delivers.
+func (c *counted) Watch(ctx context.Context, prefix string, from int64) <-chan lockstore.WatchResponse {
+	in := c.Store.Watch(ctx, prefix, from)
+	out := make(chan lockstore.WatchResponse)
+	go func() {
+		defer close(out)
+		for r := range in {
+			c.deletes.Add(int64(len(r.Deleted)))
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 func (c *counted) First(ctx context.Context, lock string) (*lockstore.Contender, error) {

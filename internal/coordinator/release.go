@@ -318,18 +318,23 @@ func (c *Coordinator) keyHeld(ctx context.Context, h *held) (bool, error) {
 	return c.store.Holds(tctx, h.etcdKey, h.fence)
 }
 
-// checkHeld verifies, once the watch is established from revision from,
-// that every local holder key older than that is still in etcd, and loses
-// those that are not. A key created at from-1 or later cannot have been
-// deleted before the watch delivers deletes.
-func (c *Coordinator) checkHeld(from int64) {
+// checkHeld verifies, once lock k's watch (the zero k: the scope's) is
+// established from revision from, that every local holder key of k older
+// than that is still in etcd, and loses those that are not. A key created
+// at from-1 or later cannot have been deleted before the watch delivers
+// deletes.
+func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
 	c.mu.Lock()
-	clear(c.heldElsewhere) // deletes may have been missed
+	if k.IsZero() {
+		clear(c.heldElsewhere) // deletes may have been missed
+	} else {
+		delete(c.heldElsewhere, k.String())
+	}
 
 	var hs []*held
 	var es []*entry
 	for _, e := range c.locks {
-		if e.held != nil && e.held.fence < from-1 {
+		if e.held != nil && (k.IsZero() || e.key == k) && e.held.fence < from-1 {
 			hs, es = append(hs, e.held), append(es, e)
 		}
 	}

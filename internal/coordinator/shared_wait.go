@@ -21,8 +21,8 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 		return Grant{}, err
 	}
 	sess := p.sess
-	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
-	defer c.hub.unregister(p.lock, p.w)
+	p.w = c.hub.register(req.Key) // before any read, so no delete goes unseen
+	defer c.hub.unregister(req.Key, p.w)
 	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err := c.queued(e, &p, rec, out, err, op); err != nil {
 		return Grant{}, err

@@ -21,12 +21,13 @@ func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequ
 		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
 	}
 	c.waiting++
-	c.hub.want() // whatever it waits behind, it must hear of its end
+	c.hub.need(req.Key, 0) // whatever it waits behind, it must hear of its end
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
 		c.obs.Units(req.Key.String(), req.Claim.Limit, false, req.Claim.Units())
 	}
 	defer func() {
+		c.hub.unneed(req.Key)
 		c.mu.Lock()
 		c.waiting--
 		c.mu.Unlock()
@@ -100,8 +101,8 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 		return Grant{}, err
 	}
 	sess := p.sess
-	p.w = c.hub.register(p.lock) // before any read, so no delete goes unseen
-	defer c.hub.unregister(p.lock, p.w)
+	p.w = c.hub.register(req.Key) // before any read, so no delete goes unseen
+	defer c.hub.unregister(req.Key, p.w)
 
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.

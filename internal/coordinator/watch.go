@@ -11,208 +11,244 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// hub is the sidecar's one watch on its scope's prefix. It feeds the local
-// waiters (one per lock: the owner of the turn) and reports deleted keys.
+// hub is the sidecar's watches on etcd: one per lock that something here
+// holds past its watch delay or awaits, on that lock's prefix. It feeds
+// the local waiters (one per lock: the owner of the turn, and the shared
+// claims' waiters) and reports deleted keys.
 //
-// The watch is open only while a lock awaited or held here needs it (see
-// Coordinator.busy), and for a while after (linger): every sidecar
-// watching a scope receives and decodes every delete in it, so idle
-// sidecars and short locks must not. It opens from the
-// current revision and everyone reads again once it is established, so
-// nothing deleted while it was closed goes unseen.
+// A lock's watch is open only while a lock held or awaited here needs it,
+// and for a linger after. A sidecar thus receives the deletes of the locks
+// it holds or awaits and of no other: a release reaches the sidecars that
+// care about that lock, however many sidecars share the scope. A watch
+// opens from the current revision, or from just after the grant of the
+// held lock that asked for it; once established, whoever read before reads
+// again, so nothing deleted while it was closed goes unseen.
+//
+// Past Config.MaxLockWatches locks, the hub watches the whole scope
+// instead, with one watch, as each lock's costs the sidecar goroutines and
+// etcd a watcher: a sidecar holding thousands of locks receives the
+// scope's deletes rather than keeping thousands of watches, and keeps no
+// record of each lock it holds meanwhile (scopewatch.go). Once no more
+// than half that many locks need watching and those locks have ended, the
+// lock watches take over again.
 type hub struct {
 	store    lockstore.Store
 	layout   keyspace.Layout
 	log      *slog.Logger
 	onDelete func(k keyspace.Key, key string, modRev int64)
-	onResync func(from int64)
-	busy     func() bool // whether something held or awaited needs the watch
+	onResync func(k keyspace.Key, from int64) // the zero k: every lock
 	linger   time.Duration
-	wake     chan struct{} // poked by want
+	maxLocks int
 
 	mu      sync.Mutex
-	regs    map[string][]*waiter // by lock prefix: the owner of its turn, and the shared claims' waiters
-	ok      bool                 // the watch is established
-	from    int64                // the first revision whose deletes it delivers, when ok
-	failing bool                 // the watch ended in an error and is not established again
+	ctx     context.Context             // Run's, once it runs
+	stopped bool                        // Run is over
+	locks   map[keyspace.Key]*lockWatch // a few dozen bytes each: a sidecar may hold 100 000 locks
+	needed  int                         // locks whose need is not 0, and the scope's holds
+	// scopeHolds are the held locks counted while the scope was watched,
+	// which keep no lockWatch (watchHeld).
+	scopeHolds int
+	scope      *lockWatch // the watch on the scope, while it stands in for the lock watches
+	failing    int        // watches that ended in an error and are not established again
+	opened     int        // watches established, ever
+	wg         sync.WaitGroup
 }
 
-// waiter is a local waiter's view of the deletes under its lock's prefix.
-type waiter struct {
-	notify chan struct{} // level-triggered: something to look at
-	mu     *sync.Mutex   // the hub's, guarding gone, resync and from
-	gone   map[string]deletion
-	resync bool  // the watch was established again since the waiter last looked
-	from   int64 // the first revision whose deletes that watch delivers
+// lockWatch is the watch on one lock's prefix, or the scope's. Guarded by
+// hub.mu.
+type lockWatch struct {
+	key     keyspace.Key  // the zero Key for the scope's
+	need    int           // why it is open: watched holders, callers in line, waiters
+	regs    []*waiter     // the waiters, fed its deletes
+	since   int64         // the revision to open it from (0: now), while it is not running
+	running bool          // its goroutine runs
+	ok      bool          // established
+	from    int64         // the first revision whose deletes it delivers, when ok
+	failing bool          // ended in an error and not established again
+	wake    chan struct{} // made when its goroutine first starts
 }
 
-// coveredLocked reports whether the watch delivers every delete after a
-// read at rev; a watch established again from a later revision does not,
-// and the waiter must read again.
-func (w *waiter) coveredLocked(rev int64) bool {
-	if w.resync && w.from <= rev+1 {
-		w.resync = false
-	}
-	return !w.resync
+func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
+	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(k keyspace.Key, from int64)) *hub {
+	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
+		locks: map[keyspace.Key]*lockWatch{}}
 }
 
-// deletion is a contender key's delete seen by the watch.
-type deletion struct{ modRev int64 }
-
-func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, busy func() bool,
-	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(from int64)) *hub {
-	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, busy: busy, linger: linger,
-		wake: make(chan struct{}, 1), regs: map[string][]*waiter{}}
-}
-
-// want opens the watch if it is closed: something is held or awaited.
-func (h *hub) want() { poke(h.wake) }
-
-// needed reports whether anything held or awaited needs the watch.
-func (h *hub) needed() bool {
+// need keeps the watch on lock k open until a matching unneed. since, when
+// not 0, is the first revision whose deletes the watch must deliver if it
+// opens for this need: a held lock's grant revision + 1, so that a delete
+// of its key during its watch delay comes with the watch rather than from
+// a read. A watch already open or opening needs no since: once
+// established, it has the held keys older than itself read.
+func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 	h.mu.Lock()
-	n := len(h.regs)
-	h.mu.Unlock()
-	return n > 0 || h.busy()
+	defer h.mu.Unlock()
+	lw := h.locks[k]
+	if lw == nil {
+		lw = &lockWatch{key: k}
+		h.locks[k] = lw
+	}
+	h.addNeedLocked(lw, 1)
+	if since > 0 && !lw.ok && (lw.since == 0 || since < lw.since) {
+		lw.since = since
+	}
+	h.startLocked(lw)
+	poke(lw.wake)
+	return lw
 }
 
-func (h *hub) register(pfx string) *waiter {
+// unneed undoes a need of k: its watch closes a linger after the last.
+func (h *hub) unneed(k keyspace.Key) {
+	h.mu.Lock()
+	if lw := h.locks[k]; lw != nil {
+		h.addNeedLocked(lw, -1)
+	}
+	h.mu.Unlock()
+}
+
+// addNeedLocked adds d to lw's need.
+func (h *hub) addNeedLocked(lw *lockWatch, d int) {
+	was := lw.need > 0
+	lw.need += d
+	if now := lw.need > 0; now != was {
+		if now {
+			h.needed++
+		} else {
+			h.needed--
+		}
+	}
+	if lw.need == 0 && !lw.running {
+		delete(h.locks, lw.key) // its goroutine, which would, does not run
+	}
+	h.scopeLocked()
+}
+
+// startLocked starts lw's goroutine if it is not running, Run runs, and
+// for a lock, the scope's watch does not stand in for it.
+func (h *hub) startLocked(lw *lockWatch) {
+	if lw.running || h.ctx == nil || h.stopped || (lw != h.scope && h.scope != nil) {
+		return
+	}
+	if lw.wake == nil {
+		lw.wake = make(chan struct{}, 1)
+	}
+	pfx := h.layout.Base()
+	if lw != h.scope {
+		pfx = h.layout.LockPrefix(lw.key)
+	}
+	lw.running = true
+	h.wg.Add(1)
+	go h.watchLock(h.ctx, pfx, lw)
+}
+
+// register has the deletes of lock k's contender keys delivered to a new
+// waiter, and its watch open until unregister.
+func (h *hub) register(k keyspace.Key) *waiter {
+	lw := h.need(k, 0)
 	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
 	h.mu.Lock()
-	h.regs[pfx] = append(h.regs[pfx], w)
+	lw.regs = append(lw.regs, w)
 	h.mu.Unlock()
-	h.want()
 	return w
 }
 
-func (h *hub) unregister(pfx string, w *waiter) {
+func (h *hub) unregister(k keyspace.Key, w *waiter) {
 	h.mu.Lock()
-	ws := slices.DeleteFunc(h.regs[pfx], func(o *waiter) bool { return o == w })
-	if len(ws) == 0 {
-		delete(h.regs, pfx)
-	} else {
-		h.regs[pfx] = ws
+	if lw := h.locks[k]; lw != nil {
+		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
+		h.addNeedLocked(lw, -1)
 	}
 	h.mu.Unlock()
 }
 
-// deleted reports whether key, or any key of anyOf, was deleted after
-// revision rev, or whether the watch had a gap (after which everything
-// must be read again). It forgets the deletes that a read at rev has seen.
-func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) {
-		w.resync = false
-		return true
-	}
-	hit := false
-	for k, d := range w.gone {
-		switch {
-		case d.modRev <= rev:
-			delete(w.gone, k)
-		case k == key, anyOf[k]:
-			hit = true
-		}
-	}
-	return hit
-}
-
-// allAheadGone reports, for a waiter whose contenders ahead at revision rev
-// were ahead, that the watch has delivered the delete of every one of them
-// and not mine's: the waiter is first in line as of the last delete.
-// Nothing created after rev can get ahead of it (create revisions only
-// grow), and the watch delivers every delete under the prefix in revision
-// order, its own key's included, so no read is needed to know it. After a
-// gap in the watch it answers false, and the waiter reads.
-func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) {
-		return false
-	}
-	for _, k := range ahead {
-		if d, ok := w.gone[k]; !ok || d.modRev <= rev {
-			return false
-		}
-	}
-	m, ok := w.gone[mine]
-	return !ok || m.modRev <= rev
-}
-
-// pruned returns line, read at rev, without the contenders whose delete
-// the watch has delivered since; covered is false when the watch may have
-// missed some (a gap), and the waiter must read again. mineGone says the
-// waiter's own key, mine, was deleted. Deletes of keys not in line are
-// forgotten once too many pile up, since a read then starts over.
-func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (rest []lockstore.Contender, covered, mineGone bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.coveredLocked(rev) || len(w.gone) > maxPrunedDeletes {
-		w.resync = false
-		clear(w.gone)
-		return nil, false, false
-	}
-	if d, ok := w.gone[mine]; ok && d.modRev > rev {
-		return nil, true, true
-	}
-	rest = line[:0:0]
-	for _, ct := range line {
-		if d, ok := w.gone[ct.Key]; !ok || d.modRev <= rev {
-			rest = append(rest, ct)
-		}
-	}
-	return rest, true, false
-}
-
-// maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
-// between two reads of its line.
-const maxPrunedDeletes = 4096
-
-// covers reports whether the watch, as established now, delivers every
-// delete of a key created at revision rev: it has been established since
-// before the key was created.
-func (h *hub) covers(rev int64) bool {
+// covers reports whether lock k's watch, or the scope's, as established
+// now, delivers every delete of a key created at revision rev: it has been
+// established since before the key was created.
+func (h *hub) covers(k keyspace.Key, rev int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.ok && h.from <= rev+1
+	if lw := h.locks[k]; lw != nil && lw.ok && lw.from <= rev+1 {
+		return true
+	}
+	return h.scopeCoversLocked() && h.scope.from <= rev+1
 }
 
-// broken reports whether the watch failed and has not been established
+// broken reports whether a watch failed and has not been established
 // again; a watch closed because nothing needs it is not broken.
 func (h *hub) broken() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.failing
+	return h.failing > 0
 }
 
-// run keeps the watch open while it is needed, until ctx ends, resuming
-// after the last revision seen; after a compaction or a close it starts
-// afresh and has everyone read again.
+// run has the watches run while they are needed, until ctx ends.
 func (h *hub) run(ctx context.Context) error {
-	var next int64 // 0: from now
-	for ctx.Err() == nil {
-		if !h.needed() {
-			next = 0
-			h.mu.Lock()
-			h.failing = false
-			h.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-h.wake:
-			}
-			continue
+	h.mu.Lock()
+	h.ctx = ctx
+	if h.scope != nil {
+		h.startLocked(h.scope)
+	}
+	for _, lw := range h.locks {
+		if lw.need > 0 {
+			h.startLocked(lw)
 		}
+	}
+	h.mu.Unlock()
+	<-ctx.Done()
+	h.mu.Lock()
+	h.stopped = true // no watch starts after Wait starts
+	h.mu.Unlock()
+	h.wg.Wait()
+	return nil
+}
+
+// doneLocked reports whether lw's watch may close: nothing needs it, or,
+// for a lock, the scope's watch stands in for it.
+func (h *hub) doneLocked(lw *lockWatch) bool {
+	return lw.need == 0 || (lw != h.scope && h.scopeCoversLocked())
+}
+
+// watchLock keeps lw's watch open while it is needed, until ctx ends,
+// resuming after the last revision seen; after a compaction or a close it
+// starts afresh and has everyone read again. Its goroutine ends once lw
+// has not been needed for a linger; a lock nothing needs is forgotten, and
+// once the scope's watch ends, the lock watches it stood in for start.
+func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
+	defer h.wg.Done()
+	var next int64 // 0: from now
+	for {
+		h.mu.Lock()
+		if h.doneLocked(lw) || ctx.Err() != nil {
+			lw.running = false
+			h.failingLocked(lw, false)
+			switch {
+			case lw == h.scope:
+				h.scope = nil
+				for _, o := range h.locks {
+					if o.need > 0 {
+						h.startLocked(o)
+					}
+				}
+			case lw.need == 0:
+				delete(h.locks, lw.key)
+			}
+			h.mu.Unlock()
+			return
+		}
+		if next == 0 {
+			next, lw.since = lw.since, 0
+		}
+		h.mu.Unlock()
 		wctx, cancel := context.WithCancel(ctx)
-		idle := h.follow(h.store.Watch(wctx, h.layout.Base(), next), &next)
+		idle := h.follow(lw, h.store.Watch(wctx, pfx, next), &next)
 		cancel()
 		h.mu.Lock()
-		h.ok = false
-		h.failing = !idle && ctx.Err() == nil
+		lw.ok = false
+		h.failingLocked(lw, !idle && ctx.Err() == nil)
 		h.mu.Unlock()
 		if idle {
-			h.log.Debug("nothing held or awaited: scope watch closed")
+			h.log.Debug("watch closed: nothing held or awaited needs it", "prefix", pfx)
+			next = 0
 			continue
 		}
 		select {
@@ -220,21 +256,34 @@ func (h *hub) run(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return nil
+}
+
+// failingLocked records whether lw's watch is failing.
+func (h *hub) failingLocked(lw *lockWatch, failing bool) {
+	switch {
+	case failing && !lw.failing:
+		h.failing++
+	case !failing && lw.failing:
+		h.failing--
+	}
+	lw.failing = failing
 }
 
 // follow handles the responses of one watch until it ends or has not been
 // needed for a linger (idle true); next is the revision to resume from.
-func (h *hub) follow(wch <-chan lockstore.WatchResponse, next *int64) (idle bool) {
+func (h *hub) follow(lw *lockWatch, wch <-chan lockstore.WatchResponse, next *int64) (idle bool) {
 	tick := time.NewTicker(h.linger / 2)
 	defer tick.Stop()
 	unneeded := 0
 	for {
 		select {
-		case <-h.wake:
+		case <-lw.wake:
 			unneeded = 0
 		case <-tick.C:
-			if h.needed() {
+			h.mu.Lock()
+			done := h.doneLocked(lw)
+			h.mu.Unlock()
+			if !done {
 				unneeded = 0
 			} else if unneeded++; unneeded >= 2 {
 				return true
@@ -244,21 +293,21 @@ func (h *hub) follow(wch <-chan lockstore.WatchResponse, next *int64) (idle bool
 			case !ok:
 				return false
 			case resp.Compacted:
-				h.log.Warn("watch fell behind a compaction; reading everything again", "revision", *next)
+				h.log.Warn("watch fell behind a compaction; reading everything again", "lock", lw.key.String(), "revision", *next)
 				*next = 0
 				return false
 			case resp.Err != nil:
-				h.log.Warn("watch failed; resuming", "err", resp.Err, "revision", *next)
+				h.log.Warn("watch failed; resuming", "lock", lw.key.String(), "err", resp.Err, "revision", *next)
 				return false
 			case resp.Established:
 				if *next == 0 {
 					*next = resp.Rev + 1
 				}
-				h.established(*next)
+				h.established(lw, *next)
 				continue
 			}
 			for _, d := range resp.Deleted {
-				h.dispatch(d)
+				h.dispatch(lw, d)
 			}
 			if resp.Rev >= *next {
 				*next = resp.Rev + 1
@@ -267,35 +316,48 @@ func (h *hub) follow(wch <-chan lockstore.WatchResponse, next *int64) (idle bool
 	}
 }
 
-// established marks the watch open from revision from, and makes everyone
-// who read before it read again: deletes before it may have been missed.
-func (h *hub) established(from int64) {
+// established marks lw's watch open from revision from, and makes everyone
+// who read before it (for the scope's, every lock's) read again: deletes
+// before it may have been missed.
+func (h *hub) established(lw *lockWatch, from int64) {
 	h.mu.Lock()
-	h.ok, h.failing, h.from = true, false, from
-	for _, ws := range h.regs {
-		for _, w := range ws {
+	lw.ok, lw.from, lw.since = true, from, 0
+	h.failingLocked(lw, false)
+	h.opened++
+	resync := func(o *lockWatch) {
+		for _, w := range o.regs {
 			w.resync, w.from = true, from
 			poke(w.notify)
 		}
 	}
+	if lw == h.scope {
+		for _, o := range h.locks {
+			resync(o)
+		}
+	} else {
+		resync(lw)
+	}
 	h.mu.Unlock()
-	go h.onResync(from)
+	go h.onResync(lw.key, from)
 }
 
-func (h *hub) dispatch(d lockstore.Deletion) {
-	key := d.Key
-	k, pfx, ok := h.layout.ParseContender(key)
+func (h *hub) dispatch(lw *lockWatch, d lockstore.Deletion) {
+	k, _, ok := h.layout.ParseContender(d.Key)
 	if !ok {
 		return
 	}
-	modRev := d.Rev
 	h.mu.Lock()
-	for _, w := range h.regs[pfx] {
-		w.gone[key] = deletion{modRev: modRev}
-		poke(w.notify)
+	if lw == h.scope {
+		lw = h.locks[k]
+	}
+	if lw != nil {
+		for _, w := range lw.regs {
+			w.gone[d.Key] = deletion{modRev: d.Rev}
+			poke(w.notify)
+		}
 	}
 	h.mu.Unlock()
-	h.onDelete(k, key, modRev)
+	h.onDelete(k, d.Key, d.Rev)
 }
 
 func poke(ch chan struct{}) {

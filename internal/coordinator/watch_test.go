@@ -3,31 +3,48 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
-// watchOpen reports whether the sidecar's scope watch is established.
+// watchOpen reports whether one of the sidecar's lock watches is
+// established.
 func (s *sidecar) watchOpen() bool {
-	s.c.hub.mu.Lock()
-	defer s.c.hub.mu.Unlock()
-	return s.c.hub.ok
+	return len(s.watchedLocks()) > 0
 }
 
-// watchEverOpened reports whether the scope watch was ever established.
+// watchedLocks returns the locks whose watch is established.
+func (s *sidecar) watchedLocks() []string {
+	s.c.hub.mu.Lock()
+	defer s.c.hub.mu.Unlock()
+	var ks []string
+	for _, lw := range s.c.hub.locks {
+		if lw.ok {
+			ks = append(ks, lw.key.String())
+		}
+	}
+	return ks
+}
+
+// watchEverOpened reports whether a lock watch was ever established.
 func (s *sidecar) watchEverOpened() bool {
 	s.c.hub.mu.Lock()
 	defer s.c.hub.mu.Unlock()
-	return s.c.hub.from != 0
+	return s.c.hub.opened > 0
 }
 
-// keepWatching has s hold a lock of its own, so that its scope watch is
-// open before a test counts its etcd calls (a watch opened after a read
-// makes the reader read again).
-func (s *sidecar) keepWatching(t *testing.T) {
+// keepWatching has lock k's watch open in s for as long as the test runs,
+// before the test counts its etcd calls (a watch opened after a read makes
+// the reader read again).
+func (s *sidecar) keepWatching(t *testing.T, k keyspace.Key) {
 	t.Helper()
-	s.mustAcquire(t, key(t, "keep-watching-"+s.c.cfg.Identity.Pod), "watcher")
-	waitFor(t, 5*time.Second, "the scope watch", s.watchOpen)
+	s.c.hub.need(k, 0)
+	t.Cleanup(func() { s.c.hub.unneed(k) })
+	waitFor(t, 5*time.Second, "the lock's watch", func() bool { return slices.Contains(s.watchedLocks(), k.String()) })
 }
 
 // TestWatchOnlyWhileNeeded: an idle sidecar does not watch its scope (it
@@ -74,6 +91,44 @@ func TestWatchOnlyWhileNeeded(t *testing.T) {
 	waitFor(t, 5*time.Second, "both watches closed", func() bool { return !a.watchOpen() && !b.watchOpen() })
 	if err := a.c.Ready(); err != nil {
 		t.Errorf("an idle sidecar is not ready: %v", err)
+	}
+}
+
+// TestWatchOnlyTheLocksHere: a sidecar watches the locks it holds or
+// awaits, not its scope: the releases of another lock in the same scope
+// never reach it, however often that lock changes hands elsewhere, and a
+// delete of its own key still does.
+func TestWatchOnlyTheLocksHere(t *testing.T) {
+	parallel(t)
+	now := func(c *Config) { c.WatchDelay = 0 }
+	a, b := newSidecar(t, "pod-a", now), newSidecar(t, "pod-b", now)
+	mine, theirs := key(t, "mine"), key(t, "theirs")
+	g := a.mustAcquire(t, mine, "a")
+	waitFor(t, 5*time.Second, "the held lock's watch", func() bool { return slices.Equal(a.watchedLocks(), []string{mine.String()}) })
+	b.keepWatching(t, theirs)
+	const cycles = 20
+	for range cycles {
+		b.mustAcquire(t, theirs, "b")
+		if _, err := b.c.Release(context.Background(), theirs, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "b's watch to deliver its releases", func() bool { return b.calls.deletes.Load() >= cycles })
+	time.Sleep(100 * time.Millisecond) // what a scope watch would deliver to a has come by now
+	if got := a.calls.deletes.Load(); got != 0 {
+		t.Errorf("a sidecar holding %s was sent %d deletes of %s", mine, got, theirs)
+	}
+	if got := a.watchedLocks(); !slices.Equal(got, []string{mine.String()}) {
+		t.Errorf("a watches %v; want only %s", got, mine)
+	}
+	a.deleteKey(t, a.contenders(t, mine)[0])
+	select {
+	case <-g.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its key was deleted")
+	}
+	if got := a.calls.deletes.Load(); got != 1 {
+		t.Errorf("a was sent %d deletes; want 1, its own key's", got)
 	}
 }
 
@@ -171,10 +226,15 @@ func TestWatchDelay(t *testing.T) {
 		a := newSidecar(t, "pod-old", func(c *Config) { c.WatchDelay = 200 * time.Millisecond })
 		k := key(t, "old")
 		g := a.mustAcquire(t, k, "o")
-		// Deleted while young, with the watch closed: the watch opens when
-		// the delay is up and reads the keys older than itself.
+		reads := a.calls.Reads()
+		// Deleted while young, with no watch: the lock's watch opens when
+		// the delay is up, from just after the grant, and delivers the
+		// delete; the only read is of the lease, to tell why.
 		a.deleteKey(t, a.contenders(t, k)[0])
 		waitFor(t, 5*time.Second, "the loss of the young lock", func() bool { return g.Err() != nil })
+		if got := a.calls.Reads() - reads; got != 1 {
+			t.Errorf("the young lock's loss took %d reads; want 1, of its lease (the delete comes with the watch)", got)
+		}
 		var le *LostError
 		if !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
 			t.Errorf("ended with %v; want lost (force_released)", g.Err())
@@ -232,5 +292,105 @@ func TestConfigWatchDelay(t *testing.T) {
 	c.WatchDelay = 0
 	if err := c.Validate(); err != nil {
 		t.Errorf("a 0 watch delay: %v", err)
+	}
+}
+
+// TestManyLocksWatchTheScope: past MaxLockWatches locks, the sidecar
+// watches its scope with one watch instead of a watch per lock, and keeps
+// no record of each lock held meanwhile; losses and hand-offs are heard
+// all the same, and once few locks need watching and those held meanwhile
+// are gone, the lock watches take over again.
+func TestManyLocksWatchTheScope(t *testing.T) {
+	parallel(t)
+	const max = 2
+	few := func(c *Config) { c.WatchDelay, c.WatchLinger, c.MaxLockWatches = 0, 100*time.Millisecond, max }
+	a, b := newSidecar(t, "pod-a", few), newSidecar(t, "pod-b", few)
+	ctx := context.Background()
+	scopeOpen := func() bool {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		return a.c.hub.scopeCoversLocked()
+	}
+	lockWatches := func() int {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		n := 0
+		for _, lw := range a.c.hub.locks {
+			if lw.running {
+				n++
+			}
+		}
+		return n
+	}
+	var ks []keyspace.Key
+	var gs []Grant
+	for i := range max + 1 {
+		ks = append(ks, key(t, fmt.Sprintf("many-%d", i)))
+		gs = append(gs, a.mustAcquire(t, ks[i], "o"))
+	}
+	waitFor(t, 5*time.Second, "the scope's watch, and no lock's", func() bool { return scopeOpen() && lockWatches() == 0 })
+	later := key(t, "many-later")
+	a.mustAcquire(t, later, "o")
+	a.c.hub.mu.Lock()
+	_, recorded := a.c.hub.locks[later]
+	holds := a.c.hub.scopeHolds
+	a.c.hub.mu.Unlock()
+	if recorded || holds != 1 {
+		t.Errorf("a lock held while the scope is watched: recorded %v, %d scope holds; want no record, 1 hold", recorded, holds)
+	}
+
+	// A loss is heard on the scope's watch.
+	a.deleteKey(t, a.contenders(t, ks[0])[0])
+	select {
+	case <-gs[0].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a holder was not told its key was deleted, on the scope's watch")
+	}
+	// A waiter is handed a lock on it.
+	b.mustAcquire(t, ks[0], "b")
+	granted := make(chan error, 1)
+	go func() {
+		_, err := a.acquire(t, ks[0], "waiter", 10*time.Second)
+		granted <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter's key", func() bool { return len(a.contenders(t, ks[0])) == 2 })
+	if _, err := b.c.Release(ctx, ks[0], "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+
+	// Down to no lock: the scope's watch closes, and a lock held then has
+	// its own watch, which hears its loss.
+	for _, l := range []struct {
+		k     keyspace.Key
+		owner string
+	}{{ks[1], "o"}, {ks[2], "o"}, {later, "o"}, {ks[0], "waiter"}} {
+		if _, err := a.c.Release(ctx, l.k, l.owner); err != nil {
+			t.Fatalf("release %s: %v", l.k, err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the scope's watch closed", func() bool {
+		a.c.hub.mu.Lock()
+		defer a.c.hub.mu.Unlock()
+		return a.c.hub.scope == nil
+	})
+	g := a.mustAcquire(t, ks[0], "again")
+	waitFor(t, 5*time.Second, "the lock's own watch", func() bool { return slices.Equal(a.watchedLocks(), []string{ks[0].String()}) })
+	a.deleteKey(t, a.contenders(t, ks[0])[0])
+	select {
+	case <-g.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told its key was deleted, on its lock's watch")
+	}
+}
+
+// TestConfigMaxLockWatches: at least 1.
+func TestConfigMaxLockWatches(t *testing.T) {
+	c := Default()
+	c.MaxLockWatches = 0
+	if err := c.Validate(); err == nil {
+		t.Error("0 max lock watches is valid")
 	}
 }

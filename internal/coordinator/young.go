@@ -7,7 +7,7 @@ import (
 // young holds the locks granted less than Config.WatchDelay ago that
 // nothing has asked to watch yet, in grant order, with one timer for all of
 // them. Most locks in a burst of short work are released within a few
-// milliseconds: they never open the scope's watch, which would send the
+// milliseconds: they never open their lock's watch, which would send the
 // sidecar an event for each of their releases. A lock still held when its
 // delay is up is watched from then on (Coordinator.watched), and the watch,
 // once established, reads again every held key older than itself, so a
@@ -87,13 +87,14 @@ func (c *Coordinator) matureYoung() {
 	y.queue, y.head = y.queue[:0], 0
 }
 
-// watchHeldLocked has the scope's watch open while h is held, so that a
-// delete of its key by anyone else is reported at once as a loss.
+// watchHeldLocked has its lock's watch open while h is held, so that a
+// delete of its key by anyone else is reported at once as a loss. The
+// watch, if it opens for h, starts just after h's grant: a delete during
+// its watch delay is delivered too.
 func (c *Coordinator) watchHeldLocked(h *held) {
 	if h.watched || h.ended {
 		return
 	}
 	h.watched = true
-	c.watched++
-	c.hub.want()
+	h.inScope = c.hub.watchHeld(h.entry.key, h.fence+1)
 }

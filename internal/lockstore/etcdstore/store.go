@@ -1,7 +1,7 @@
 // Package etcdstore is the lock engine's store on etcd: every etcd call of
 // the coordinator goes through it. Writes go through a group committer
 // (one etcd transaction carries the writes of many callers at once), reads
-// are linearizable, and one watch per sidecar follows the scope.
+// are linearizable, and a sidecar watches each lock it holds or awaits.
 package etcdstore
 
 import (

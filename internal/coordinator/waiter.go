@@ -1,0 +1,102 @@
+package coordinator
+
+import (
+	"sync"
+
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// waiter is a local waiter's view of the deletes under its lock's prefix.
+type waiter struct {
+	notify chan struct{} // level-triggered: something to look at
+	mu     *sync.Mutex   // the hub's, guarding gone, resync and from
+	gone   map[string]deletion
+	resync bool  // the watch was established again since the waiter last looked
+	from   int64 // the first revision whose deletes that watch delivers
+}
+
+// coveredLocked reports whether the watch delivers every delete after a
+// read at rev; a watch established again from a later revision does not,
+// and the waiter must read again.
+func (w *waiter) coveredLocked(rev int64) bool {
+	if w.resync && w.from <= rev+1 {
+		w.resync = false
+	}
+	return !w.resync
+}
+
+// deletion is a contender key's delete seen by the watch.
+type deletion struct{ modRev int64 }
+
+// deleted reports whether key, or any key of anyOf, was deleted after
+// revision rev, or whether the watch had a gap (after which everything
+// must be read again). It forgets the deletes that a read at rev has seen.
+func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.coveredLocked(rev) {
+		w.resync = false
+		return true
+	}
+	hit := false
+	for k, d := range w.gone {
+		switch {
+		case d.modRev <= rev:
+			delete(w.gone, k)
+		case k == key, anyOf[k]:
+			hit = true
+		}
+	}
+	return hit
+}
+
+// allAheadGone reports, for a waiter whose contenders ahead at revision rev
+// were ahead, that the watch has delivered the delete of every one of them
+// and not mine's: the waiter is first in line as of the last delete.
+// Nothing created after rev can get ahead of it (create revisions only
+// grow), and the watch delivers every delete under the prefix in revision
+// order, its own key's included, so no read is needed to know it. After a
+// gap in the watch it answers false, and the waiter reads.
+func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.coveredLocked(rev) {
+		return false
+	}
+	for _, k := range ahead {
+		if d, ok := w.gone[k]; !ok || d.modRev <= rev {
+			return false
+		}
+	}
+	m, ok := w.gone[mine]
+	return !ok || m.modRev <= rev
+}
+
+// pruned returns line, read at rev, without the contenders whose delete
+// the watch has delivered since; covered is false when the watch may have
+// missed some (a gap), and the waiter must read again. mineGone says the
+// waiter's own key, mine, was deleted. Deletes of keys not in line are
+// forgotten once too many pile up, since a read then starts over.
+func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (rest []lockstore.Contender, covered, mineGone bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.coveredLocked(rev) || len(w.gone) > maxPrunedDeletes {
+		w.resync = false
+		clear(w.gone)
+		return nil, false, false
+	}
+	if d, ok := w.gone[mine]; ok && d.modRev > rev {
+		return nil, true, true
+	}
+	rest = line[:0:0]
+	for _, ct := range line {
+		if d, ok := w.gone[ct.Key]; !ok || d.modRev <= rev {
+			rest = append(rest, ct)
+		}
+	}
+	return rest, true, false
+}
+
+// maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
+// between two reads of its line.
+const maxPrunedDeletes = 4096
