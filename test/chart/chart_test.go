@@ -243,14 +243,15 @@ func TestRenderings(t *testing.T) {
 		if injecting != (len(webhooks) == 1) {
 			t.Fatalf("%d webhook configurations; injection on: %v", len(webhooks), injecting)
 		}
+		external := variant == "external-etcd-tls" || variant == "etcd-proxy"
 		if injecting {
 			checkWebhook(t, webhooks[0])
 			cfg := checkInjectConfig(t, objs, variant)
-			if managed := variant != "external-etcd-tls" && variant != "insecure-etcd"; managed != (cfg.EtcdTLSSecret == "baton-etcd-client" && cfg.EtcdClientCert) {
+			if managed := !external && variant != "insecure-etcd"; managed != (cfg.EtcdTLSSecret == "baton-etcd-client" && cfg.EtcdClientCert) {
 				t.Errorf("injected sidecars' etcd credentials %q (client certificate %v) with the chart's secured etcd %v", cfg.EtcdTLSSecret, cfg.EtcdClientCert, managed)
 			}
+			checkProxy(t, objs, cfg, variant == "etcd-proxy")
 		}
-		external := variant == "external-etcd-tls"
 		// With cert-manager, it keeps etcd's CA and certificate.
 		var etcdCerts []string
 		for _, c := range find(objs, "Certificate") {
@@ -352,6 +353,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"sidecar.args={default-ttl}":                        "sidecar.args",
 		"sidecar.daprStores={prefix=x}":                     "sidecar.daprStores",
 		"clusterName=East_1":                                "clusterName",
+		"etcd.proxy.enabled=true":                           "etcd.proxy.enabled with the chart's secured etcd",
+		"etcd.proxy.port=0":                                 "etcd.proxy.port",
 		"etcd.tsl.secretName=x":                             "tsl",
 		"nameOverride=Locks":                                "nameOverride",
 		"etcd.priorityClassName=High":                       "etcd.priorityClassName",

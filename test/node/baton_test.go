@@ -438,6 +438,8 @@ func TestBatonOnANode(t *testing.T) {
 		})
 		t.Logf("the first run after it and the lost lock freed %v after the install began", time.Since(start).Round(time.Millisecond))
 	})
+
+	t.Run("etcd's gRPC proxy on the node carries the sidecars' etcd traffic", etcdProxyOnANode)
 }
 
 // runPodLabelled creates a pod with labels that exits at once, hands the

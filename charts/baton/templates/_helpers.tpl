@@ -38,6 +38,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: etcd
 {{- end -}}
 
+{{- define "baton.etcdProxySelector" -}}
+app.kubernetes.io/name: {{ include "baton.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: etcd-proxy
+{{- end -}}
+
+{{/* The etcd client URLs of the injected sidecars, comma-separated: their
+     node's etcd proxy (etcd.proxy), else the controller's. */}}
+{{- define "baton.sidecarEtcdEndpoints" -}}
+{{- if .Values.etcd.proxy.enabled -}}
+{{- printf "http://%s.%s.svc:%d" (include "baton.etcdProxy" .) .Release.Namespace (int .Values.etcd.proxy.port) -}}
+{{- else -}}
+{{- include "baton.etcdEndpoints" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "baton.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
@@ -46,6 +62,7 @@ app.kubernetes.io/component: etcd
 {{- define "baton.webhookService" -}}{{ include "baton.fullname" . }}-webhook{{- end -}}
 {{- define "baton.webhookSecret" -}}{{ include "baton.fullname" . }}-webhook-tls{{- end -}}
 {{- define "baton.etcd" -}}{{ include "baton.fullname" . }}-etcd{{- end -}}
+{{- define "baton.etcdProxy" -}}{{ include "baton.fullname" . }}-etcd-proxy{{- end -}}
 {{- define "baton.etcdPeers" -}}{{ include "baton.fullname" . }}-etcd-peers{{- end -}}
 
 {{/* "true" when the chart runs its own etcd secured by the controller:
