@@ -107,6 +107,17 @@ func needCluster(t *testing.T) {
 	}
 }
 
+// externalEtcd says whether a variant's values point at an existing etcd.
+func externalEtcd(variant string) bool {
+	return variant == "external-etcd-tls" || variant == "etcd-proxy"
+}
+
+// managedEtcd says whether a variant runs the chart's own etcd, secured by
+// the controller.
+func managedEtcd(variant string) bool {
+	return !externalEtcd(variant) && variant != "insecure-etcd"
+}
+
 // variants are the values files the chart is tested with: "" is the
 // defaults.
 func variants(t *testing.T) []string {
@@ -243,11 +254,11 @@ func TestRenderings(t *testing.T) {
 		if injecting != (len(webhooks) == 1) {
 			t.Fatalf("%d webhook configurations; injection on: %v", len(webhooks), injecting)
 		}
-		external := variant == "external-etcd-tls" || variant == "etcd-proxy"
+		external, managed := externalEtcd(variant), managedEtcd(variant)
 		if injecting {
 			checkWebhook(t, webhooks[0])
 			cfg := checkInjectConfig(t, objs, variant)
-			if managed := !external && variant != "insecure-etcd"; managed != (cfg.EtcdTLSSecret == "baton-etcd-client" && cfg.EtcdClientCert) {
+			if managed != (cfg.EtcdTLSSecret == "baton-etcd-client" && cfg.EtcdClientCert) {
 				t.Errorf("injected sidecars' etcd credentials %q (client certificate %v) with the chart's secured etcd %v", cfg.EtcdTLSSecret, cfg.EtcdClientCert, managed)
 			}
 			checkProxy(t, objs, cfg, variant == "etcd-proxy")
@@ -270,7 +281,6 @@ func TestRenderings(t *testing.T) {
 			etcd = "baton-locks-etcd"
 		}
 		args := fmt.Sprint(deployments[0])
-		managed := !external && variant != "insecure-etcd"
 		for want, on := range map[string]bool{
 			"--etcd-endpoints=https://" + etcd + ".baton.svc:2379": managed,
 			"--etcd-endpoints=http://" + etcd + ".baton.svc:2379":  !external && !managed,

@@ -82,7 +82,7 @@ func TestControllerReadsNoForeignSecrets(t *testing.T) {
 				}
 			}
 		}
-		if managed := variant != "external-etcd-tls" && variant != "insecure-etcd"; managed != (named == 2) {
+		if managed := managedEtcd(variant); managed != (named == 2) {
 			t.Errorf("%d rules naming Secrets with the chart's secured etcd %v; want its CA's and etcd's, and the namespaces' client Secret", named, managed)
 		}
 	})
