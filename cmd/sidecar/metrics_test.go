@@ -129,11 +129,21 @@ func TestMetrics(t *testing.T) {
 		{"baton_etcd_request_duration_seconds", map[string]string{"op": "Txn"}, func(v float64) bool { return v >= 4 }, ">= 4 transactions"},
 		{"baton_etcd_request_duration_seconds", map[string]string{"op": "LeaseGrant"}, func(v float64) bool { return v >= 1 }, ">= 1 grant"},
 		{"baton_session_lost_total", nil, eq(0), "0"},
+		// flow-1/plan, held for its default ttl (5m) since a few seconds;
+		// flow-2/plan expired and flow-3/plan was released: no series.
+		{"baton_lock_ttl_used_ratio", map[string]string{"key": "flow-1"}, func(v float64) bool { return v > 0 && v < 0.2 }, "a little above 0"},
+		{"baton_lock_oldest_held_seconds", map[string]string{"key": "flow-1"}, func(v float64) bool { return v > 0 && v < 60 }, "the seconds since its grant"},
+		{"baton_ready", nil, eq(1), "1"},
 		{"baton_build_info", map[string]string{"version": version.Get().Version, "commit": version.Get().Commit, "go_version": runtime.Version(), "etcd_version": version.Get().Etcd}, eq(1), "1"},
 	} {
 		v, ok := value(fams, c.name, c.labels)
 		if !ok || !c.want(v) {
 			t.Errorf("%s%v = %v (found %v), want %s", c.name, c.labels, v, ok, c.desc)
+		}
+	}
+	for _, gone := range []string{"flow-2", "flow-3"} {
+		if v, ok := value(fams, "baton_lock_ttl_used_ratio", map[string]string{"key": gone}); ok {
+			t.Errorf("baton_lock_ttl_used_ratio{key=%q} = %v for a lock no longer held", gone, v)
 		}
 	}
 	if _, ok := fams["go_goroutines"]; !ok {

@@ -179,6 +179,9 @@ func (sc *sidecar) build() error {
 	if sc.coord, err = coordinator.New(sc.o.coord, sc.store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics), coordinator.WithPolicy(sc.guard)); err != nil {
 		return err
 	}
+	if err := sc.metrics.RegisterHeld(sc.reg, sc.coord, time.Now); err != nil {
+		return err
+	}
 	id := sc.o.coord.Identity
 	sc.api, err = server.New(sc.o.server, sc.coord, sc.log,
 		server.WithAudit(server.Caller{Pod: id.Pod, Namespace: id.Namespace, ServiceAccount: sc.o.serviceAccount}, sc.metrics))

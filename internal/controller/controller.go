@@ -129,8 +129,12 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
+	counts, err := metrics.NewController(crmetrics.Registry)
+	if err != nil {
+		return err
+	}
 	if cfg.Inject != nil {
-		var opts []webhook.Option
+		opts := []webhook.Option{webhook.OnOutcome(func(o webhook.Outcome) { counts.Injected(string(o)) })}
 		if cfg.Access != nil {
 			opts = append(opts, webhook.WithCredentials(func(ctx context.Context, ns string) error {
 				_, err := cfg.Access.Ensure(ctx, ns)
@@ -160,10 +164,6 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 			return err
 		}
-	}
-	counts, err := metrics.NewController(crmetrics.Registry)
-	if err != nil {
-		return err
 	}
 	if _, err := mirror.Setup(mgr, cfg.Mirror, cli, mirror.OnForceRelease(counts.ForceReleased)); err != nil {
 		return err

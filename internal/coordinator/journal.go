@@ -90,3 +90,17 @@ func (c *Coordinator) HeldLocks() ([]HeldLock, []lockstore.LeaseID) {
 // Changes is signalled (level-triggered) whenever the held locks change:
 // granted, extended or ended.
 func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
+
+// VisitHeld calls f, under the coordinator's lock, for each lock held
+// now: its key, when it was granted, when it expires, and the window its
+// last grant, extend or renewal set. f must return at once: the metrics
+// read the held locks' ages with it at each scrape.
+func (c *Coordinator) VisitHeld(f func(key string, acquiredAt, expiresAt time.Time, ttl time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.locks {
+		if h := e.held; h != nil && !h.ended {
+			f(e.key.String(), h.acquiredAt, h.expiresAt, h.ttl)
+		}
+	}
+}

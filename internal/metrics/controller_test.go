@@ -23,12 +23,24 @@ func TestControllerCounters(t *testing.T) {
 	a.ForceReleased()
 	b.ForceReleased()
 	b.PolicyWritten()
+	a.Injected("injected")
+	b.Injected("injected")
+	b.Injected("failed")
 	want := `
 # HELP baton_controller_force_releases_total Locks the controller freed by force, asked for by a Lock object's baton.dev/force-release annotation.
 # TYPE baton_controller_force_releases_total counter
 baton_controller_force_releases_total 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_controller_force_releases_total"); err != nil {
+		t.Error(err)
+	}
+	want = `
+# HELP baton_controller_injections_total Pod admissions the sidecar injector answered, by result: injected, skipped (admitted as it was), refused (conflicting annotations or names), failed (the injector could not answer).
+# TYPE baton_controller_injections_total counter
+baton_controller_injections_total{result="failed"} 1
+baton_controller_injections_total{result="injected"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_controller_injections_total"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.ToFloat64(a.policyWrites); n != 1 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,11 +26,12 @@ func TestInjectionEnsuresCredentials(t *testing.T) {
 	cfg := testConfig()
 	cfg.EtcdTLSSecret, cfg.EtcdClientCert = "baton-etcd-client", true
 	var asked []string
+	var told []Outcome
 	fail := error(nil)
 	inj, err := NewInjector(cfg, s, WithCredentials(func(_ context.Context, ns string) error {
 		asked = append(asked, ns)
 		return fail
-	}))
+	}), OnOutcome(func(o Outcome) { told = append(told, o) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,5 +46,16 @@ func TestInjectionEnsuresCredentials(t *testing.T) {
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable ||
 		!strings.Contains(resp.Result.Message, "namespace team-a") || !strings.Contains(resp.Result.Message, "etcd is out of reach") {
 		t.Errorf("credentials failing: allowed %v, %+v", resp.Allowed, resp.Result)
+	}
+	// Then a pod whose annotation is wrong, and one not labelled.
+	bad := appPod(map[string]string{AnnotationMemoryLimit: "lots"})
+	req.Object.Raw, _ = json.Marshal(bad)
+	inj.Handle(context.Background(), req)
+	other := appPod(nil)
+	other.Labels = nil
+	req.Object.Raw, _ = json.Marshal(other)
+	inj.Handle(context.Background(), req)
+	if want := []Outcome{Injected, Failed, Refused, Skipped}; !slices.Equal(told, want) {
+		t.Errorf("outcomes told %v, want %v (the metric baton_controller_injections_total counts them)", told, want)
 	}
 }

@@ -24,6 +24,31 @@ type Injector struct {
 	cfg         Config
 	decoder     admission.Decoder
 	credentials func(ctx context.Context, namespace string) error
+	outcome     func(Outcome)
+}
+
+// Outcome is what the injector answered a pod's admission.
+type Outcome string
+
+// The outcomes of an admission.
+const (
+	// Injected: the pod was admitted with the sidecar.
+	Injected Outcome = "injected"
+	// Skipped: the pod was admitted as it was (not a creation, not
+	// labelled, or with the sidecar already).
+	Skipped Outcome = "skipped"
+	// Refused: the pod's annotations or names conflict with the sidecar's;
+	// its creator was told why.
+	Refused Outcome = "refused"
+	// Failed: the injector could not answer (an undecodable pod, or the
+	// namespace's etcd credentials not made); with the chart's
+	// failurePolicy Fail, the pod is not created.
+	Failed Outcome = "failed"
+)
+
+// OnOutcome makes the injector tell f what it answered each admission.
+func OnOutcome(f func(Outcome)) Option {
+	return func(i *Injector) { i.outcome = f }
 }
 
 // Option configures an Injector.
@@ -56,6 +81,28 @@ func (i *Injector) Register(srv crwebhook.Server) {
 
 // Handle implements admission.Handler.
 func (i *Injector) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp := i.handle(ctx, req)
+	if i.outcome != nil {
+		i.outcome(outcomeOf(resp))
+	}
+	return resp
+}
+
+// outcomeOf classifies an answer of handle.
+func outcomeOf(resp admission.Response) Outcome {
+	switch {
+	case resp.Allowed && len(resp.Patches) > 0:
+		return Injected
+	case resp.Allowed:
+		return Skipped
+	case resp.Result != nil && resp.Result.Code == http.StatusForbidden:
+		return Refused
+	default:
+		return Failed
+	}
+}
+
+func (i *Injector) handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("Baton injects sidecars into pods only when they are created")
 	}
