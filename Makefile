@@ -65,7 +65,7 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
@@ -149,6 +149,12 @@ manifests: $(BIN)/controller-gen ## Generate the Lock and LockPolicy CRDs (confi
 # (about two minutes cold).
 $(BIN)/golangci-lint: hack/golangci-lint/go.mod hack/golangci-lint/go.sum $(TOOLCHAIN_STAMP)
 	cd hack/golangci-lint && $(GO) build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+# promtool, Prometheus's rules checker and unit test runner, pinned by
+# hack/promtool/go.mod and built into bin (about four minutes cold): the
+# alerts' tests (test/alerts) run it.
+$(BIN)/promtool: hack/promtool/go.mod hack/promtool/go.sum
+	cd hack/promtool && $(GO) build -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
 
 # govulncheck, pinned by hack/govulncheck/go.mod and built into bin. Its
 # database is the Go vulnerability database as of VULNDB_VERSION, taken as a

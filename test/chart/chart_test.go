@@ -365,6 +365,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"clusterName=East_1":                                "clusterName",
 		"etcd.proxy.enabled=true":                           "etcd.proxy.enabled with the chart's secured etcd",
 		"etcd.proxy.port=0":                                 "etcd.proxy.port",
+		"prometheusRule.ttlUsedRatio=1.5":                   "prometheusRule.ttlUsedRatio",
 		"etcd.tsl.secretName=x":                             "tsl",
 		"nameOverride=Locks":                                "nameOverride",
 		"etcd.priorityClassName=High":                       "etcd.priorityClassName",

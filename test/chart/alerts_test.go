@@ -1,0 +1,59 @@
+package chart
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// TestPrometheusRule: with prometheusRule.enabled the chart installs the
+// alerts of files/alerts.yaml as they are, but for BatonLockNearTTL's
+// threshold, set by prometheusRule.ttlUsedRatio, and with the labels
+// Prometheus selects its rules by; without it, none.
+func TestPrometheusRule(t *testing.T) {
+	needCluster(t)
+	if rules := find(renderObjects(t, ""), "PrometheusRule"); len(rules) != 0 {
+		t.Errorf("%d PrometheusRules with the default values, want none", len(rules))
+	}
+	objs := find(renderObjects(t, filepath.Join("values", "cert-manager.yaml")), "PrometheusRule")
+	if len(objs) != 1 {
+		t.Fatalf("%d PrometheusRules, want one", len(objs))
+	}
+	var got monitoringv1.PrometheusRule
+	strict(t, objs[0], &got)
+	if got.Labels["release"] != "prometheus" {
+		t.Errorf("labels %v, want release=prometheus", got.Labels)
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir, "files", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file monitoringv1.PrometheusRuleSpec
+	if err := sigsyaml.UnmarshalStrict(b, &file); err != nil {
+		t.Fatalf("files/alerts.yaml: %v", err)
+	}
+	if len(got.Spec.Groups) != len(file.Groups) {
+		t.Fatalf("%d groups, files/alerts.yaml has %d", len(got.Spec.Groups), len(file.Groups))
+	}
+	for i, g := range file.Groups {
+		rules := got.Spec.Groups[i].Rules
+		if got.Spec.Groups[i].Name != g.Name || len(rules) != len(g.Rules) {
+			t.Fatalf("group %d: %s with %d rules, want %s with %d", i, got.Spec.Groups[i].Name, len(rules), g.Name, len(g.Rules))
+		}
+		for j, want := range g.Rules {
+			r := rules[j]
+			wantExpr := want.Expr.String()
+			if want.Alert == "BatonLockNearTTL" {
+				wantExpr = strings.Replace(wantExpr, "> 0.8", "> 0.9", 1)
+			}
+			if r.Alert != want.Alert || r.Expr.String() != wantExpr || r.For == nil != (want.For == nil) ||
+				r.Annotations["summary"] != want.Annotations["summary"] || r.Labels["severity"] != want.Labels["severity"] {
+				t.Errorf("rule %s: %+v, want %+v with expression %q", want.Alert, r, want, wantExpr)
+			}
+		}
+	}
+}
