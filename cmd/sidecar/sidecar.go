@@ -130,6 +130,9 @@ func (sc *sidecar) connect(ctx context.Context) error {
 		return err
 	}
 	sc.metrics = m
+	for _, r := range coordinator.LostReasons() {
+		m.InitLossReasons(string(r))
+	}
 	if err := metrics.RegisterBuildInfo(sc.reg, version.Get()); err != nil {
 		return err
 	}

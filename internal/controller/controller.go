@@ -134,22 +134,8 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 		return err
 	}
 	if cfg.Inject != nil {
-		opts := []webhook.Option{webhook.OnOutcome(func(o webhook.Outcome) { counts.Injected(string(o)) })}
-		if cfg.Access != nil {
-			opts = append(opts, webhook.WithCredentials(func(ctx context.Context, ns string) error {
-				_, err := cfg.Access.Ensure(ctx, ns)
-				return err
-			}))
-		}
-		inj, err := webhook.NewInjector(*cfg.Inject, scheme, opts...)
-		if err != nil {
-			return fmt.Errorf("injector: %w", err)
-		}
-		inj.Register(mgr.GetWebhookServer())
-		if cfg.HealthAddr != "" {
-			if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-				return err
-			}
+		if err := serveInjector(mgr, cfg, scheme, counts); err != nil {
+			return err
 		}
 	}
 	// The manager serves controller-runtime's registry; a second
@@ -178,4 +164,28 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	}
 	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
 	return mgr.Start(ctx)
+}
+
+// serveInjector registers the sidecar injector on mgr's webhook server,
+// counting its answers, and its readiness check.
+func serveInjector(mgr ctrl.Manager, cfg Config, scheme *runtime.Scheme, counts *metrics.Controller) error {
+	for _, o := range webhook.Outcomes() {
+		counts.InitInjections(string(o))
+	}
+	opts := []webhook.Option{webhook.OnOutcome(func(o webhook.Outcome) { counts.Injected(string(o)) })}
+	if cfg.Access != nil {
+		opts = append(opts, webhook.WithCredentials(func(ctx context.Context, ns string) error {
+			_, err := cfg.Access.Ensure(ctx, ns)
+			return err
+		}))
+	}
+	inj, err := webhook.NewInjector(*cfg.Inject, scheme, opts...)
+	if err != nil {
+		return fmt.Errorf("injector: %w", err)
+	}
+	inj.Register(mgr.GetWebhookServer())
+	if cfg.HealthAddr != "" {
+		return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
+	}
+	return nil
 }

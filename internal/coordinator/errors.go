@@ -162,6 +162,11 @@ const (
 	MaxHoldReached LostReason = "max_hold"
 )
 
+// LostReasons lists every LostReason.
+func LostReasons() []LostReason {
+	return []LostReason{Expired, LeaseLost, ForceReleased, Shutdown, MaxHoldReached}
+}
+
 // LostError tells an owner that its lock already ended.
 type LostError struct {
 	Key    keyspace.Key

@@ -60,6 +60,15 @@ func register(reg prometheus.Registerer, col prometheus.Collector) (prometheus.C
 	return col, nil
 }
 
+// InitInjections makes the series of baton_controller_injections_total
+// of each result exist at 0, so that an alert on their increase sees the
+// first one.
+func (c *Controller) InitInjections(results ...string) {
+	for _, r := range results {
+		c.injections.WithLabelValues(r)
+	}
+}
+
 // Injected counts an admission the injector answered with result.
 func (c *Controller) Injected(result string) { c.injections.WithLabelValues(result).Inc() }
 

@@ -91,3 +91,43 @@ baton_ready 0
 		t.Error(err)
 	}
 }
+
+// TestCountersStartAtZero: the loss counters of every reason (without key
+// labels) and the injector's of every result exist at 0 before the first
+// count, so that Prometheus sees the first increase.
+func TestCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.InitLossReasons("expired", "lease_lost")
+	c, err := NewController(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.InitInjections("injected", "failed")
+	c.Injected("injected")
+	want := `
+# HELP baton_controller_injections_total Pod admissions the sidecar injector answered, by result: injected, skipped (admitted as it was), refused (conflicting annotations or names), failed (the injector could not answer).
+# TYPE baton_controller_injections_total counter
+baton_controller_injections_total{result="failed"} 0
+baton_controller_injections_total{result="injected"} 1
+# HELP baton_locks_lost_total Locks that ended without their owner's release, by reason.
+# TYPE baton_locks_lost_total counter
+baton_locks_lost_total{reason="expired"} 0
+baton_locks_lost_total{reason="lease_lost"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_locks_lost_total", "baton_controller_injections_total"); err != nil {
+		t.Error(err)
+	}
+	// With key labels there is no series to start: the key is not known.
+	reg = prometheus.NewRegistry()
+	if m, err = New(reg, 1); err != nil {
+		t.Fatal(err)
+	}
+	m.InitLossReasons("expired")
+	if n, err := testutil.GatherAndCount(reg, "baton_locks_lost_total"); err != nil || n != 0 {
+		t.Errorf("%d loss series with key labels before any loss (%v), want none", n, err)
+	}
+}

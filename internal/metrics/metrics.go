@@ -139,6 +139,19 @@ func (m *Metrics) Ended(key, reason string, heldFor time.Duration) {
 	}
 }
 
+// InitLossReasons makes the series of baton_locks_lost_total of each
+// reason exist at 0, when there is no key label: Prometheus sees a
+// counter's first increase only from a sample before it, so an alert on
+// losses would miss the first ones of a reason.
+func (m *Metrics) InitLossReasons(reasons ...string) {
+	if m.keyDepth > 0 {
+		return
+	}
+	for _, r := range reasons {
+		m.lost.WithLabelValues(r)
+	}
+}
+
 // Units moves the units of semaphores of limit held or waited for.
 func (m *Metrics) Units(key string, limit int, held bool, delta int) {
 	state := "waiting"

@@ -46,6 +46,9 @@ const (
 	Failed Outcome = "failed"
 )
 
+// Outcomes lists every Outcome.
+func Outcomes() []Outcome { return []Outcome{Injected, Skipped, Refused, Failed} }
+
 // OnOutcome makes the injector tell f what it answered each admission.
 func OnOutcome(f func(Outcome)) Option {
 	return func(i *Injector) { i.outcome = f }

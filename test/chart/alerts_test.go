@@ -1,12 +1,15 @@
 package chart
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -55,5 +58,49 @@ func TestPrometheusRule(t *testing.T) {
 				t.Errorf("rule %s: %+v, want %+v with expression %q", want.Alert, r, want, wantExpr)
 			}
 		}
+	}
+}
+
+// TestGrafanaDashboard: with grafanaDashboard.enabled the chart installs
+// files/dashboard.json as it is, in a ConfigMap that kube-prometheus-stack's
+// Grafana sidecar loads (grafana_dashboard: "1"), in the namespace asked
+// for; without it, none.
+func TestGrafanaDashboard(t *testing.T) {
+	needCluster(t)
+	dashboards := func(objs []map[string]any) []corev1.ConfigMap {
+		var out []corev1.ConfigMap
+		for _, o := range find(objs, "ConfigMap") {
+			var cm corev1.ConfigMap
+			strict(t, o, &cm)
+			if cm.Labels["grafana_dashboard"] != "" {
+				out = append(out, cm)
+			}
+		}
+		return out
+	}
+	if cms := dashboards(renderObjects(t, "")); len(cms) != 0 {
+		t.Errorf("%d dashboards with the default values, want none", len(cms))
+	}
+	cms := dashboards(renderObjects(t, filepath.Join("values", "cert-manager.yaml")))
+	if len(cms) != 1 {
+		t.Fatalf("%d dashboard ConfigMaps, want one", len(cms))
+	}
+	cm := cms[0]
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Namespace != "monitoring" {
+		t.Errorf("dashboard ConfigMap %s/%s labelled %v: want grafana_dashboard=1 in monitoring", cm.Namespace, cm.Name, cm.Labels)
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir, "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("files/dashboard.json: %v", err)
+	}
+	if err := json.Unmarshal([]byte(cm.Data["baton.json"]), &got); err != nil {
+		t.Fatalf("the ConfigMap's baton.json: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Error("the ConfigMap's baton.json is not files/dashboard.json")
 	}
 }
