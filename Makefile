@@ -65,7 +65,7 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
@@ -155,6 +155,19 @@ $(BIN)/golangci-lint: hack/golangci-lint/go.mod hack/golangci-lint/go.sum $(TOOL
 # alerts' tests (test/alerts) run it.
 $(BIN)/promtool: hack/promtool/go.mod hack/promtool/go.sum
 	cd hack/promtool && $(GO) build -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
+
+# promql-names: the metric names a PromQL expression selects, by
+# Prometheus's own parser (the same module as promtool).
+$(BIN)/promql-names: hack/promtool/go.mod hack/promtool/go.sum hack/promtool/promql-names/main.go
+	cd hack/promtool && $(GO) build -o $(BIN)/promql-names ./promql-names
+
+# A Prometheus server, Debian's package, for the test that scrapes real
+# sidecars and a controller with the alerts and the dashboard's queries
+# (test/alerts). The package's service is not started (policy-rc.d).
+.PHONY: prometheus-deps
+prometheus-deps:
+	@command -v prometheus >/dev/null || { echo "installing prometheus"; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; rc=$$?; rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
 # govulncheck, pinned by hack/govulncheck/go.mod and built into bin. Its
 # database is the Go vulnerability database as of VULNDB_VERSION, taken as a

@@ -1,8 +1,13 @@
 // Package alerts checks Baton's alerting rules (charts/baton/files/alerts.yaml)
-// with Prometheus's promtool (bin/promtool, or $PROMTOOL): they load, each
+// and Grafana dashboard (charts/baton/files/dashboard.json). With
+// Prometheus's promtool (bin/promtool, or $PROMTOOL): the rules load, each
 // alert's unit tests in rules_test.yaml pass, every alert is tested both
-// firing and quiet, and every alert's runbook is a section of
-// docs/operations.md.
+// firing and quiet, every alert's runbook is a section of
+// docs/operations.md, and every dashboard query parses. With a real
+// Prometheus server (Debian's package) scraping real sidecars and the
+// controller: every dashboard query returns data, every alert evaluates,
+// they read only metrics Baton exports (by Prometheus's parser,
+// bin/promql-names), and BatonLockNearTTL fires.
 package alerts
 
 import (
@@ -60,6 +65,7 @@ type ruleFile struct {
 	Groups []struct {
 		Rules []struct {
 			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
 			Annotations map[string]string `json:"annotations"`
 		} `json:"rules"`
 	} `json:"groups"`
