@@ -174,8 +174,20 @@ func startSidecar(t *testing.T, pod string, endpoints []string) sidecar {
 	cmd := exec.Command(batonBin, "serve", "--socket", s.socket, "--scope", "shop", "--etcd-endpoints", strings.Join(endpoints, ","),
 		"--health-addr", "", "--metrics-addr", s.metrics, "--lease-ttl", "3s", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "POD_NAME="+pod)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	startProcess(t, "sidecar "+pod, cmd)
+	waitFor(t, 30*time.Second, "sidecar "+pod+" serving", func() error {
+		_, err := os.Stat(s.socket)
+		return err
+	})
+	return s
+}
+
+// startProcess starts cmd and, at the test's end, kills it, logging its
+// output if the test failed.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +195,9 @@ func startSidecar(t *testing.T, pod string, endpoints []string) sidecar {
 		cmd.Process.Kill()
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("sidecar %s:\n%s", pod, stderr.String())
+			t.Logf("%s:\n%s", name, out.String())
 		}
 	})
-	waitFor(t, 30*time.Second, "sidecar "+pod+" serving", func() error {
-		_, err := os.Stat(s.socket)
-		return err
-	})
-	return s
 }
 
 // startController runs the controller (the mirror, leader elected, and
@@ -269,19 +276,7 @@ func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAdd
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus:\n%s", out.String())
-		}
-	})
+	startProcess(t, "prometheus", exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr))
 	// Every target up.
 	waitFor(t, 60*time.Second, "Prometheus scraping the sidecars and the controller", func() error {
 		var res struct {
