@@ -154,3 +154,51 @@ func waitStatus(t *testing.T, c *http.Client, key, want string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestGracefulRestartSaysLost: a sidecar stopped with SIGTERM (as
+// Kubernetes stops it) releases every lock; restarted, it answers the
+// owner of a plain lock 410 lock_lost with reason shutdown, not 404, on
+// release and on extend, until the lock's own deadline at least; a second
+// restart still knows.
+func TestGracefulRestartSaysLost(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-graceful")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "a.sock")
+	a := startProc(t, sock, "graceful-test")
+	if code, body := do(t, unixClient(sock), "POST", "/v1/locks/job", `{"owner":"p1","ttl":"10m"}`); code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
+	}
+	if code, body := do(t, unixClient(sock), "POST", "/v1/locks/done", `{"owner":"p2"}`); code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
+	}
+	if code, body := do(t, unixClient(sock), "DELETE", "/v1/locks/done?owner=p2", ""); code != 200 {
+		t.Fatalf("release: %d %s", code, body)
+	}
+	for range 2 {
+		a.cmd.Process.Signal(syscall.SIGTERM)
+		<-a.exited
+		a = startProc(t, sock, "graceful-test")
+		c := unixClient(sock)
+		for _, call := range []struct{ method, path, body string }{
+			{"POST", "/v1/locks/job:extend", `{"owner":"p1","ttl":"1m"}`},
+			{"DELETE", "/v1/locks/job?owner=p1", ""},
+		} {
+			code, body := do(t, c, call.method, call.path, call.body)
+			if code != 410 || !strings.Contains(body, `"code":"lock_lost"`) || !strings.Contains(body, `"reason":"shutdown"`) {
+				t.Errorf("%s %s after a graceful restart: %d %s; want 410 lock_lost, reason shutdown", call.method, call.path, code, body)
+			}
+		}
+		// A lock released before the restart is not a loss.
+		if code, body := do(t, c, "DELETE", "/v1/locks/done?owner=p2", ""); code != 404 {
+			t.Errorf("release of a lock released before the restart: %d %s; want 404 not_held", code, body)
+		}
+	}
+	// Taken again, the lock is no longer lost.
+	c := unixClient(sock)
+	if code, body := do(t, c, "POST", "/v1/locks/job", `{"owner":"p1"}`); code != 200 {
+		t.Fatalf("acquire again: %d %s", code, body)
+	}
+	if code, body := do(t, c, "DELETE", "/v1/locks/job?owner=p1", ""); code != 200 {
+		t.Errorf("release of the lock taken again: %d %s", code, body)
+	}
+}

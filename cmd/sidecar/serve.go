@@ -113,7 +113,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
 	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
 	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend, and the longest max_hold of a hold stream")
-	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait a caller may ask for")
+	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait of a plain acquire; a hold stream (baton run) may wait longer, or forever")
 	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
 	fs.DurationVar(&o.coord.LockDelay, "lock-delay", o.coord.LockDelay, "the lock delay of locks whose caller asks for none: after a holder is lost other than by its release, nobody gets its lock for this long (0: none)")
 	fs.DurationVar(&o.coord.MaxLockDelay, "max-lock-delay", o.coord.MaxLockDelay, "the longest lock delay a caller may ask for")
@@ -173,6 +173,11 @@ func (o *serveOptions) validate() error {
 	}
 	// The grant timeout follows the lease TTL: at most half of it.
 	o.lease.GrantTimeout = min(lease.Default().GrantTimeout, o.lease.TTL/2)
+	// A hold stream's heartbeats tell its holder how long its lock is
+	// certainly still its own (valid_for_seconds), which a renewal of the
+	// lease, every third of its TTL, moves on: they come often enough for
+	// the holder to hear each renewal well before that runs out.
+	o.server.HeartbeatInterval = min(server.Default().HeartbeatInterval, o.lease.TTL/5)
 	if o.metricsAddr != "" {
 		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr %q: want host:port, e.g. :9090", o.metricsAddr)

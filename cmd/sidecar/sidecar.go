@@ -182,6 +182,7 @@ func (sc *sidecar) build() error {
 	if sc.coord, err = coordinator.New(sc.o.coord, sc.store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics), coordinator.WithPolicy(sc.guard)); err != nil {
 		return err
 	}
+	sc.coord.Remember(sc.prev.Lost)
 	if err := sc.metrics.RegisterHeld(sc.reg, sc.coord, time.Now); err != nil {
 		return err
 	}
@@ -299,8 +300,10 @@ func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun 
 	stopServing()
 	stopRun()
 	wg.Wait()
-	if err := restart.Remove(sc.o.statePath); err != nil {
-		sc.log.Warn("remove state file", "err", err)
+	// The owners of the locks that just ended hear why from the next
+	// process (410 lock_lost, reason shutdown), not 404.
+	if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses()); err != nil {
+		sc.log.Warn("write the state file", "err", err)
 	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 }

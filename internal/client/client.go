@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/internal/lockapi"
 )
@@ -43,6 +45,9 @@ type Stream struct {
 	body   io.ReadCloser
 	dec    *json.Decoder
 	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	validUntil time.Time
 }
 
 // Hold opens a hold stream for key. A refusal before any event (the lock is
@@ -71,8 +76,43 @@ func (c *Client) open(ctx context.Context, method, path string, req any) (io.Rea
 	return resp.Body, json.NewDecoder(bufio.NewReader(resp.Body)), cancel, nil
 }
 
-// Next returns the next event; io.EOF when the stream ended.
-func (s *Stream) Next() (lockapi.Event, error) { return next[lockapi.Event](s.dec) }
+// Next returns the next event; io.EOF when the stream ended. A stream of a
+// granted lock that ends without a released or lost event (the sidecar
+// crashed, the connection broke) ended the lock too: treat it as lost.
+func (s *Stream) Next() (lockapi.Event, error) {
+	ev, err := next[lockapi.Event](s.dec)
+	if err == nil && ev.ValidFor > 0 {
+		s.note(ev, time.Now())
+	}
+	return ev, err
+}
+
+// note takes in ev's valid_for_seconds, received at now: counted from when
+// the sidecar sent it (its at), or from now if the clocks say it arrived
+// before it was sent.
+func (s *Stream) note(ev lockapi.Event, now time.Time) {
+	transit := time.Duration(0)
+	if !ev.At.IsZero() {
+		transit = max(now.Round(0).Sub(ev.At), 0)
+	}
+	until := now.Add(time.Duration(ev.ValidFor*float64(time.Second)) - transit)
+	s.mu.Lock()
+	s.validUntil = until
+	s.mu.Unlock()
+}
+
+// ValidUntil is, once the lock is granted, until when it is certainly
+// still the caller's if nothing more is heard from the sidecar: the last
+// granted or heartbeat event's valid_for_seconds, counted from when that
+// event was sent. A holder that reaches it without another event must
+// have stopped its work by then: the sidecar may be frozen or cut off
+// from etcd, and the lock granted to someone else. Zero before the grant,
+// and when the sidecar says nothing of it.
+func (s *Stream) ValidUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validUntil
+}
 
 // next decodes the next line of a stream; io.EOF when it ended.
 func next[T any](dec *json.Decoder) (T, error) {

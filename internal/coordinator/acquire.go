@@ -9,55 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
-	"github.com/baton-dev/baton/internal/policy"
 )
-
-// Grant is a lock held by a local owner.
-type Grant struct {
-	Key        keyspace.Key
-	Owner      string
-	Fence      int64
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
-	// Repeated says the owner held the lock before this call, which changed
-	// nothing (acquire is idempotent).
-	Repeated bool
-	// TTL is the lock's window: the deadline a grant, an extend or a
-	// renewal sets is that long after it.
-	TTL time.Duration
-	// MaxHoldAt is when the lock ends whatever its renewals (the request's
-	// MaxHold); zero when uncapped.
-	MaxHoldAt time.Time
-	// Claim is what the grant holds: the lock whole, as a reader, or units
-	// of a semaphore.
-	Claim keyspace.Claim
-
-	h *held
-}
-
-// Done returns a channel that is closed when the lock ends, however it ends.
-func (g Grant) Done() <-chan struct{} {
-	if g.h == nil {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	return g.h.doneChan()
-}
-
-// Err returns nil while the lock is held and after its owner released it,
-// and a *LostError once it ended any other way.
-func (g Grant) Err() error {
-	if g.h == nil {
-		return nil
-	}
-	g.h.co.mu.Lock()
-	defer g.h.co.mu.Unlock()
-	if g.h.ended && g.h.lost != nil {
-		return g.h.lost
-	}
-	return nil
-}
 
 // Acquire grants req.Key to req.Owner, or tells who holds it. A try (Wait
 // 0) costs one etcd transaction, granted or refused, and leaves no key
@@ -74,16 +26,16 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	if err := c.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}
-	if err := c.allowed(policy.Lock, req.Key); err != nil {
-		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
-	}
 	start := c.now()
-	defer func() { c.acquired(req, start, err) }()
-	if req.Wait > 0 {
+	if req.Wait > 0 && req.Wait != WaitForever {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, req.Wait, errWaitOver)
 		defer cancel()
 	}
+	if err := c.allowedWithin(ctx, req); err != nil {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	defer func() { c.acquired(req, start, err) }()
 
 	c.mu.Lock()
 	if c.closed {
@@ -138,20 +90,24 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 		}
 	}
 	h := e.held
+	// The same owner gets its grant back only from one plain acquire to
+	// the next (a retried call): a hold is a holder of its own, which
+	// never shares its lock, not even with its own owner's other hold.
+	same := h != nil && h.owner == req.Owner && !h.hold && !req.Hold
 	switch {
 	case h == nil:
 		return Grant{}, false, nil
-	case h.owner == req.Owner && h.claim() != req.Claim:
+	case same && h.claim() != req.Claim:
 		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim(), Holder: c.recordOf(h), Fence: h.fence, Own: true}
 		c.mu.Unlock()
 		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
-	case h.owner == req.Owner:
+	case same:
 		g := grantOf(e, h)
 		g.Repeated = true
 		c.mu.Unlock()
 		return g, true, nil
 	case req.Wait == 0 && !h.ending:
-		err := &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence}
+		err := &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence, Twin: h.owner == req.Owner}
 		c.mu.Unlock()
 		return Grant{}, true, err
 	}
@@ -167,25 +123,64 @@ const maxHeldElsewhere = 1 << 16
 // the turn is free or is being freed by a release here, else it is
 // refused naming the holder.
 func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
-	if c.tryTurnLocked(e) {
+	for {
+		if c.tryTurnLocked(e) {
+			return c.tryTracked(ctx, e, req)
+		}
+		if letGo := e.retiring || (e.held != nil && e.held.ending); letGo {
+			// The lock is being released here: etcd may already show it
+			// free. Wait for that one request, then try.
+			wctx, cancel := c.etcdCtx(ctx)
+			err := c.waitTurnLocked(wctx, e, false)
+			cancel()
+			if err == nil {
+				return c.tryTracked(ctx, e, req)
+			}
+		}
+		trying := e.trying
+		if trying == nil {
+			break
+		}
+		// Another caller of this sidecar is trying the lock in etcd: its
+		// outcome is this caller's answer, which then names the holder
+		// (a refusal read now could find nobody, the try not committed
+		// yet).
 		c.mu.Unlock()
-		return c.try(ctx, e, req)
-	}
-	if letGo := e.retiring || (e.held != nil && e.held.ending); letGo {
-		// The lock is being released here: etcd may already show it
-		// free. Wait for that one request, then try.
 		wctx, cancel := c.etcdCtx(ctx)
-		err := c.waitTurnLocked(wctx, e, false)
+		select {
+		case <-trying:
+		case <-wctx.Done():
+		}
 		cancel()
-		if err == nil {
-			c.mu.Unlock()
-			return c.try(ctx, e, req)
+		c.mu.Lock()
+		if wctx.Err() != nil {
+			break
+		}
+		if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
+			return g, err
 		}
 	}
 	c.mu.Unlock()
 	// A local caller is queued in etcd: whoever holds the lock, it is
 	// not this caller.
 	return Grant{}, c.refusal(ctx, req.Key, false, 0)
+}
+
+// tryTracked is try, with c.mu locked, which it unlocks; the caller has
+// the turn. While it is in flight, other tries of the lock here wait for
+// its outcome (entry.trying).
+func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+	done := make(chan struct{})
+	e.trying = done
+	c.mu.Unlock()
+	g, err := c.try(ctx, e, req)
+	c.mu.Lock()
+	if e.trying == done {
+		e.trying = nil
+	}
+	c.mu.Unlock()
+	close(done)
+	return g, err
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
@@ -308,7 +303,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 	}
 	h := &held{
 		owner: req.Owner, entry: e, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, delay: req.LockDelay, co: c,
 	}
 	if req.MaxHold > 0 {
 		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
@@ -344,8 +339,4 @@ func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
 		result = "error"
 	}
 	c.obs.Acquired(req.Key.String(), result, req.Wait > 0, c.now().Sub(start))
-}
-
-func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim(), h: h}
 }

@@ -64,7 +64,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		if err != nil || p.Hold || found[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] {
 			continue
 		}
-		c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now()})
+		c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now(), expiresAt: p.ExpiresAt})
 	}
 	c.signalLocked()
 	c.mu.Unlock()
@@ -102,7 +102,7 @@ func (c *Coordinator) Forget(previous []HeldLock) {
 	defer c.mu.Unlock()
 	for _, p := range previous {
 		if k, err := keyspace.ParseKey(p.Key); err == nil && !p.Hold {
-			c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: LeaseLost, at: c.now()})
+			c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: LeaseLost, at: c.now(), expiresAt: p.ExpiresAt})
 		}
 	}
 }

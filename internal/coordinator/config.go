@@ -26,7 +26,8 @@ type Config struct {
 	DefaultTTL time.Duration
 	// MaxHold caps every ttl a caller asks for (acquire and extend). Default 24h.
 	MaxHold time.Duration
-	// MaxWait caps a blocking acquire's wait. Default 10m.
+	// MaxWait caps a plain blocking acquire's wait; a hold stream, whose
+	// heartbeats keep its connection alive, may wait longer. Default 10m.
 	MaxWait time.Duration
 	// MaxWaiters caps the callers queued at once in this sidecar. Default 1024.
 	MaxWaiters int

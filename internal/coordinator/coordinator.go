@@ -84,6 +84,10 @@ type entry struct {
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
 
+	// trying is closed when the try in flight for the turn's owner has its
+	// outcome; nil when no try is in flight.
+	trying chan struct{}
+
 	// The flags last, together: a sidecar keeps an entry per held lock.
 	busy       bool // the turn is taken
 	retiring   bool // the turn's owner is deleting a key of ours: the lock is being let go
@@ -101,6 +105,7 @@ type held struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 	ttl        time.Duration // the window each grant, extend or renewal sets
+	delay      time.Duration // the lock delay it was granted with; 0 when none or not known
 	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
 	entry      *entry        // the lock's entry: its claim, and for its deadline
 	due        time.Time     // when its deadline fires
@@ -133,17 +138,6 @@ func (h *held) doneChan() <-chan struct{} {
 	}
 	h.co.watchHeldLocked(h)
 	return h.done
-}
-
-// endedKey names an owner's lock of one key.
-type endedKey struct{ lock, owner string }
-
-// endedLock remembers a lock that ended without its owner's release.
-type endedLock struct {
-	owner  string
-	fence  int64
-	reason LostReason
-	at     time.Time
 }
 
 // New returns a Coordinator of the locks in store, contending with the
@@ -242,6 +236,7 @@ func (c *Coordinator) Shutdown() {
 		if h := e.held; h != nil {
 			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
 			c.endLocked(e, h)
+			c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Shutdown, at: h.lost.At, expiresAt: h.expiresAt})
 		}
 	}
 }
@@ -253,7 +248,7 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 	}
 	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
 	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At})
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
 	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
 }
 
@@ -322,27 +317,6 @@ func (c *Coordinator) signalLocked() {
 	case c.changes <- struct{}{}:
 	default:
 	}
-}
-
-func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {
-	if now := c.now(); now.Sub(c.sweptAt) > c.cfg.EndedRetention/8 {
-		c.sweptAt = now
-		for name, old := range c.ended {
-			if now.Sub(old.at) > c.cfg.EndedRetention {
-				delete(c.ended, name)
-			}
-		}
-	}
-	c.ended[endedKey{k.String(), l.owner}] = l
-}
-
-// lostLocked returns the LostError for owner if its lock of k ended recently.
-func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
-	l, ok := c.ended[endedKey{k.String(), owner}]
-	if !ok || c.now().Sub(l.at) > c.cfg.EndedRetention {
-		return nil
-	}
-	return &LostError{Key: k, Owner: owner, Fence: l.fence, Reason: l.reason, At: l.at}
 }
 
 // etcdCtx bounds one etcd call.

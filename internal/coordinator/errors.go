@@ -67,12 +67,18 @@ type HeldError struct {
 	Wait time.Duration
 	// Mismatch is the fence a refused force release named.
 	Mismatch int64
+	// Twin says the holder has the caller's own owner, in a hold of its
+	// own (a hold never shares its lock).
+	Twin bool
 }
 
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("lock %q is held by %s", e.Key.String(), describe(e.Holder))
 	if e.Mismatch != 0 {
 		return fmt.Sprintf("%s with fence %d, not fence %d; nothing was released", msg, e.Fence, e.Mismatch)
+	}
+	if e.Twin {
+		msg += "; that holder is another hold (hold stream, baton run) of the same owner, and two holds never share a lock: give each replica an owner of its own"
 	}
 	if e.Waited {
 		msg += fmt.Sprintf("; gave up after waiting %v", e.Wait)

@@ -85,7 +85,7 @@ func (c *Coordinator) checkOnce(req *AcquireRequest) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner {
+	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner && !e.held.hold && !req.Hold {
 		return invalid("once", "%s is running %q already (fence %d) and cannot wait for its own outcome: report it with POST /v1/locks/%s:done",
 			req.Owner, req.Key.String(), e.held.fence, req.Key.String())
 	}

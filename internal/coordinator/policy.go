@@ -1,8 +1,10 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/policy"
@@ -48,4 +50,45 @@ func (c *Coordinator) allowed(a policy.Action, k keyspace.Key) error {
 		return cerr
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// stillAllowed checks, for a waiter about to be granted (p), the policy in
+// force now: a grant is a use of the lock, and the policy may have
+// changed while it waited. A refused waiter's key is deleted, and it is
+// told why.
+func (c *Coordinator) stillAllowed(e *entry, req AcquireRequest, p place) error {
+	err := c.allowed(policy.Lock, req.Key)
+	if err == nil {
+		return nil
+	}
+	c.retire(e, p.key, p.rev, p.sess)
+	if errors.Is(err, ErrForbidden) {
+		c.log.Warn("waiter refused at its grant: the lock policy changed while it waited", "lock", req.Key.String(), "owner", req.Owner, "err", err)
+		return fmt.Errorf("acquire %q: refused when its turn came, by the lock policy in force then: %w", req.Key, err)
+	}
+	return fmt.Errorf("acquire %q: %w", req.Key, err)
+}
+
+// allowedWithin is allowed for req, which a wait rides out: while the
+// policy cannot be known for want of etcd (the sidecar fails closed), a
+// caller that asked to wait waits for it to be known again, until its
+// wait (ctx) runs out, and is then answered unavailable.
+func (c *Coordinator) allowedWithin(ctx context.Context, req AcquireRequest) error {
+	err := c.allowed(policy.Lock, req.Key)
+	if req.Wait == 0 || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	retry := retryBackoff(time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-c.stop.Done():
+			return err
+		case <-time.After(retry.NextBackOff()):
+		}
+		if err = c.allowed(policy.Lock, req.Key); !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+	}
 }

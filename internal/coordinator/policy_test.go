@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/policy"
 )
 
@@ -59,4 +60,94 @@ func TestPolicy(t *testing.T) {
 	if _, err := a.c.Release(context.Background(), g.Key, g.Owner); err != nil {
 		t.Errorf("release of a lock the policy no longer covers: %v", err)
 	}
+}
+
+// TestPolicyAtTheGrant: a waiter that queued while the policy allowed it
+// is refused when its turn comes under a policy that no longer does (a
+// grant is a use of the lock): it is told why, its key is deleted, and the
+// next waiter is served.
+func TestPolicyAtTheGrant(t *testing.T) {
+	parallel(t)
+	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
+	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	a.c.policy = guard
+	allow := func(rev string, keys ...string) {
+		guard.Set(policy.Document{Policies: []policy.Policy{{Name: "p", Rules: []policy.Rule{{ServiceAccounts: []string{"runner"}, Keys: keys}}}}}, rev)
+	}
+	allow("1", "demo/")
+	for _, shared := range []bool{false, true} {
+		k := key(t, "demo/job")
+		var cl keyspace.Claim
+		if shared {
+			k, cl = key(t, "demo/sem"), keyspace.Claim{Limit: 2, Weight: 2}
+		}
+		allow("1", "demo/")
+		b.mustClaim(t, k, "holder", cl)
+		refused := make(chan error, 1)
+		go func() {
+			_, err := a.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: "waiter", Wait: 10 * time.Second, Claim: cl})
+			refused <- err
+		}()
+		waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return len(b.contenders(t, k)) == 2 })
+		allow("2", "other/") // demo/ is no longer this pod's
+		third := make(chan error, 1)
+		go func() {
+			_, err := c.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: "third", Wait: 10 * time.Second, Claim: cl})
+			third <- err
+		}()
+		waitFor(t, 5*time.Second, "the third to queue", func() bool { return len(b.contenders(t, k)) == 3 })
+		b.mustRelease(t, k, "holder")
+		err := <-refused
+		var f *policy.Forbidden
+		if !errors.As(err, &f) || !strings.Contains(err.Error(), "when its turn came") {
+			t.Errorf("shared %v: the waiter queued before the policy changed: %v; want refused at its grant", shared, err)
+		}
+		if err := <-third; err != nil {
+			t.Errorf("shared %v: the next waiter: %v", shared, err)
+		}
+		c.mustRelease(t, k, "third")
+		if cs := b.contenders(t, k); len(cs) != 0 {
+			t.Errorf("shared %v: keys left: %v", shared, cs)
+		}
+	}
+}
+
+// TestWaitRidesOutAnUnknownPolicy: while etcd is out of reach the policy
+// cannot be known and the sidecar fails closed; a caller that asked to
+// wait waits for it within its wait (granted once etcd is back, 503 when
+// the wait runs out first), and a try is answered 503 at once.
+func TestWaitRidesOutAnUnknownPolicy(t *testing.T) {
+	w := newOwnWorld(t)
+	a := newSidecarOn(t, w, "pod-a")
+	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	a.c.policy = guard
+	guard.Set(policy.Document{}, "1")
+	k := key(t, "ride/out")
+
+	w.down(t)
+	guard.Fail(errors.New("etcd is out of reach"))
+	if _, err := a.acquire(t, k, "try", 0); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a try while the policy is unknown: %v", err)
+	}
+	began := time.Now()
+	if _, err := a.acquire(t, k, "short", 700*time.Millisecond); !errors.Is(err, ErrUnavailable) || time.Since(began) < 600*time.Millisecond {
+		t.Errorf("a wait of 700ms while etcd stays away: %v after %v; want 503 once the wait ran out", err, time.Since(began))
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.acquire(t, k, "patient", 20*time.Second)
+		got <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("the wait ended while etcd was away: %v", err)
+	default:
+	}
+	w.up(t)
+	guard.Set(policy.Document{}, "2")
+	if err := <-got; err != nil {
+		t.Fatalf("the wait after etcd came back: %v", err)
+	}
+	a.mustRelease(t, k, "patient")
 }

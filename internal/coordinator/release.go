@@ -19,13 +19,29 @@ type Released struct {
 // Release ends owner's lock of k. The delete compares the key's create
 // revision with the fence, so it never removes a newer lock (etcd #22082).
 func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string) (Released, error) {
+	return c.release(ctx, k, owner, true)
+}
+
+// Abandon ends owner's lock of k for a caller that went away without
+// releasing it (a hold stream whose caller hung up): its key is deleted,
+// but the lock delay it was granted with holds the lock back from everyone,
+// as after a loss, since whatever the caller started may still be running.
+// Without a lock delay it is Release.
+func (c *Coordinator) Abandon(ctx context.Context, k keyspace.Key, owner string) (Released, error) {
+	return c.release(ctx, k, owner, false)
+}
+
+// release ends owner's lock of k; clean deletes its lock-delay marker with
+// it, so that the next caller is not held back.
+func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string, clean bool) (Released, error) {
 	op := fmt.Sprintf("release %q", k)
 	e, h, err := c.ownedBy(ctx, k, owner)
 	if err != nil {
 		return Released{}, fmt.Errorf("%s: %w", op, err)
 	}
 	var out lockstore.Outcome
-	if marker := c.markerOf(e, h); marker != "" {
+	marker := c.markerOf(e, h)
+	if marker != "" && clean {
 		out, err = c.store.DeleteWith(h.etcdKey, h.fence, marker) // a clean release: no lock delay
 	} else {
 		out, err = c.store.Delete(h.etcdKey, h.fence)
@@ -51,7 +67,11 @@ func (c *Coordinator) Release(ctx context.Context, k keyspace.Key, owner string)
 	c.endLocked(e, h)
 	c.passTurnLocked(e)
 	heldFor := c.now().Sub(h.acquiredAt)
-	c.log.Info("lock released", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
+	if marker != "" && !clean {
+		c.log.Warn("lock let go without its release: held back by its lock delay", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor, "lockDelay", h.delay)
+	} else {
+		c.log.Info("lock released", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
+	}
 	return Released{Fence: h.fence, HeldFor: heldFor}, nil
 }
 
@@ -213,7 +233,7 @@ func (c *Coordinator) expire(e *entry, h *held) {
 	}
 	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}
 	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At})
+	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
 	c.log.Warn(fmt.Sprintf(what, h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
 	c.mu.Unlock()

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"math"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -19,7 +20,8 @@ type AcquireRequest struct {
 	// TTL is how long the lock may be held before the sidecar releases it;
 	// 0 means Config.DefaultTTL; at most Config.MaxHold.
 	TTL time.Duration
-	// Wait is how long to queue for the lock; 0 tries once.
+	// Wait is how long to queue for the lock; 0 tries once, WaitForever
+	// (a hold's only) waits as long as it takes.
 	Wait time.Duration
 	// OnQueued, if set, is called from the waiting goroutine with the number
 	// of contenders ahead of the caller, each time that number is learned.
@@ -93,11 +95,19 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	switch {
 	case req.Wait < 0:
 		return invalid("wait", "%v is negative; use 0 to try once", req.Wait)
+	case req.Hold:
+		// A hold stream's heartbeats keep its connection alive while it
+		// waits: it may wait as long as it asks, forever included.
+	case req.Wait == WaitForever:
+		return invalid("wait", "forever is for hold streams (POST /v1/locks/KEY:hold, baton run), whose heartbeats keep the connection alive; a plain acquire waits at most the sidecar's maximum wait %v", c.cfg.MaxWait)
 	case req.Wait > c.cfg.MaxWait:
-		return invalid("wait", "%v is longer than the sidecar's maximum wait %v", req.Wait, c.cfg.MaxWait)
+		return invalid("wait", "%v is longer than the sidecar's maximum wait %v; a hold stream (POST /v1/locks/KEY:hold, baton run) may wait longer, or forever", req.Wait, c.cfg.MaxWait)
 	}
 	return nil
 }
+
+// WaitForever is the wait of a hold that queues for as long as it takes.
+const WaitForever = time.Duration(math.MaxInt64)
 
 // checkClaim validates a claim and puts it in its one form: a weight of
 // 1 when none is given, a limit of 1 taken whole as the mutex.

@@ -46,6 +46,9 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 			return Grant{}, err
 		}
 	}
+	if err := c.stillAllowed(e, req, p); err != nil {
+		return Grant{}, err
+	}
 	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Claim = req.Claim

@@ -121,6 +121,9 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 			return Grant{}, err
 		}
 	}
+	if err := c.stillAllowed(e, req, p); err != nil {
+		return Grant{}, err
+	}
 	if err := c.mark(req, p.key, p.rev); err != nil {
 		c.retire(e, p.key, p.rev, sess)
 		return Grant{}, err

@@ -120,6 +120,10 @@ type Session struct {
 	leases   []clientv3.LeaseID // the first is the session's ID
 	growing  bool               // a lease is being granted
 	failedAt time.Time          // last failed grant of an extra lease
+	// until is, by lease, when the session gives it up unless a renewal is
+	// heard first: its last renewal heard plus its TTL, less the margin.
+	until   map[clientv3.LeaseID]time.Time
+	renewed chan struct{} // closed and replaced at each renewal heard
 }
 
 // Open grants a lease of cfg.TTL and keeps it alive until ctx ends, the
@@ -168,7 +172,7 @@ func Resume(ctx context.Context, cli *clientv3.Client, cfg Config, ids ...client
 
 func newSession(ctx context.Context, cli *clientv3.Client, cfg Config, resumed bool) *Session {
 	kctx, stop := context.WithCancel(ctx)
-	return &Session{cli: cli, cfg: cfg, resumed: resumed, ctx: kctx, stop: stop, done: make(chan struct{})}
+	return &Session{cli: cli, cfg: cfg, resumed: resumed, ctx: kctx, stop: stop, done: make(chan struct{}), until: map[clientv3.LeaseID]time.Time{}, renewed: make(chan struct{})}
 }
 
 // grant grants one lease of the configured TTL.
@@ -189,20 +193,21 @@ func (s *Session) keep(id clientv3.LeaseID, left time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("keep lease %x alive: %w", int64(id), err)
 	}
-	s.mu.Lock()
-	s.leases = append(s.leases, id)
-	s.mu.Unlock()
 	// A resumed lease may have less left than the margin; its first renewal
 	// is sent at once, so give that half of what is left to arrive.
 	margin := s.cfg.lossMargin()
 	first := max(left-margin, left/2)
-	go s.watch(ch, first, margin)
+	s.mu.Lock()
+	s.leases = append(s.leases, id)
+	s.until[id] = time.Now().Add(first)
+	s.mu.Unlock()
+	go s.watch(id, ch, first, margin)
 	return nil
 }
 
 // watch drains the keep-alive answers of one lease and ends the session
 // when they stop or come too late.
-func (s *Session) watch(ch <-chan *clientv3.LeaseKeepAliveResponse, first, margin time.Duration) {
+func (s *Session) watch(id clientv3.LeaseID, ch <-chan *clientv3.LeaseKeepAliveResponse, first, margin time.Duration) {
 	defer s.finish()
 	t := time.NewTimer(first)
 	defer t.Stop()
@@ -212,7 +217,13 @@ func (s *Session) watch(ch <-chan *clientv3.LeaseKeepAliveResponse, first, margi
 			if !ok {
 				return // etcd says the lease is gone, or the stream was stopped
 			}
-			t.Reset(time.Duration(resp.TTL)*time.Second - margin)
+			left := time.Duration(resp.TTL)*time.Second - margin
+			s.mu.Lock()
+			s.until[id] = time.Now().Add(left)
+			close(s.renewed)
+			s.renewed = make(chan struct{})
+			s.mu.Unlock()
+			t.Reset(left)
 		case <-t.C:
 			return // no renewal heard in time: etcd may expire the lease soon
 		}
@@ -308,6 +319,35 @@ func (s *Session) revoke(id clientv3.LeaseID) {
 
 // TTL is the lease TTL.
 func (s *Session) TTL() time.Duration { return s.cfg.TTL }
+
+// Renewed returns a channel closed at the next renewal heard of one of the
+// session's leases (ValidUntil may then move on).
+func (s *Session) Renewed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewed
+}
+
+// ValidUntil is when the session gives itself up unless it hears another
+// renewal of its leases first: the last renewal heard of the lease
+// renewed longest ago, plus the TTL, less the loss margin. Until then etcd
+// cannot have expired any of its leases (as long as a renewal's answer
+// takes less than the margin to arrive), so no key it carries can have
+// gone with its lease. Zero once the session ended.
+func (s *Session) ValidUntil() time.Time {
+	if !s.Alive() {
+		return time.Time{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first time.Time
+	for _, at := range s.until {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
 
 // Done is closed when the session ends: a lease expired or was revoked,
 // renewals stopped for nearly a TTL, or Revoke was called.

@@ -15,7 +15,9 @@ import (
 type Request struct {
 	Owner string `json:"owner,omitempty"`
 	TTL   string `json:"ttl,omitempty"`
-	Wait  string `json:"wait,omitempty"`
+	// Wait is how long to queue for the lock: a duration, or WaitForever
+	// (hold only) to wait as long as it takes.
+	Wait string `json:"wait,omitempty"`
 	// MaxHold caps a hold stream's lock however long it is renewed (hold
 	// only).
 	MaxHold string `json:"max_hold,omitempty"`
@@ -159,14 +161,32 @@ type Event struct {
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	MaxHoldAt  time.Time `json:"max_hold_at,omitzero"`
-	Reason     string    `json:"reason,omitempty"`
-	Code       string    `json:"code,omitempty"`
-	Message    string    `json:"message,omitempty"`
-	Holder     *Holder   `json:"holder,omitempty"`
+	// ValidFor, on granted and heartbeat events, is how many seconds after
+	// At the lock cannot be granted to anyone else even if the sidecar
+	// stopped right after sending the line (froze, or lost etcd): its etcd
+	// lease's last renewal plus the lease TTL, less a margin, plus the
+	// lock's lock delay. A holder that hears nothing more must have
+	// stopped its work by then: silence past it is a loss.
+	ValidFor float64 `json:"valid_for_seconds,omitempty"`
+	// LeaseTTL, on the granted event, is the TTL of the sidecar's etcd
+	// lease, which it renews every third of it: how long the lock outlives
+	// the sidecar if it stops without releasing it.
+	LeaseTTL float64 `json:"lease_ttl_seconds,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+	Code     string  `json:"code,omitempty"`
+	Message  string  `json:"message,omitempty"`
+	Holder   *Holder `json:"holder,omitempty"`
 	// Run is, on a run-once stream refused already_done, the last run.
-	Run *Run      `json:"run,omitempty"`
-	At  time.Time `json:"at"`
+	Run *Run `json:"run,omitempty"`
+	// RetryAt is, on a stream refused lock_delayed, when the lock is free
+	// to take.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	At      time.Time `json:"at"`
 }
+
+// WaitForever is the wait of a hold stream that queues for as long as it
+// takes (a standby replica): its heartbeats keep the connection alive.
+const WaitForever = "forever"
 
 // WatchEvent is one line of a watch (GET /v1/locks/KEY:watch or
 // /v1/locks:watch?prefix=P); Event is one of the Watch constants.

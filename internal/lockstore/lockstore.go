@@ -223,6 +223,16 @@ type Session interface {
 	Done() <-chan struct{}
 	// Alive reports whether Done is still open.
 	Alive() bool
+	// ValidUntil is when the session gives itself up unless a renewal of
+	// its leases is heard first: until then, none of its keys can have
+	// gone with a lease expired in etcd. Zero once it ended.
+	ValidUntil() time.Time
+	// Renewed returns a channel closed at the next renewal of one of its
+	// leases, which moves ValidUntil on.
+	Renewed() <-chan struct{}
+	// TTL is the TTL of its leases: how long its keys outlive it if it
+	// stops renewing them.
+	TTL() time.Duration
 }
 
 // Sessions gives the sidecar's current session.

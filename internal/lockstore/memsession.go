@@ -5,7 +5,12 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 )
+
+// memLeaseTTL is the TTL a MemSession's leases stand for: they never
+// expire on their own, but a holder is told how long they would last.
+const memLeaseTTL = 10 * time.Second
 
 // MemSession is a Session of a Memory: one lease, or the leases it
 // resumed. It lasts until Revoke or Expire.
@@ -131,6 +136,22 @@ func (s *MemSession) Alive() bool {
 		return true
 	}
 }
+
+// ValidUntil implements Session: a live MemSession's leases are as good as
+// just renewed.
+func (s *MemSession) ValidUntil() time.Time {
+	if !s.Alive() {
+		return time.Time{}
+	}
+	return time.Now().Add(memLeaseTTL)
+}
+
+// Renewed implements Session: a MemSession's leases need no renewal, and
+// ValidUntil moves on by itself.
+func (s *MemSession) Renewed() <-chan struct{} { return nil }
+
+// TTL implements Session.
+func (s *MemSession) TTL() time.Duration { return memLeaseTTL }
 
 // MemSessions gives a sidecar's sessions on a Memory: a new one whenever
 // the last one ended, as a lease.Keeper that opens the next at once.

@@ -27,9 +27,12 @@ import (
 //	{"leases":["694d7a3b2c1e0f05",...]}   the session's leases from now on
 //	{"held":{"key":...,"owner":...,"fence":...,...}}   a lock granted or extended
 //	{"ended":{"key":...,"fence":...}}   a lock that ended
+//	{"lost":{"key":...,"owner":...,"reason":...,...}}   a lock that ended without its release, whose owner is yet to hear of it
 //
 // It is written anew (a snapshot) when the sidecar starts, when ended lines
-// make up most of it, and when the sidecar lost track of the changes.
+// make up most of it, and when the sidecar lost track of the changes. A
+// sidecar that shuts down leaves only the lost locks in it: every lock
+// then ended, and their owners hear why from the next process.
 type State struct {
 	// Scope is the scope of the sidecar that wrote the file: a sidecar of
 	// another scope must not take its locks.
@@ -38,6 +41,9 @@ type State struct {
 	Leases []string
 	// Locks are the locks held when the file was last written.
 	Locks []coordinator.HeldLock
+	// Lost are the locks that ended without their owners' release, which
+	// the next process answers 410 lock_lost.
+	Lost []coordinator.LostLock
 }
 
 // stateLine is one line of the state file.
@@ -46,6 +52,21 @@ type stateLine struct {
 	Leases []string   `json:"leases,omitempty"`
 	Held   *heldLine  `json:"held,omitempty"`
 	Ended  *endedLock `json:"ended,omitempty"`
+	Lost   *lostLine  `json:"lost,omitempty"`
+}
+
+// lostLine is a lost lock as the file keeps it.
+type lostLine struct {
+	Key       string    `json:"key"`
+	Owner     string    `json:"owner"`
+	Fence     int64     `json:"fence"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+func lostLineOf(l coordinator.LostLock) *lostLine {
+	return &lostLine{Key: l.Key, Owner: l.Owner, Fence: l.Fence, Reason: string(l.Reason), At: l.At, ExpiresAt: l.ExpiresAt}
 }
 
 // heldLine is a held lock as the file keeps it.
@@ -103,6 +124,8 @@ func Read(path string) (State, error) {
 		s     State
 		locks = map[string]coordinator.HeldLock{}
 	)
+	type lostKey struct{ key, owner string }
+	lost := map[lostKey]coordinator.LostLock{}
 	for n := 1; len(b) > 0; n++ {
 		line, rest, complete := bytes.Cut(b, []byte{'\n'})
 		b = rest
@@ -124,6 +147,10 @@ func Read(path string) (State, error) {
 			if old, ok := locks[l.Ended.Key]; ok && old.Fence == l.Ended.Fence {
 				delete(locks, l.Ended.Key)
 			}
+		case l.Lost != nil:
+			ll := l.Lost
+			lost[lostKey{ll.Key, ll.Owner}] = coordinator.LostLock{Key: ll.Key, Owner: ll.Owner, Fence: ll.Fence,
+				Reason: coordinator.LostReason(ll.Reason), At: ll.At, ExpiresAt: ll.ExpiresAt}
 		}
 		if l.Leases != nil {
 			s.Leases = l.Leases
@@ -131,6 +158,9 @@ func Read(path string) (State, error) {
 	}
 	for _, l := range locks {
 		s.Locks = append(s.Locks, l)
+	}
+	for _, l := range lost {
+		s.Lost = append(s.Lost, l)
 	}
 	return s, nil
 }
@@ -144,8 +174,9 @@ type stateWriter struct {
 	buf         bytes.Buffer
 }
 
-// snapshot replaces the file with one that holds locks, atomically.
-func (w *stateWriter) snapshot(locks []coordinator.HeldLock, leases []string) error {
+// snapshot replaces the file with one that holds locks and lost,
+// atomically.
+func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.LostLock, leases []string) error {
 	w.closeFile()
 	tmp, err := os.CreateTemp(filepath.Dir(w.path), ".baton-state-*")
 	if err != nil {
@@ -158,6 +189,9 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, leases []string) er
 	for i := 0; i < len(locks) && err == nil; i++ {
 		err = enc.Encode(stateLine{Held: lineOf(locks[i])})
 	}
+	for i := 0; i < len(lost) && err == nil; i++ {
+		err = enc.Encode(stateLine{Lost: lostLineOf(lost[i])})
+	}
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -168,7 +202,7 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, leases []string) er
 		tmp.Close()
 		return err
 	}
-	w.f, w.lines, w.leases = tmp, 1+len(locks), leases
+	w.f, w.lines, w.leases = tmp, 1+len(locks)+len(lost), leases
 	return nil
 }
 

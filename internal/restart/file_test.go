@@ -23,7 +23,7 @@ func TestStateJournal(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	w := &stateWriter{path: path, scope: "team-a"}
 	defer w.closeFile()
-	if err := w.snapshot([]coordinator.HeldLock{heldLock("a", 10, t0), heldLock("b", 11, t0)}, []string{"1f"}); err != nil {
+	if err := w.snapshot([]coordinator.HeldLock{heldLock("a", 10, t0), heldLock("b", 11, t0)}, nil, []string{"1f"}); err != nil {
 		t.Fatal(err)
 	}
 	changes := []coordinator.HeldChange{
@@ -90,7 +90,7 @@ func TestStateJournal(t *testing.T) {
 func TestStateJournalCompaction(t *testing.T) {
 	w := &stateWriter{path: filepath.Join(t.TempDir(), "s.state"), scope: "x"}
 	defer w.closeFile()
-	if err := w.snapshot(nil, []string{"1"}); err != nil {
+	if err := w.snapshot(nil, nil, []string{"1"}); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
@@ -118,7 +118,8 @@ func TestStateFileFormat(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
 	w := &stateWriter{path: path, scope: "team-a"}
 	defer w.closeFile()
-	if err := w.snapshot([]coordinator.HeldLock{{Key: "a/b", Owner: "run-1", Fence: 10, Hold: true, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)}}, []string{"1f"}); err != nil {
+	lost := []coordinator.LostLock{{Key: "c", Owner: "run-0", Fence: 7, Reason: coordinator.Shutdown, At: t0, ExpiresAt: t0.Add(time.Hour)}}
+	if err := w.snapshot([]coordinator.HeldLock{{Key: "a/b", Owner: "run-1", Fence: 10, Hold: true, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)}}, lost, []string{"1f"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.append([]coordinator.HeldChange{{Lock: coordinator.HeldLock{Key: "a/b", Fence: 10}, Ended: true}}, []string{"1f", "2e"}); err != nil {
@@ -130,6 +131,7 @@ func TestStateFileFormat(t *testing.T) {
 	}
 	want := `{"scope":"team-a","leases":["1f"]}
 {"held":{"key":"a/b","owner":"run-1","fence":10,"hold":true,"acquired_at":"2026-11-25T04:00:00Z","expires_at":"2026-11-25T04:01:00Z"}}
+{"lost":{"key":"c","owner":"run-0","fence":7,"reason":"shutdown","at":"2026-11-25T04:00:00Z","expires_at":"2026-11-25T05:00:00Z"}}
 {"leases":["1f","2e"]}
 {"ended":{"key":"a/b","fence":10}}
 `
@@ -137,7 +139,7 @@ func TestStateFileFormat(t *testing.T) {
 		t.Errorf("the state file:\n%s\nwant\n%s", got, want)
 	}
 	s, err := Read(path)
-	if err != nil || s.Scope != "team-a" || len(s.Locks) != 0 || !slices.Equal(s.Leases, []string{"1f", "2e"}) {
+	if err != nil || s.Scope != "team-a" || len(s.Locks) != 0 || !slices.Equal(s.Leases, []string{"1f", "2e"}) || len(s.Lost) != 1 || s.Lost[0] != lost[0] {
 		t.Errorf("Read: %+v, %v", s, err)
 	}
 }

@@ -6,10 +6,8 @@ package restart
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -66,11 +64,11 @@ func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinato
 		}
 		var err error
 		switch {
-		case held == 0:
+		case held == 0 && len(coord.Losses()) == 0:
 			err = w.remove()
-		case w.f == nil || !complete || w.compactable(held):
+		case held == 0 || w.f == nil || !complete || w.compactable(held):
 			locks, ids := coord.HeldLocks()
-			err = w.snapshot(locks, leasesHex(ids))
+			err = w.snapshot(locks, coord.Losses(), leasesHex(ids))
 		default:
 			err = w.append(changes, leases)
 		}
@@ -85,10 +83,15 @@ func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinato
 // file is written.
 const saveDelay = 100 * time.Millisecond
 
-// Remove deletes the file at path, once the sidecar released every lock.
-func Remove(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+// Closed writes the file at path for a sidecar that released every lock
+// as it shut down: only the locks that ended without their owners'
+// release (lost), which the next process of the sidecar answers 410
+// lock_lost with the reason. With none, the file is removed.
+func Closed(path, scope string, lost []coordinator.LostLock) error {
+	w := &stateWriter{path: path, scope: scope}
+	defer w.closeFile()
+	if len(lost) == 0 {
+		return w.remove()
 	}
-	return nil
+	return w.snapshot(nil, lost, nil)
 }

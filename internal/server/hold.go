@@ -31,7 +31,9 @@ func (st *stream) send(ev lockapi.Event) error {
 		st.w.WriteHeader(http.StatusOK)
 		st.started = true
 	}
-	ev.At = time.Now().UTC()
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
 	if err := st.enc.Encode(ev); err != nil {
 		return err
 	}
@@ -102,7 +104,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		}
 	}
 	if err := st.send(grantEvent(g)); err != nil || ctx.Err() != nil {
-		s.releaseHeld(k, g, "the caller hung up before the grant reached it")
+		s.releaseHeld(k, g, false, "the caller hung up before the grant reached it")
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
@@ -115,6 +117,17 @@ func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordin
 	done := g.Done()
 	ren := newRenewer(g)
 	defer ren.stop()
+	renewed := g.Renewed()
+	beat := func() bool {
+		now := time.Now()
+		ev := lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: ren.g.ExpiresAt.UTC(),
+			ValidFor: g.ValidFor(now).Seconds(), At: now.UTC()}
+		if err := st.send(ev); err != nil {
+			s.releaseHeld(k, g, true, "the hold stream could not be written")
+			return false
+		}
+		return true
+	}
 	for {
 		select {
 		case <-done:
@@ -127,13 +140,19 @@ func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordin
 			return
 		case <-ren.due():
 			s.renew(ctx, ren)
+		case <-renewed:
+			// The lease was renewed: the holder hears at once how much
+			// longer its lock is certainly its own.
+			renewed = g.Renewed()
+			if !beat() {
+				return
+			}
 		case <-tick.C:
-			if err := st.send(lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: ren.g.ExpiresAt.UTC()}); err != nil {
-				s.releaseHeld(k, g, "the hold stream could not be written")
+			if !beat() {
 				return
 			}
 		case <-ctx.Done():
-			s.releaseHeld(k, g, "the caller closed the hold stream")
+			s.releaseHeld(k, g, true, "the caller closed the hold stream without releasing the lock")
 			return
 		}
 	}
@@ -202,8 +221,11 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 		s.fail(w, r, err)
 		return
 	}
+	if errors.Is(err, coordinator.ErrForbidden) {
+		s.auditDenied(r.Context(), err) // a waiter refused at its grant
+	}
 	_, body := classify(err)
-	ev := lockapi.Event{Event: lockapi.EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence, Run: body.Run}
+	ev := lockapi.Event{Event: lockapi.EventError, Key: k.String(), Code: body.Code, Message: body.Message, Holder: body.Holder, Fence: body.Fence, Run: body.Run, RetryAt: body.RetryAt}
 	if body.Code == lockapi.CodeWaitTimeout || body.Code == lockapi.CodeAlreadyRunning || body.Code == lockapi.CodeAlreadyDone || body.Code == lockapi.CodeLockDelayed {
 		ev.Event = lockapi.EventRefused
 	}
@@ -211,16 +233,23 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 }
 
 // releaseHeld releases a lock after its caller went away: a hold stream's,
-// or a grant its caller hung up before receiving.
+// or a grant its caller hung up before receiving. abandoned says the
+// caller went away holding the lock, which may have let it start work
+// that is still running: the lock's lock delay then holds it back from
+// everyone, as after a loss (Coordinator.Abandon).
 // While etcd cannot be reached it retries, so that a lock whose caller is
 // gone never waits for its deadline: it ends released, or lost with the
 // session once etcd has been out of reach for the lease TTL.
-func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
+func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, abandoned bool, why string) {
+	let := s.locks.Release
+	if abandoned {
+		let = s.locks.Abandon
+	}
 	// From 50ms, doubling up to 2s, each delay varied by ±20%.
 	retry := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 2 * time.Second}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := s.locks.Release(ctx, k, g.Owner)
+		_, err := let(ctx, k, g.Owner)
 		cancel()
 		switch {
 		case err == nil || errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld):
@@ -241,6 +270,8 @@ func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, why string) {
 }
 
 func grantEvent(g coordinator.Grant) lockapi.Event {
+	now := time.Now()
 	return lockapi.Event{Event: lockapi.EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
-		AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), MaxHoldAt: g.MaxHoldAt.UTC()}
+		AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), MaxHoldAt: g.MaxHoldAt.UTC(), ValidFor: g.ValidFor(now).Seconds(),
+		LeaseTTL: g.LeaseTTL().Seconds(), At: now.UTC()}
 }

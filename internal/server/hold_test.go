@@ -267,3 +267,56 @@ func TestHoldWithdrawsAQueuedCallerThatGoes(t *testing.T) {
 	})
 	t.Logf("waiter withdrawn %v after its caller closed the stream", took)
 }
+
+// TestHoldSaysHowLongItIsValid: the grant and every heartbeat say how long
+// the lock is certainly the holder's if the sidecar stopped at once (its
+// lease, plus its lock delay), and the grant the lease's TTL.
+func TestHoldSaysHowLongItIsValid(t *testing.T) {
+	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
+	h := a.openHold("valid", `{"owner":"runner","lock_delay":"3s"}`)
+	g := h.next()
+	ttl, _ := g["lease_ttl_seconds"].(float64)
+	valid, _ := g["valid_for_seconds"].(float64)
+	if g["event"] != lockapi.EventGranted || ttl <= 0 || valid <= 3 || valid > ttl+3 {
+		t.Fatalf("granted %v; want valid_for_seconds past the lock delay of 3s, within the lease TTL more", g)
+	}
+	for range 3 {
+		var hb map[string]any
+		if err := h.dec.Decode(&hb); err != nil || hb["event"] != lockapi.EventHeartbeat {
+			t.Fatalf("want a heartbeat, got %v %v", hb, err)
+		}
+		if v, _ := hb["valid_for_seconds"].(float64); v <= 3 || v > ttl+3 {
+			t.Errorf("heartbeat %v; want valid_for_seconds within (3, %v]", hb, ttl+3)
+		}
+	}
+	a.do("DELETE", "/v1/locks/valid?owner=runner", "").expect(t, 200, "")
+}
+
+// TestHoldHangUpKeepsTheLockDelay: a hold stream whose caller hangs up
+// without releasing its lock lets the lock go held back by its lock delay,
+// since what the caller started may still run; a DELETE first lets it go
+// at once.
+func TestHoldHangUpKeepsTheLockDelay(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	h := a.openHold("hangup", `{"owner":"runner","lock_delay":"1s"}`)
+	if g := h.next(); g["event"] != lockapi.EventGranted {
+		t.Fatalf("first event %v", g)
+	}
+	h.cancel()
+	gone := time.Now()
+	waitUntil(t, 5*time.Second, "the holder's key to go", func() bool {
+		return b.do("GET", "/v1/locks/hangup", "").body["held"] == false
+	})
+	b.do("POST", "/v1/locks/hangup", `{"owner":"next"}`).expect(t, 409, lockapi.CodeLockDelayed)
+	b.do("POST", "/v1/locks/hangup", `{"owner":"next","wait":"10s"}`).expect(t, 200, "")
+	if d := time.Since(gone); d < time.Second {
+		t.Errorf("granted %v after the hang-up, within the lock delay", d)
+	}
+	b.do("DELETE", "/v1/locks/hangup?owner=next", "").expect(t, 200, "")
+
+	clean := a.openHold("clean", `{"owner":"runner","lock_delay":"1s"}`)
+	clean.next()
+	a.do("DELETE", "/v1/locks/clean?owner=runner", "").expect(t, 200, "")
+	clean.cancel()
+	b.do("POST", "/v1/locks/clean", `{"owner":"next"}`).expect(t, 200, "")
+}

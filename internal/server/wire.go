@@ -75,7 +75,9 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		// something else than the default.
 		return acquireBody{}, badRequest(lockapi.CodeInvalidTTL, "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
-	if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
+	if string(raw[2]) == `"`+lockapi.WaitForever+`"` {
+		b.Wait = coordinator.WaitForever
+	} else if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
 		return acquireBody{}, err
 	}
 	if b.MaxHold, err = parseDuration("max_hold", raw[3]); err != nil {

@@ -1,0 +1,115 @@
+package coordinator
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
+
+// A lock that ends without its owner's release (expired, its lease lost,
+// forced free, the sidecar shut down) is remembered, so that its owner's
+// next call about it is answered 410 lock_lost with the reason, not 404:
+// for Config.EndedRetention, and at least until the lock's own deadline,
+// while its owner could still believe it holds it. A sidecar that shuts
+// down keeps what it remembers in its state file (Losses), and the next
+// process of it takes it in (Remember): a restart loses no lock in
+// silence.
+
+// endedKey names an owner's lock of one key.
+type endedKey struct{ lock, owner string }
+
+// endedLock remembers a lock that ended without its owner's release.
+type endedLock struct {
+	owner     string
+	fence     int64
+	reason    LostReason
+	at        time.Time
+	expiresAt time.Time // the lock's deadline when it ended; zero when not known
+}
+
+// until is when l is forgotten.
+func (l endedLock) until(retention time.Duration) time.Time {
+	if end := l.at.Add(retention); end.After(l.expiresAt) {
+		return end
+	}
+	return l.expiresAt
+}
+
+// LostLock is a lock that ended without its owner's release, as a
+// restarted sidecar needs to know it to tell its owner.
+type LostLock struct {
+	Key    string
+	Owner  string
+	Fence  int64
+	Reason LostReason
+	At     time.Time
+	// ExpiresAt is the lock's deadline when it ended: until then its owner
+	// could still believe it holds it.
+	ExpiresAt time.Time
+}
+
+// rememberLocked remembers l, and forgets what is past its time.
+func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {
+	if now := c.now(); now.Sub(c.sweptAt) > c.cfg.EndedRetention/8 {
+		c.sweptAt = now
+		for name, old := range c.ended {
+			if now.After(old.until(c.cfg.EndedRetention)) {
+				delete(c.ended, name)
+			}
+		}
+	}
+	c.ended[endedKey{k.String(), l.owner}] = l
+}
+
+// lostLocked returns the LostError for owner if its lock of k ended
+// without its release and is still remembered.
+func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
+	l, ok := c.ended[endedKey{k.String(), owner}]
+	if !ok || c.now().After(l.until(c.cfg.EndedRetention)) {
+		return nil
+	}
+	return &LostError{Key: k, Owner: owner, Fence: l.fence, Reason: l.reason, At: l.at}
+}
+
+// Losses returns the locks remembered as ended without their owners'
+// release, by key and owner.
+func (c *Coordinator) Losses() []LostLock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	var out []LostLock
+	for k, l := range c.ended {
+		if !now.After(l.until(c.cfg.EndedRetention)) {
+			out = append(out, LostLock{Key: k.lock, Owner: l.owner, Fence: l.fence, Reason: l.reason, At: l.at, ExpiresAt: l.expiresAt})
+		}
+	}
+	slices.SortFunc(out, func(a, b LostLock) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Owner, b.Owner))
+	})
+	return out
+}
+
+// Remember takes in the losses an earlier process of this sidecar
+// remembered (Losses, kept in its state file), so that their owners are
+// answered 410 lock_lost with the reason. A lock held now by the same
+// owner is not a loss any more.
+func (c *Coordinator) Remember(ls []LostLock) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range ls {
+		k, err := keyspace.ParseKey(l.Key)
+		if err != nil || l.Owner == "" {
+			continue
+		}
+		if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.owner == l.Owner {
+			continue
+		}
+		if _, known := c.ended[endedKey{l.Key, l.Owner}]; known {
+			continue
+		}
+		c.rememberLocked(k, endedLock{owner: l.Owner, fence: l.Fence, reason: l.Reason, at: l.At, expiresAt: l.ExpiresAt})
+	}
+}
