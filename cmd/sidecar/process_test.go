@@ -279,8 +279,9 @@ func TestServesBeforeEtcdIsReachable(t *testing.T) {
 		t.Errorf("readyz: %d %s", code, body)
 	}
 	run, _, runErr := batonRun(t, sock, "--key", "job", "--", "true")
-	if code := exitOf(t, run.Run()); code != exitUnavailable || !strings.Contains(runErr.String(), "etcd at http://"+addr) {
-		t.Errorf("baton run: exit %d, stderr %q; want %d naming the endpoint", code, runErr.String(), exitUnavailable)
+	// The sidecar answers: not 69 (no sidecar), but 74 (no etcd).
+	if code := exitOf(t, run.Run()); code != exitNoEtcd || !strings.Contains(runErr.String(), "etcd at http://"+addr) {
+		t.Errorf("baton run: exit %d, stderr %q; want %d naming the endpoint", code, runErr.String(), exitNoEtcd)
 	}
 	if !strings.Contains(errb.String(), `"etcd":["http://`+addr+`"]`) {
 		t.Errorf("the retry log does not name the endpoint: %s", errb.String())

@@ -61,7 +61,7 @@ the command line wins.`,
 	root.SetErr(stderr)
 	root.SetContext(ctx)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newLocksCmd(getenv, stdout, stderr),
+	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newRunGuardCmd(stderr), newLocksCmd(getenv, stdout, stderr),
 		newInstallCmd(stdout), newVersionCmd(stdout))
 	root.AddCommand(kubeCommands(getenv, stderr)...)
 	wrapArgs(root)

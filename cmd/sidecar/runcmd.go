@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,22 +20,6 @@ import (
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
-
-// Exit codes of `baton run` besides the command's own.
-const (
-	exitHeld        = 75 // EX_TEMPFAIL: someone else runs it (or the wait ran out)
-	exitUnavailable = 69 // EX_UNAVAILABLE: the sidecar or etcd cannot be reached
-	exitLost        = 70 // the lock was lost while the command ran; it was stopped
-	exitForbidden   = 77 // EX_NOPERM: the lock policy does not let this pod take the key
-)
-
-// exitError carries an exit code out of a command.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e exitError) Error() string { return e.msg }
 
 type runOptions struct {
 	socket    string
@@ -52,31 +38,44 @@ type runOptions struct {
 	ifFailed  string
 }
 
+// runLong is `baton run --help`.
+const runLong = `Run a command while holding a lock.
+
+The lock is held through a hold stream for as long as the command runs: the
+sidecar renews it while the stream is open (--ttl is the renewal window).
+--max-hold caps the whole hold. --limit N makes the lock a semaphore (at most
+N commands at once, or N units with --weight), and --mode read lets readers
+run together while a writer (the default) runs alone. The command gets
+BATON_KEY, BATON_OWNER and BATON_FENCE (pass the fence to what it writes);
+--key and --owner are read from the command line only, never from those
+variables, so a baton run inside the command takes a lock of its own.
+SIGINT and SIGTERM are forwarded to it.
+
+No process of the command's outlives the lock: whatever the command starts
+(in a new process group, as a daemon, from a script that exits) is stopped
+with it. When the command exits, what it left running is stopped before the
+lock is released. If the lock is lost while it runs (--max-hold reached, the
+sidecar lost etcd or stopped, an operator forced it free), or the sidecar
+stops confirming it in time (frozen, cut off), every process of the
+command's gets SIGTERM, then SIGKILL after --kill-grace. If baton run itself
+is killed, they are stopped the same way. A lock held whole is held back
+from everyone for the kill grace plus a second after any end but its
+release (its lock delay), so the next holder starts only once they are gone.
+
+Exit status: the command's own; 75 when someone else holds the lock (or the
+wait ran out, or a lock delay holds it back); 70 when the lock was lost while
+the command ran; 77 when the lock policy does not let this pod take the key;
+69 when the sidecar cannot be reached; 74 when the sidecar cannot reach etcd
+(nothing was granted: retry later); 2 for a bad command line or a --limit
+that disagrees with the lock's (limit_mismatch).`
+
 func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
 	o := runOptions{socket: defaultSocket, killGrace: 5 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "run --key KEY [flags] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock; do not run it if someone else holds the lock",
-		Long: `Run a command while holding a lock.
-
-The lock is held through a hold stream for as long as the command runs: the
-sidecar renews it while the stream is open (--ttl is the renewal window, how
-long the lock outlives a baton run that stopped renewing), and releases it at
-once if baton run dies. --max-hold caps the whole hold. --limit N makes the
-lock a semaphore (at most N commands at once, or N units with --weight), and
---mode read lets readers run together while a writer (the default) runs
-alone. The command gets
-BATON_KEY, BATON_OWNER and BATON_FENCE (pass the fence to what it writes).
-SIGINT and SIGTERM are forwarded to it. If the lock is lost while it runs
-(--max-hold reached, the sidecar lost etcd, an operator forced it free), it
-gets SIGTERM, then SIGKILL after --kill-grace.
-
-Exit status: the command's own; 75 when someone else holds the lock (or the
-wait ran out); 70 when the lock was lost while the command ran; 77 when the
-lock policy does not let this pod take the key; 69 when the sidecar cannot
-be reached; 2 for a bad command line or a --limit that disagrees with the
-lock's (limit_mismatch).`,
-		Args: cobra.MinimumNArgs(1),
+		Long:  runLong,
+		Args:  cobra.MinimumNArgs(1),
 	}
 	fs := cmd.Flags()
 	socketFlag(fs, &o.socket, "the sidecar's socket")
@@ -86,14 +85,25 @@ lock's (limit_mismatch).`,
 	fs.StringVar(&o.ifDone, "if-done", "", "with --once, after a success: skip (the default) or rerun")
 	fs.StringVar(&o.ifFailed, "if-failed", "", "with --once, after a failure: retry (the default) or skip")
 	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
-	fs.DurationVar(&o.wait, "wait", 0, "how long to queue for the lock; 0 gives up at once")
+	fs.Var((*waitValue)(&o.wait), "wait", "how long to queue for the lock (a duration, or forever: a standby waits as long as it takes); 0 gives up at once")
 	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
 	fs.DurationVar(&o.maxHold, "max-hold", 0, "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
-	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the lock is lost")
-	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "if the lock is lost other than by its release, hold it back from everyone this long (default: the sidecar's --lock-delay)")
+	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the command's processes are stopped")
+	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "if the lock ends other than by its release, hold it back from everyone this long (default and least: --kill-grace plus 1s, for a lock held whole)")
 	fs.StringVar(&o.mode, "mode", "", "read to share the lock with other readers, write (the default) to hold it alone")
 	fs.IntVar(&o.limit, "limit", 0, "make the lock a semaphore: at most this many units held at once, by everyone who gives the same limit")
 	fs.IntVar(&o.weight, "weight", 0, "the units of the semaphore this command takes (default 1; with --limit)")
+	// What a run exports to its command (BATON_KEY, BATON_OWNER) must never
+	// be read back as a nested run's flags: these two come from the
+	// command line only.
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		return bindEnv(cmd.Flags(), func(name string) string {
+			if name == "BATON_KEY" || name == "BATON_OWNER" {
+				return ""
+			}
+			return getenv(name)
+		}, stderr)
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if cmd.ArgsLenAtDash() != 0 {
 			return usageError{errors.New("put the command after --, as in: baton run --key K -- COMMAND ARGS")}
@@ -131,7 +141,7 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	// gives up the wait.
 	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, o.request())
 	if err != nil {
-		return holdFailed(err, o.wait)
+		return holdFailed(err, o)
 	}
 	defer stream.Close()
 	giveUp := context.AfterFunc(ctx, func() { stream.Close() })
@@ -156,10 +166,13 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		_ = release(0)
 		return exitError{130, "interrupted while waiting for the lock"}
 	}
+	grace, watch, err := o.graceFor(granted, stream.ValidUntil(), stderr)
+	if err != nil {
+		_ = release(0)
+		return err
+	}
 
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
+	env := withEnv(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
 		"BATON_FENCE="+strconv.FormatInt(granted.Fence, 10), "BATON_SOCKET="+o.socket)
 	finish := release
 	if o.once {
@@ -170,14 +183,29 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		}
 		result.Close()
 		defer os.Remove(result.Name())
-		cmd.Env = append(cmd.Env, "BATON_RESULT_FILE="+result.Name())
+		env = withEnv(env, "BATON_RESULT_FILE="+result.Name())
 		finish = o.finisher(c, granted.Owner, result.Name(), stderr)
 	}
-	if err := cmd.Start(); err != nil {
+	tree, err := startGuarded(args, env, grace, stdout, stderr)
+	if err != nil {
 		_ = release(0) // it never ran: the next caller may run it
-		return exitError{127, fmt.Sprintf("cannot start %s: %v", args[0], err)}
+		return exitError{127, err.Error()}
 	}
-	return supervise(cmd, stream, o, sigs, finish, stderr)
+	return supervise(tree, stream, o, watch, sigs, finish, stderr)
+}
+
+// withEnv is env with the variables of kv (NAME=value) set, replacing
+// those of the same names: a process given a variable twice reads the
+// first, which would be an outer run's.
+func withEnv(env []string, kv ...string) []string {
+	out := make([]string, 0, len(env)+len(kv))
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		if !slices.ContainsFunc(kv, func(s string) bool { return strings.HasPrefix(s, name+"=") }) {
+			out = append(out, e)
+		}
+	}
+	return append(out, kv...)
 }
 
 // checkClaim refuses a --mode, --limit or --weight the sidecar would
@@ -199,7 +227,10 @@ func (o runOptions) checkClaim(cmd *cobra.Command) error {
 // request is the hold request o asks for.
 func (o runOptions) request() lockapi.Request {
 	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight, Once: o.once, IfDone: o.ifDone, IfFailed: o.ifFailed}
-	if o.wait > 0 {
+	switch {
+	case o.wait == waitForever:
+		req.Wait = lockapi.WaitForever
+	case o.wait > 0:
 		req.Wait = o.wait.String()
 	}
 	if o.ttl > 0 {
@@ -208,10 +239,25 @@ func (o runOptions) request() lockapi.Request {
 	if o.maxHold > 0 {
 		req.MaxHold = o.maxHold.String()
 	}
-	if o.lockDelay > 0 {
-		req.LockDelay = o.lockDelay.String()
+	if d := o.holdBack(); d > 0 {
+		req.LockDelay = d.String()
 	}
 	return req
+}
+
+// shared reports whether o asks for a reader's or a semaphore's share of
+// the lock, which has no lock delay.
+func (o runOptions) shared() bool { return o.mode == "read" || o.limit > 1 }
+
+// holdBack is the lock delay o asks for: for a lock held whole, at least
+// the kill grace and a second, so that after any end of the lock but its
+// release (baton run killed, the sidecar stopped, the lease lost, --max-hold)
+// nobody is granted the lock before the command's processes are stopped.
+func (o runOptions) holdBack() time.Duration {
+	if o.shared() {
+		return o.lockDelay
+	}
+	return max(o.lockDelay, o.killGrace+time.Second)
 }
 
 // awaitGrant reads the hold stream until the grant, telling stderr the
@@ -231,127 +277,36 @@ func awaitGrant(ctx context.Context, stream *client.Stream, o runOptions, stderr
 			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
 		case lockapi.EventGranted:
 			return ev, nil
-		case lockapi.EventRefused:
-			if ev.Code == lockapi.CodeAlreadyDone {
-				return ev, alreadyDone(ev.Message, ev.Run)
-			}
-			return ev, exitError{exitHeld, refused(ev.Code, ev.Holder, ev.Message, o.wait)}
-		case lockapi.EventError:
-			return ev, exitError{exitUnavailable, ev.Message}
+		case lockapi.EventRefused, lockapi.EventError:
+			return ev, refusal(&lockapi.Error{Code: ev.Code, Message: ev.Message, Holder: ev.Holder, Fence: ev.Fence, Run: ev.Run}, o)
 		}
 	}
 }
 
-// supervise waits for the started cmd, forwarding sigs to it, and releases
-// the lock when it exits (release is told its exit status); if the lock is lost first, it stops cmd (SIGTERM,
-// then SIGKILL after the grace) and exits lost.
-func supervise(cmd *exec.Cmd, stream *client.Stream, o runOptions, sigs <-chan os.Signal, release func(code int) error, stderr io.Writer) error {
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // how it ended is read from cmd.ProcessState
-		close(exited)
-	}()
-	lost := make(chan string, 1)
-	go func() { lost <- lostWhy(stream) }()
+// waitForever is --wait forever.
+const waitForever = time.Duration(math.MaxInt64)
 
-	var why string
-	for why == "" {
-		select {
-		case <-exited:
-			code := exitCode(cmd.ProcessState)
-			if err := release(code); err != nil {
-				return err
-			}
-			if code != 0 {
-				return exitError{code, ""}
-			}
-			return nil
-		case s := <-sigs:
-			_ = cmd.Process.Signal(s) // fails only once it exited, which exited tells
-		case why = <-lost:
-		}
+// waitValue is --wait: a duration, or forever.
+type waitValue time.Duration
+
+func (w *waitValue) String() string {
+	if time.Duration(*w) == waitForever {
+		return "forever"
 	}
-	select {
-	case <-exited: // the command ended as the lock did
-	default:
-		fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command\n", o.key, why)
-		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only once it exited
-		select {
-		case <-exited:
-		case <-time.After(o.killGrace):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, why)}
+	return time.Duration(*w).String()
 }
 
-// lostWhy reads the hold stream of a granted lock until it says the lock
-// ended, and tells why.
-func lostWhy(stream *client.Stream) string {
-	for {
-		ev, err := stream.Next()
-		switch {
-		case err != nil:
-			return "the sidecar closed the hold stream: " + err.Error()
-		case ev.Event == lockapi.EventLost:
-			return ev.Message
-		case ev.Event == lockapi.EventReleased:
-			return "the lock was released by DELETE while the command ran"
-		}
+func (w *waitValue) Set(s string) error {
+	if s == "forever" {
+		*w = waitValue(waitForever)
+		return nil
 	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (like 30s or 1h) or forever", s)
+	}
+	*w = waitValue(d)
+	return nil
 }
 
-func holdFailed(err error, wait time.Duration) error {
-	var ae *lockapi.Error
-	if errors.As(err, &ae) {
-		switch ae.Code {
-		case lockapi.CodeAlreadyRunning, lockapi.CodeWaitTimeout, lockapi.CodeLockDelayed:
-			return exitError{exitHeld, refused(ae.Code, ae.Holder, ae.Message, wait)}
-		case lockapi.CodeUnavailable:
-			return exitError{exitUnavailable, ae.Message}
-		case lockapi.CodeForbidden:
-			return exitError{exitForbidden, ae.Message + " (forbidden)"}
-		case lockapi.CodeAlreadyDone:
-			return alreadyDone(ae.Message, ae.Run)
-		case lockapi.CodeLimitMismatch:
-			// Not someone else's turn: a caller that retried would never run.
-			return exitError{2, ae.Message + " (limit_mismatch)"}
-		}
-		if ae.Status == 400 {
-			return usageError{errors.New(ae.Message)}
-		}
-	}
-	return exitError{exitUnavailable, err.Error()}
-}
-
-// refused says why the command did not start: someone else holds the lock
-// (code already_running) or the wait for it ran out (wait_timeout).
-func refused(code string, h *lockapi.Holder, msg string, wait time.Duration) string {
-	what := "already running"
-	if code == lockapi.CodeWaitTimeout {
-		what = fmt.Sprintf("the wait ran out after %v (wait_timeout)", wait)
-	}
-	if h == nil || h.Owner == "" {
-		return what + ": " + msg
-	}
-	s := what + ": held by " + h.Owner
-	if h.Pod != "" {
-		s += " (pod " + h.Pod + ")"
-	}
-	if !h.AcquiredAt.IsZero() {
-		s += " since " + h.AcquiredAt.UTC().Format(time.RFC3339)
-	}
-	if !h.ExpiresAt.IsZero() {
-		s += ", until " + h.ExpiresAt.UTC().Format(time.RFC3339)
-	}
-	return s
-}
-
-// exitCode is a process's exit status as a shell reports it.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
+func (w *waitValue) Type() string { return "duration" }

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-dev/baton/internal/proctree"
+)
+
+// baton run starts its command through a second process of its own, the
+// guard, so that no process the command starts outlives the lock:
+//
+//	baton run ──► baton run-guard ──► the command ──► whatever it starts
+//	(holds the    (subreaper of the     (dies with the
+//	 lock)         command's tree)       guard: SIGKILL)
+//
+// Both are child subreapers (proctree), so a process of the command's whose
+// parent exits (a daemon that forked twice, a worker a script left behind)
+// is reparented to the guard, or to baton run once the guard is gone, and
+// stays within reach. baton run tells the guard, over a pipe, which
+// signals to pass on and when to stop the tree; when baton run dies (kill
+// -9, the OOM killer), the pipe's end tells the guard, which stops the tree
+// at once. When the guard dies, the command gets SIGKILL from the kernel
+// (its parent-death signal) and baton run stops whatever the command
+// started. The command's exit ends nothing by itself: whatever it left
+// running is stopped too before the lock is released.
+//
+// Stopping a tree is SIGTERM to every process in it, then SIGKILL to those
+// left after --kill-grace. While that runs, the lock is still held or held
+// back: baton run releases it only once the tree is gone, and a lock that
+// ends any other way (baton run killed, the sidecar stopped, the lease
+// lost) is held back from everyone by its lock delay, which baton run asks
+// to be at least --kill-grace plus a second.
+
+// guardStop is the control byte that tells the guard to stop the tree; any
+// other byte is a signal number to pass on to the command.
+const guardStop = 0
+
+// newRunGuardCmd is the guard's command, which baton run alone starts.
+func newRunGuardCmd(stderr io.Writer) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:    "run-guard --kill-grace D -- COMMAND [ARGS...]",
+		Short:  "Run a command for baton run and stop every process it starts (started by baton run only)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return guard(args, grace, stderr)
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL")
+	return cmd
+}
+
+// guard runs the command as the guard: fd 3 is the control pipe from baton
+// run, fd 4 the pipe on which it says whether the command started. Its exit
+// status is the command's, once every process of the command's is gone.
+func guard(args []string, grace time.Duration, stderr io.Writer) error {
+	// The command's parent-death signal is tied to the thread that starts
+	// it: this one, which lives as long as the guard.
+	runtime.LockOSThread()
+	ctl, status := os.NewFile(3, "control"), os.NewFile(4, "status")
+	if _, err := ctl.Stat(); err != nil {
+		return usageError{errors.New("run-guard is started by baton run, not by hand")}
+	}
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	// Signals from outside are baton run's to pass on (a terminal's SIGINT
+	// reaches the whole process group): caught here, so that they are not
+	// ignored by the command either, and dropped.
+	caught := make(chan os.Signal, 8)
+	signal.Notify(caught, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	go func() {
+		for range caught {
+		}
+	}()
+	reaper, err := proctree.NewReaper()
+	if err != nil {
+		fmt.Fprintf(status, "failed %v\n", err)
+		return exitError{127, ""}
+	}
+	defer reaper.Close()
+	cmd, err := startChild(args)
+	if err != nil {
+		fmt.Fprintf(status, "failed cannot start %s: %v\n", args[0], err)
+		return exitError{127, ""}
+	}
+	fmt.Fprintf(status, "started %d\n", cmd.Pid)
+	status.Close()
+	exited := reaper.Exited(cmd.Pid)
+
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		b := make([]byte, 1)
+		for {
+			if _, err := ctl.Read(b); err != nil || b[0] == guardStop {
+				return // stopped, or baton run is gone
+			}
+			_ = cmd.Signal(syscall.Signal(b[0])) // fails only once it exited
+		}
+	}()
+	var ws syscall.WaitStatus
+	select {
+	case ws = <-exited:
+		if n := reaper.Stop(grace); n > 0 {
+			fmt.Fprintf(stderr, "baton: the command exited and left %d process(es) running; they were stopped\n", n)
+		}
+	case <-stop:
+		reaper.Stop(grace)
+		ws = <-exited
+	}
+	if code := proctree.ExitCode(ws); code != 0 {
+		return exitError{code, ""}
+	}
+	return nil
+}
+
+// startChild starts the command as the guard's child, killed by the kernel
+// if the guard dies.
+func startChild(args []string) (*os.Process, error) {
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, err
+	}
+	return os.StartProcess(path, args, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+}
+
+// guarded is a command that baton run started through a guard.
+type guarded struct {
+	guard  *os.Process
+	ctl    *os.File // the control pipe's write end
+	exited <-chan syscall.WaitStatus
+	reaper *proctree.Reaper
+	grace  time.Duration
+	copies sync.WaitGroup // output copied from pipes, for writers that are not files
+	closed []*os.File     // pipe ends to close once the guard is gone
+}
+
+// startGuarded starts args through a guard that stops every process of the
+// command's within grace when told to, or when this process dies. The
+// calling process becomes a subreaper: it must not wait for children in any
+// other way from now on.
+func startGuarded(args, env []string, grace time.Duration, stdout, stderr io.Writer) (*guarded, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find baton's own executable for the guard: %w", err)
+	}
+	reaper, err := proctree.NewReaper()
+	if err != nil {
+		return nil, err
+	}
+	t := &guarded{reaper: reaper, grace: grace}
+	fail := func(err error) (*guarded, error) {
+		for _, f := range t.closed {
+			f.Close()
+		}
+		reaper.Close()
+		return nil, err
+	}
+	out, err := t.fileFor(stdout, os.Stdout)
+	if err != nil {
+		return fail(err)
+	}
+	errw, err := t.fileFor(stderr, os.Stderr)
+	if err != nil {
+		return fail(err)
+	}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return fail(err)
+	}
+	defer stR.Close()
+	argv := append([]string{self, "run-guard", "--kill-grace", grace.String(), "--"}, args...)
+	p, err := os.StartProcess(self, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, out, errw, ctlR, stW}})
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		ctlW.Close()
+		return fail(fmt.Errorf("start the guard: %w", err))
+	}
+	t.guard, t.ctl, t.exited = p, ctlW, reaper.Exited(p.Pid)
+	line, _ := bufio.NewReader(stR).ReadString('\n')
+	if what, ok := strings.CutPrefix(strings.TrimSpace(line), "started "); ok {
+		if _, err := strconv.Atoi(what); err == nil {
+			return t, nil
+		}
+	}
+	why := strings.TrimSpace(strings.TrimPrefix(line, "failed "))
+	if why == "" {
+		why = "the guard ended before it said"
+	}
+	t.wait() // closes the pipes and the reaper
+	return nil, errors.New(why)
+}
+
+// fileFor returns a file that writes to w: w itself when it is one (the
+// process's own stdout and stderr), else a pipe copied to w.
+func (t *guarded) fileFor(w io.Writer, std *os.File) (*os.File, error) {
+	if f, ok := w.(*os.File); ok {
+		return f, nil
+	}
+	if w == nil {
+		return std, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	t.closed = append(t.closed, pw)
+	t.copies.Add(1)
+	go func() {
+		defer t.copies.Done()
+		defer r.Close()
+		_, _ = io.Copy(w, r)
+	}()
+	return pw, nil
+}
+
+// forward passes sig on to the command.
+func (t *guarded) forward(sig os.Signal) {
+	if s, ok := sig.(syscall.Signal); ok && s > 0 && s < 256 {
+		_, _ = t.ctl.Write([]byte{byte(s)}) // fails only once the guard is gone
+	}
+}
+
+// stop tells the guard to stop the command's tree.
+func (t *guarded) stop() {
+	_, _ = t.ctl.Write([]byte{guardStop})
+}
+
+// wait waits for the guard to end and returns the command's exit code. A
+// guard that does not end within the grace and a few seconds after being
+// told to stop (it was stopped itself, or is starved) is killed. When the
+// guard was killed (by a signal), whatever the command started was
+// reparented to this process: it is stopped here, and the code is 128 plus
+// the signal that killed the guard; died says so.
+func (t *guarded) wait() (code int, died string) {
+	ws := <-t.exited
+	t.ctl.Close()
+	for _, f := range t.closed {
+		f.Close()
+	}
+	if ws.Signaled() {
+		died = fmt.Sprintf("the guard of the command (pid %d) was killed by %v", t.guard.Pid, ws.Signal())
+		if n := t.reaper.Stop(t.grace); n > 0 {
+			died += fmt.Sprintf("; %d process(es) of the command's were stopped", n)
+		}
+	}
+	t.copies.Wait()
+	t.reaper.Close()
+	return proctree.ExitCode(ws), died
+}

@@ -1,0 +1,172 @@
+package main
+
+// What baton run does while its command runs: watch the hold stream for
+// the end of the lock, or for silence that could outlast it, and stop the
+// command's processes in time.
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/lockapi"
+)
+
+// supervise waits for the command's tree, forwarding sigs to it, and
+// releases the lock once the command and every process it started are
+// gone (release is told the command's exit status); if the lock is lost
+// first, or the sidecar stops confirming it in time, it stops the tree
+// (SIGTERM, then SIGKILL after the grace) and exits lost.
+func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, sigs <-chan os.Signal, release func(code int) error, stderr io.Writer) error {
+	ended := make(chan struct {
+		code int
+		died string
+	}, 1)
+	go func() {
+		code, died := tree.wait()
+		ended <- struct {
+			code int
+			died string
+		}{code, died}
+	}()
+	lead := tree.grace + stopMargin
+	if !watch {
+		lead = -1
+	}
+	lost := watchHold(stream, lead)
+	for {
+		select {
+		case e := <-ended:
+			if e.died != "" {
+				fmt.Fprintf(stderr, "baton: %s\n", e.died)
+			}
+			if err := release(e.code); err != nil {
+				return err
+			}
+			if e.code != 0 {
+				return exitError{e.code, ""}
+			}
+			return nil
+		case s := <-sigs:
+			tree.forward(s)
+		case why := <-lost:
+			fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command and every process it started\n", o.key, why)
+			tree.stop()
+			select {
+			case e := <-ended:
+				if e.died != "" {
+					fmt.Fprintf(stderr, "baton: %s\n", e.died)
+				}
+			case <-time.After(tree.grace + 3*time.Second):
+				// The guard does not end (stopped itself, or starved):
+				// kill it, and stop what it leaves from here.
+				_ = tree.guard.Kill()
+				<-ended
+			}
+			return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, why)}
+		}
+	}
+}
+
+// stopMargin is how long before the lock could be granted elsewhere the
+// command's tree must be gone: the time for the guard to hear it is to
+// stop it, and for the last SIGKILLs to land.
+const stopMargin = 500 * time.Millisecond
+
+// watchHold reads the hold stream of a granted lock until it says the lock
+// ended, or until the sidecar has been silent so long that the lock could
+// be granted elsewhere before the command's tree, stopped now, is gone
+// (lead before the stream's ValidUntil; never with a negative lead), and
+// tells why.
+func watchHold(stream *client.Stream, lead time.Duration) <-chan string {
+	why := make(chan string, 1)
+	events := make(chan lockapi.Event)
+	failed := make(chan error, 1)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := stream.Next()
+			if err != nil {
+				failed <- err
+				return
+			}
+			events <- ev
+		}
+	}()
+	go func() {
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		defer func() {
+			go func() { // let the reader end with the stream
+				for range events {
+				}
+			}()
+		}()
+		for {
+			until := stream.ValidUntil()
+			timer.Reset(time.Hour)
+			if !until.IsZero() && lead >= 0 {
+				timer.Reset(max(time.Until(until)-lead, 0))
+			}
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					why <- "the hold stream ended without saying the lock was released (the sidecar stopped or crashed): " + (<-failed).Error()
+					return
+				}
+				switch ev.Event {
+				case lockapi.EventLost:
+					why <- ev.Message
+					return
+				case lockapi.EventReleased:
+					why <- "the lock was released by DELETE while the command ran"
+					return
+				}
+			case <-timer.C:
+				why <- fmt.Sprintf("the sidecar has not confirmed the lock for too long: it may be frozen or cut off from etcd, and the lock could be granted elsewhere at %s",
+					until.Round(0).UTC().Format(time.RFC3339Nano))
+				return
+			}
+		}
+	}()
+	return why
+}
+
+// graceFor is the kill grace of the command of a lock granted as ev, whose
+// stream is valid until validUntil, and whether its tree is stopped when the
+// sidecar stops confirming the lock in time (watch). A lock held whole has
+// its lock delay to cover the grace. A reader's or a semaphore's share has
+// none: its command must be stopped before a frozen sidecar's lease could
+// expire, but not between two renewals of a live one. The sidecar gives
+// itself up three quarters of a lease TTL after a renewal and renews every
+// third of it (on etcd's client's half-second tick): the grace, the stop
+// margin and a tenth of the TTL must fit in what is left, or the grace is
+// cut, and said so. A lease too short for even that (under about 3.2s)
+// cannot tell a frozen sidecar from a live one in time: then the command
+// runs until the sidecar says the lock is lost, and a warning says so.
+func (o runOptions) graceFor(ev lockapi.Event, validUntil time.Time, stderr io.Writer) (grace time.Duration, watch bool, err error) {
+	if !validUntil.IsZero() && time.Until(validUntil) <= stopMargin {
+		return 0, false, exitError{exitNoEtcd, fmt.Sprintf("the sidecar cannot confirm lock %s for long enough to run the command (it is losing etcd): nothing was run", o.key)}
+	}
+	if !o.shared() || ev.LeaseTTL == 0 {
+		return o.killGrace, true, nil
+	}
+	ttl := time.Duration(ev.LeaseTTL * float64(time.Second))
+	limit := (ttl*3/4 - ttl/3 - etcdKeepAliveTick - ttl/10 - stopMargin).Round(10 * time.Millisecond)
+	switch {
+	case limit <= 0:
+		fmt.Fprintf(stderr, "baton: the sidecar's etcd lease (%v) is too short to stop a reader's or a semaphore's command before a frozen sidecar's share could be taken (that takes about 3.2s): the command stops only when the sidecar says the lock is lost\n", ttl)
+		return o.killGrace, false, nil
+	case o.killGrace > limit:
+		fmt.Fprintf(stderr, "baton: --kill-grace %v is cut to %v: a reader's or a semaphore's share has no lock delay, so its command must be stopped within the sidecar's etcd lease (%v)\n",
+			o.killGrace, limit, ttl)
+		return limit, true, nil
+	}
+	return o.killGrace, true, nil
+}
+
+// etcdKeepAliveTick is how late etcd's client may send a lease's renewal:
+// it looks for renewals due every half second.
+const etcdKeepAliveTick = 500 * time.Millisecond
