@@ -85,7 +85,7 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(B
 	test $$rest -eq 0 && test $$e2e -eq 0 && test $$coordrc -eq 0 && test $$noderc -eq 0
 
 .PHONY: test-e2e
-test-e2e: ## Run the reliability suite (S1-S13, S15-S21) and write test/e2e/REPORT.md.
+test-e2e: ## Run the reliability suite (S1-S13, S15-S22) and write test/e2e/REPORT.md.
 	BATON_E2E_REPORT=$(CURDIR)/test/e2e/REPORT.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat test/e2e/REPORT.md
 

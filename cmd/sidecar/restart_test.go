@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -200,5 +201,62 @@ func TestGracefulRestartSaysLost(t *testing.T) {
 	}
 	if code, body := do(t, c, "DELETE", "/v1/locks/job?owner=p1", ""); code != 200 {
 		t.Errorf("release of the lock taken again: %d %s", code, body)
+	}
+}
+
+// TestEmbeddedDataLost: the embedded etcd's data directory lost (a lost
+// volume) while the state file next to the socket lives on: the restarted
+// sidecar does not grant fences again from the start. It is not ready,
+// and every acquire is answered 503 etcd_rewound, saying what happened and
+// the revision bump to restore with.
+func TestEmbeddedDataLost(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-lost")
+	defer os.RemoveAll(dir)
+	sock, data := filepath.Join(dir, "a.sock"), filepath.Join(dir, "etcd")
+	args := []string{"serve", "--socket", sock, "--data-dir", data, "--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "", "--lease-ttl", "2s"}
+	start := func(ready bool) (*exec.Cmd, *syncBuffer) {
+		cmd := exec.Command(binary(t), args...)
+		var out, errb syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waitUntil(t, 30*time.Second, "the sidecar", func() bool {
+			if ready {
+				return strings.Contains(out.String(), "serving on")
+			}
+			_, err := os.Stat(sock)
+			return err == nil
+		})
+		return cmd, &errb
+	}
+	cmd, _ := start(true)
+	c := unixClient(sock)
+	var fence int64
+	for i := range 10 {
+		code, body := do(t, c, "POST", "/v1/locks/job", fmt.Sprintf(`{"owner":"o%d"}`, i))
+		if code != 200 {
+			t.Fatalf("acquire: %d %s", code, body)
+		}
+		fmt.Sscanf(body[strings.Index(body, `"fence":`)+8:], "%d", &fence)
+		do(t, c, "DELETE", fmt.Sprintf("/v1/locks/job?owner=o%d", i), "")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	start(false)
+	c = unixClient(sock)
+	waitUntil(t, 30*time.Second, "etcd_rewound", func() bool {
+		code, body := do(t, c, "POST", "/v1/locks/job", `{"owner":"after"}`)
+		if code == 200 {
+			t.Fatalf("granted after the data was lost (fence %d before): %s", fence, body)
+		}
+		return code == 503 && strings.Contains(body, `"code":"etcd_rewound"`) && strings.Contains(body, "--bump-revision")
+	})
+	if code, body := do(t, c, "GET", "/readyz", ""); code != 503 || !strings.Contains(body, "etcd went back in time") {
+		t.Errorf("readyz: %d %s", code, body)
 	}
 }

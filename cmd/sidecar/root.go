@@ -46,7 +46,9 @@ func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr 
 Every flag of every command can also be set by an environment variable
 named BATON_ and the flag's name in capitals, dashes as underscores:
 --lease-ttl by BATON_LEASE_TTL, --socket by BATON_SOCKET. A flag given on
-the command line wins.`,
+the command line wins. (But for baton run's --key and --owner: a run gives
+its command BATON_KEY and BATON_OWNER, which a run inside it must not take
+for its own.)`,
 		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,

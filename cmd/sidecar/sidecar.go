@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,8 @@ type sidecar struct {
 	where                  string // the etcd, for the ready line
 	endpoints              []string
 	cli                    *clientv3.Client
+	history                *etcdstore.History // etcd's revisions as seen: the floor of the fences
+	built                  atomic.Bool        // build is done: the coordinator and the store exist
 	prev                   restart.State
 	keeper                 *lease.Keeper
 	sessions               *etcdstore.Sessions // the keeper's, as the coordinator sees them
@@ -142,7 +145,8 @@ func (sc *sidecar) connect(ctx context.Context) error {
 			return err
 		}
 	}
-	cli, err := sc.o.etcd.client(sc.endpoints, sc.logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()))
+	sc.history = etcdstore.NewHistory(sc.rewound)
+	cli, err := sc.o.etcd.client(sc.endpoints, sc.logs.etcdClient, grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor(), sc.history.UnaryClientInterceptor()))
 	if err != nil {
 		return err
 	}
@@ -160,8 +164,9 @@ func (sc *sidecar) build() error {
 	}
 	if prev.Scope == sc.o.coord.Scope {
 		sc.prev = prev
+		sc.history.Raise(prev.High, "this sidecar's state file "+sc.o.statePath)
 	}
-	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost)}
+	opts := []lease.Option{lease.OnSessionLost(sc.metrics.SessionLost), lease.HeardRevisions(sc.history.Heard)}
 	if prev := sc.prev.LeaseIDs(); len(prev) > 0 {
 		ids := make([]clientv3.LeaseID, len(prev))
 		for i, id := range prev {
@@ -179,7 +184,7 @@ func (sc *sidecar) build() error {
 		source = "the lock policy file " + sc.o.policyFile
 	}
 	sc.guard = policy.NewGuard(sc.o.serviceAccount, source, sc.log, sc.metrics.PolicyChanged)
-	if sc.coord, err = coordinator.New(sc.o.coord, sc.store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics), coordinator.WithPolicy(sc.guard)); err != nil {
+	if sc.coord, err = coordinator.New(sc.o.coord, sc.store, sc.sessions, sc.log, coordinator.WithObserver(sc.metrics), coordinator.WithPolicy(sc.guard), coordinator.WithHistory(sc.history)); err != nil {
 		return err
 	}
 	sc.coord.Remember(sc.prev.Lost)
@@ -192,7 +197,11 @@ func (sc *sidecar) build() error {
 	if err != nil {
 		return err
 	}
-	return sc.o.dapr.built.build(&sc.o.dapr, sc.coord, sc.log)
+	if err := sc.o.dapr.built.build(&sc.o.dapr, sc.coord, sc.log); err != nil {
+		return err
+	}
+	sc.built.Store(true)
+	return nil
 }
 
 // policyKey is the etcd key of the scope's lock policy.
@@ -241,6 +250,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 	goRun(sc.keeper.Run)
 	goRun(sc.followPolicy)
+	goRun(sc.followFloor)
 	coordCtx, stopCoord := context.WithCancel(runCtx)
 	wg.Add(1)
 	go func() {
@@ -276,7 +286,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 	close(adopted)
 	goRun(func(ctx context.Context) error {
-		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions)
+		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions, sc.history.High)
 	})
 	if ready {
 		sc.announce(stdout)
@@ -302,7 +312,7 @@ func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun 
 	wg.Wait()
 	// The owners of the locks that just ended hear why from the next
 	// process (410 lock_lost, reason shutdown), not 404.
-	if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses()); err != nil {
+	if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses(), sc.history.High()); err != nil {
 		sc.log.Warn("write the state file", "err", err)
 	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))

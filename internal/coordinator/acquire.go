@@ -190,6 +190,10 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
+	if err := c.rewound(fmt.Sprintf("acquire %q", req.Key)); err != nil {
+		c.leaveTurn(e)
+		return Grant{}, err
+	}
 	key, pfx := c.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
@@ -229,6 +233,9 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if out.OK {
+			if err := c.aboveFloor(e, req, key, out.Rev, sess); err != nil {
+				return Grant{}, err
+			}
 			if err := c.mark(req, key, out.Rev); err != nil {
 				c.retire(e, key, out.Rev, sess)
 				return Grant{}, err
@@ -294,6 +301,9 @@ func heldFrom(k keyspace.Key, first *lockstore.Contender, waited bool, wait time
 // the value its transaction wrote; for a waiter, whose key still holds the
 // record it queued with, what that record becomes.
 func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session, id lockstore.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+	if err := c.aboveFloor(e, req, key, fence, sess); err != nil {
+		return Grant{}, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {

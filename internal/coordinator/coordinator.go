@@ -38,7 +38,8 @@ type Coordinator struct {
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
-	policy   Policy // who may lock and force release what (WithPolicy)
+	policy   Policy  // who may lock and force release what (WithPolicy)
+	history  History // etcd's past: the floor of the fences (WithHistory)
 	now      func() time.Time
 	hub      *hub
 
@@ -58,6 +59,7 @@ type Coordinator struct {
 	journal       journal                // changes of the held locks, for HeldChanges
 	deadlines     deadlines              // when the held locks expire
 	sweptAt       time.Time              // last pruning of ended
+	probedAt      time.Time              // last read of etcd's revision while below the floor (historyErr)
 	waiting       int                    // blocking acquires in progress
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
@@ -153,7 +155,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, now: time.Now,
+		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, now: time.Now,
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
@@ -218,6 +220,9 @@ func (c *Coordinator) connected() error {
 	}
 	if c.hub.broken() {
 		return fmt.Errorf("%w: the watch on etcd failed and is not established again", ErrUnavailable)
+	}
+	if err := c.historyErr(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
 }

@@ -166,11 +166,14 @@ const (
 	// MaxHoldReached: a hold stream's lock reached the max hold its
 	// caller asked for.
 	MaxHoldReached LostReason = "max_hold"
+	// EtcdRewound: etcd went back in time (restored from an older
+	// snapshot, or its data lost) and the holder's key is gone with it.
+	EtcdRewound LostReason = "etcd_rewound"
 )
 
 // LostReasons lists every LostReason.
 func LostReasons() []LostReason {
-	return []LostReason{Expired, LeaseLost, ForceReleased, Shutdown, MaxHoldReached}
+	return []LostReason{Expired, LeaseLost, ForceReleased, Shutdown, MaxHoldReached, EtcdRewound}
 }
 
 // LostError tells an owner that its lock already ended.
@@ -198,6 +201,8 @@ func (e *LostError) Error() string {
 		why = "the sidecar is shutting down and released every lock"
 	case MaxHoldReached:
 		why = fmt.Sprintf("it was held for the max_hold its holder asked for (%v)", e.HeldFor.Round(time.Millisecond))
+	case EtcdRewound:
+		why = "etcd went back in time (restored from an older snapshot, or its data lost) and the lock's key is gone with it; no lock is granted until etcd's revision passes the highest fence granted"
 	default:
 		why = string(e.Reason)
 	}

@@ -112,6 +112,10 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := c.rewound(op); err != nil {
+		c.leaveTurn(e)
+		return Grant{}, err
+	}
 	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))

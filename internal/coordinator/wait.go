@@ -75,6 +75,9 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		select {
 		case <-time.After(retry.NextBackOff()):
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errWaitOver) {
+				return Grant{}, err // the wait ran out while nothing could be granted: why
+			}
 			return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-c.stop.Done():
 			return Grant{}, err
@@ -124,6 +127,9 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	if err := c.stillAllowed(e, req, p); err != nil {
 		return Grant{}, err
 	}
+	if err := c.aboveFloor(e, req, p.key, p.rev, sess); err != nil {
+		return Grant{}, err
+	}
 	if err := c.mark(req, p.key, p.rev); err != nil {
 		c.retire(e, p.key, p.rev, sess)
 		return Grant{}, err
@@ -148,6 +154,10 @@ func (c *Coordinator) placeFor(ctx context.Context, e *entry, req AcquireRequest
 	if err != nil {
 		c.leaveTurn(e)
 		return place{}, keyspace.Holder{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := c.rewound(op); err != nil {
+		c.leaveTurn(e)
+		return place{}, keyspace.Holder{}, err
 	}
 	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()

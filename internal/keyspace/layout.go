@@ -32,6 +32,13 @@ func (l Layout) Base() string { return l.base }
 // policy.
 func (l Layout) Policy() string { return Root + l.scope + "/policy" }
 
+// Floor is the key of the scope's fence floor: the highest fence known to
+// have been granted, in decimal, which a sidecar writes when it finds etcd
+// gone back in time (restored from an older snapshot, its data lost) and
+// every sidecar of the scope follows: none grants a lock at or below it.
+// It is outside Base, so that no lock's prefix holds it.
+func (l Layout) Floor() string { return Root + l.scope + "/floor" }
+
 // Once is the key of lock k's run-once record: the outcome of its last
 // finished run (Run). It is outside Base, so that no lock's prefix holds
 // it.
@@ -139,12 +146,12 @@ type Grant struct {
 
 // SidecarGrants are what the etcd role of the scope's sidecars must grant
 // when etcd's authentication is on: read and write on the scope's locks,
-// run-once records and lock-delay markers, read only on its policy,
-// nothing else.
+// run-once records, lock-delay markers and fence floor, read only on its
+// policy, nothing else.
 func (l Layout) SidecarGrants() []Grant {
 	once, delay := l.OncePrefix(), l.DelayPrefix()
 	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: once, RangeEnd: prefixEnd(once), Write: true},
-		{Key: delay, RangeEnd: prefixEnd(delay), Write: true}, {Key: l.Policy()}}
+		{Key: delay, RangeEnd: prefixEnd(delay), Write: true}, {Key: l.Policy()}, {Key: l.Floor(), Write: true}}
 }
 
 // prefixEnd is the end of the range of keys that start with p: p with its

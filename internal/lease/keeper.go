@@ -20,6 +20,7 @@ type Keeper struct {
 	cfg    Config
 	log    *slog.Logger
 	onLost func()
+	heard  func(rev int64)
 	resume []clientv3.LeaseID
 
 	mu      sync.Mutex
@@ -34,6 +35,11 @@ type Option func(*Keeper)
 
 // OnSessionLost makes f run each time a session is lost (not revoked).
 func OnSessionLost(f func()) Option { return func(k *Keeper) { k.onLost = f } }
+
+// HeardRevisions makes f hear the etcd revision in the answer to every
+// renewal of a lease (its member's revision then: it may lag behind the
+// cluster's, never run ahead of what was committed).
+func HeardRevisions(f func(rev int64)) Option { return func(k *Keeper) { k.heard = f } }
 
 // ResumeLeases makes the first session continue the leases ids, those that
 // are still alive: a restarted sidecar keeps the locks of the process before
@@ -62,14 +68,14 @@ func (k *Keeper) Run(ctx context.Context) error {
 		var s *Session
 		var err error
 		if len(k.resume) > 0 && time.Now().Before(resumeUntil) {
-			s, err = Resume(ctx, k.cli, k.cfg, k.resume...)
+			s, err = resume(ctx, k.cli, k.cfg, k.heard, k.resume...)
 			if errors.Is(err, ErrLeaseGone) {
 				k.log.Warn("the leases of the previous process are gone; its locks are lost", "leases", fmt.Sprintf("%x", k.resume))
 				k.resume = nil
 				continue
 			}
 		} else {
-			s, err = Open(ctx, k.cli, k.cfg)
+			s, err = open(ctx, k.cli, k.cfg, k.heard)
 		}
 		if err != nil {
 			k.failed(err)

@@ -123,13 +123,20 @@ type Session struct {
 	// until is, by lease, when the session gives it up unless a renewal is
 	// heard first: its last renewal heard plus its TTL, less the margin.
 	until   map[clientv3.LeaseID]time.Time
-	renewed chan struct{} // closed and replaced at each renewal heard
+	renewed chan struct{}   // closed and replaced at each renewal heard
+	heard   func(rev int64) // told the revision in each renewal's answer; nil: nobody
 }
 
 // Open grants a lease of cfg.TTL and keeps it alive until ctx ends, the
 // lease is lost, or Revoke is called.
 func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, error) {
+	return open(ctx, cli, cfg, nil)
+}
+
+// open is Open, telling heard the revision in each renewal's answer.
+func open(ctx context.Context, cli *clientv3.Client, cfg Config, heard func(rev int64)) (*Session, error) {
 	s := newSession(ctx, cli, cfg, false)
+	s.heard = heard
 	id, err := s.grant()
 	if err == nil {
 		err = s.keep(id, cfg.TTL)
@@ -145,7 +152,13 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 // of a sidecar that crashed and restarted. Leases that no longer exist are
 // left out; it fails with ErrLeaseGone when none does.
 func Resume(ctx context.Context, cli *clientv3.Client, cfg Config, ids ...clientv3.LeaseID) (*Session, error) {
+	return resume(ctx, cli, cfg, nil, ids...)
+}
+
+// resume is Resume, telling heard the revision in each renewal's answer.
+func resume(ctx context.Context, cli *clientv3.Client, cfg Config, heard func(rev int64), ids ...clientv3.LeaseID) (*Session, error) {
 	s := newSession(ctx, cli, cfg, true)
+	s.heard = heard
 	for _, id := range ids {
 		gctx, cancel := context.WithTimeout(ctx, cfg.GrantTimeout)
 		ttl, err := cli.TimeToLive(gctx, id)
@@ -216,6 +229,9 @@ func (s *Session) watch(id clientv3.LeaseID, ch <-chan *clientv3.LeaseKeepAliveR
 		case resp, ok := <-ch:
 			if !ok {
 				return // etcd says the lease is gone, or the stream was stopped
+			}
+			if s.heard != nil && resp.ResponseHeader != nil {
+				s.heard(resp.Revision)
 			}
 			left := time.Duration(resp.TTL)*time.Second - margin
 			s.mu.Lock()

@@ -28,6 +28,11 @@ const (
 	// CodeEtcdPermissionDenied: etcd's authentication is on and the
 	// sidecar's etcd user may not read or write its scope's keys.
 	CodeEtcdPermissionDenied = "etcd_permission_denied"
+	// CodeEtcdRewound: etcd went back in time (restored from an older
+	// snapshot, its data lost): its revision is below the highest fence
+	// granted, so no lock is granted until it passes it; the message says
+	// what happened and how to bump etcd's revision.
+	CodeEtcdRewound = "etcd_rewound"
 	// CodeForbidden: the namespace's lock policy does not let this pod's
 	// ServiceAccount take the key, or force release; the message names
 	// the policies and rules in force.
@@ -56,7 +61,7 @@ const (
 	EventQueued    = "queued"    // position: contenders ahead
 	EventGranted   = "granted"   // fence, acquired_at, expires_at
 	EventHeartbeat = "heartbeat" // the stream is alive; expires_at once granted
-	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown, max_hold
+	EventLost      = "lost"      // reason: expired, lease_lost, force_released, shutdown, max_hold, etcd_rewound
 	EventReleased  = "released"  // the owner released the lock by DELETE
 	EventRefused   = "refused"   // code wait_timeout (or already_running), holder
 	EventError     = "error"     // code, message: nothing was granted

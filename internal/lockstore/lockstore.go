@@ -27,6 +27,13 @@ import (
 // write the keys asked for. Wrapped, it names the user and the keys.
 var ErrPermissionDenied = errors.New("etcd denied permission")
 
+// ErrRewound is the error of a grant refused because etcd is not the etcd
+// that granted the locks before it: its revision is below the highest fence
+// known to have been granted (it was restored from an older snapshot, or
+// lost its data), so a key created now could get a fence given out
+// before. Wrapped, it says what happened and what an operator does next.
+var ErrRewound = errors.New("etcd went back in time")
+
 // LeaseID names a lease: every key written with it goes when it ends.
 type LeaseID int64
 

@@ -28,6 +28,7 @@ import (
 //	{"held":{"key":...,"owner":...,"fence":...,...}}   a lock granted or extended
 //	{"ended":{"key":...,"fence":...}}   a lock that ended
 //	{"lost":{"key":...,"owner":...,"reason":...,...}}   a lock that ended without its release, whose owner is yet to hear of it
+//	{"high":1234}   the highest etcd revision seen: no lock is granted at or below it again
 //
 // It is written anew (a snapshot) when the sidecar starts, when ended lines
 // make up most of it, and when the sidecar lost track of the changes. A
@@ -44,6 +45,11 @@ type State struct {
 	// Lost are the locks that ended without their owners' release, which
 	// the next process answers 410 lock_lost.
 	Lost []coordinator.LostLock
+	// High is the highest etcd revision the sidecar saw, so the highest
+	// fence it may have granted: should etcd come back below it (restored
+	// from an older snapshot, its data lost), the next process grants
+	// nothing until etcd's revision passes it.
+	High int64
 }
 
 // stateLine is one line of the state file.
@@ -53,6 +59,7 @@ type stateLine struct {
 	Held   *heldLine  `json:"held,omitempty"`
 	Ended  *endedLock `json:"ended,omitempty"`
 	Lost   *lostLine  `json:"lost,omitempty"`
+	High   int64      `json:"high,omitempty"`
 }
 
 // lostLine is a lost lock as the file keeps it.
@@ -155,6 +162,7 @@ func Read(path string) (State, error) {
 		if l.Leases != nil {
 			s.Leases = l.Leases
 		}
+		s.High = max(s.High, l.High)
 	}
 	for _, l := range locks {
 		s.Locks = append(s.Locks, l)
@@ -171,12 +179,13 @@ type stateWriter struct {
 	f           *os.File // open for appending; nil when the file must be written anew
 	lines       int      // lines in the file
 	leases      []string // the leases it names last
+	high        int64    // the highest revision it names
 	buf         bytes.Buffer
 }
 
-// snapshot replaces the file with one that holds locks and lost,
+// snapshot replaces the file with one that holds locks, lost and high,
 // atomically.
-func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.LostLock, leases []string) error {
+func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.LostLock, leases []string, high int64) error {
 	w.closeFile()
 	tmp, err := os.CreateTemp(filepath.Dir(w.path), ".baton-state-*")
 	if err != nil {
@@ -185,7 +194,7 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.
 	defer os.Remove(tmp.Name()) // fails once renamed
 	bw := bufio.NewWriter(tmp)
 	enc := json.NewEncoder(bw)
-	err = enc.Encode(stateLine{Scope: w.scope, Leases: leases})
+	err = enc.Encode(stateLine{Scope: w.scope, Leases: leases, High: high})
 	for i := 0; i < len(locks) && err == nil; i++ {
 		err = enc.Encode(stateLine{Held: lineOf(locks[i])})
 	}
@@ -202,17 +211,22 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.
 		tmp.Close()
 		return err
 	}
-	w.f, w.lines, w.leases = tmp, 1+len(locks)+len(lost), leases
+	w.f, w.lines, w.leases, w.high = tmp, 1+len(locks)+len(lost), leases, high
 	return nil
 }
 
-// append adds changes, and the leases when they changed, to the file.
-func (w *stateWriter) append(changes []coordinator.HeldChange, leases []string) error {
+// append adds changes, and the leases and the high revision when they
+// changed, to the file.
+func (w *stateWriter) append(changes []coordinator.HeldChange, leases []string, high int64) error {
 	w.buf.Reset()
 	enc := json.NewEncoder(&w.buf)
 	n := 0
 	if !slices.Equal(leases, w.leases) && leases != nil {
 		_ = enc.Encode(stateLine{Leases: leases})
+		n++
+	}
+	if high > w.high {
+		_ = enc.Encode(stateLine{High: high})
 		n++
 	}
 	for i := range changes {
@@ -235,6 +249,7 @@ func (w *stateWriter) append(changes []coordinator.HeldChange, leases []string) 
 	if leases != nil {
 		w.leases = leases
 	}
+	w.high = max(w.high, high)
 	return nil
 }
 

@@ -23,7 +23,7 @@ func TestStateJournal(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	w := &stateWriter{path: path, scope: "team-a"}
 	defer w.closeFile()
-	if err := w.snapshot([]coordinator.HeldLock{heldLock("a", 10, t0), heldLock("b", 11, t0)}, nil, []string{"1f"}); err != nil {
+	if err := w.snapshot([]coordinator.HeldLock{heldLock("a", 10, t0), heldLock("b", 11, t0)}, nil, []string{"1f"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	changes := []coordinator.HeldChange{
@@ -34,10 +34,10 @@ func TestStateJournal(t *testing.T) {
 		{Lock: heldLock("a", 13, t0.Add(2*time.Hour))}, // a again, new fence
 		{Lock: heldLock("d", 14, t0)}, {Lock: heldLock("d", 14, t0), Ended: true},
 	}
-	if err := w.append(changes, []string{"1f", "2e"}); err != nil {
+	if err := w.append(changes, []string{"1f", "2e"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.append(nil, []string{"1f", "2e"}); err != nil || w.lines != 1+2+1+len(changes) {
+	if err := w.append(nil, []string{"1f", "2e"}, 0); err != nil || w.lines != 1+2+1+len(changes) {
 		t.Fatalf("an empty append wrote lines: %d lines, %v", w.lines, err)
 	}
 
@@ -90,13 +90,13 @@ func TestStateJournal(t *testing.T) {
 func TestStateJournalCompaction(t *testing.T) {
 	w := &stateWriter{path: filepath.Join(t.TempDir(), "s.state"), scope: "x"}
 	defer w.closeFile()
-	if err := w.snapshot(nil, nil, []string{"1"}); err != nil {
+	if err := w.snapshot(nil, nil, []string{"1"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
 	for i := range 600 { // 1200 lines for locks that come and go
 		l := heldLock("k", int64(i), t0)
-		if err := w.append([]coordinator.HeldChange{{Lock: l}, {Lock: l, Ended: true}}, []string{"1"}); err != nil {
+		if err := w.append([]coordinator.HeldChange{{Lock: l}, {Lock: l, Ended: true}}, []string{"1"}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,27 +119,28 @@ func TestStateFileFormat(t *testing.T) {
 	w := &stateWriter{path: path, scope: "team-a"}
 	defer w.closeFile()
 	lost := []coordinator.LostLock{{Key: "c", Owner: "run-0", Fence: 7, Reason: coordinator.Shutdown, At: t0, ExpiresAt: t0.Add(time.Hour)}}
-	if err := w.snapshot([]coordinator.HeldLock{{Key: "a/b", Owner: "run-1", Fence: 10, Hold: true, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)}}, lost, []string{"1f"}); err != nil {
+	if err := w.snapshot([]coordinator.HeldLock{{Key: "a/b", Owner: "run-1", Fence: 10, Hold: true, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)}}, lost, []string{"1f"}, 12); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.append([]coordinator.HeldChange{{Lock: coordinator.HeldLock{Key: "a/b", Fence: 10}, Ended: true}}, []string{"1f", "2e"}); err != nil {
+	if err := w.append([]coordinator.HeldChange{{Lock: coordinator.HeldLock{Key: "a/b", Fence: 10}, Ended: true}}, []string{"1f", "2e"}, 14); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"scope":"team-a","leases":["1f"]}
+	want := `{"scope":"team-a","leases":["1f"],"high":12}
 {"held":{"key":"a/b","owner":"run-1","fence":10,"hold":true,"acquired_at":"2026-11-25T04:00:00Z","expires_at":"2026-11-25T04:01:00Z"}}
 {"lost":{"key":"c","owner":"run-0","fence":7,"reason":"shutdown","at":"2026-11-25T04:00:00Z","expires_at":"2026-11-25T05:00:00Z"}}
 {"leases":["1f","2e"]}
+{"high":14}
 {"ended":{"key":"a/b","fence":10}}
 `
 	if string(got) != want {
 		t.Errorf("the state file:\n%s\nwant\n%s", got, want)
 	}
 	s, err := Read(path)
-	if err != nil || s.Scope != "team-a" || len(s.Locks) != 0 || !slices.Equal(s.Leases, []string{"1f", "2e"}) || len(s.Lost) != 1 || s.Lost[0] != lost[0] {
+	if err != nil || s.Scope != "team-a" || len(s.Locks) != 0 || !slices.Equal(s.Leases, []string{"1f", "2e"}) || len(s.Lost) != 1 || s.Lost[0] != lost[0] || s.High != 14 {
 		t.Errorf("Read: %+v, %v", s, err)
 	}
 }

@@ -41,7 +41,9 @@ func Keep(ctx context.Context, sessions lockstore.Sessions, coord *coordinator.C
 // compete with etcd for the disk. A lock granted in the last moments before
 // a crash may so be missing from the file; the restarted sidecar then
 // deletes its key, and its owner learns at its next call (404 not_held).
-func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinator, sessions lockstore.Sessions) error {
+//
+// high is the highest etcd revision seen, kept in the file with them.
+func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinator, sessions lockstore.Sessions, high func() int64) error {
 	w := &stateWriter{path: path, scope: scope}
 	defer w.closeFile()
 	delay := saveDelay
@@ -64,13 +66,11 @@ func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinato
 		}
 		var err error
 		switch {
-		case held == 0 && len(coord.Losses()) == 0:
-			err = w.remove()
 		case held == 0 || w.f == nil || !complete || w.compactable(held):
 			locks, ids := coord.HeldLocks()
-			err = w.snapshot(locks, coord.Losses(), leasesHex(ids))
+			err = w.snapshot(locks, coord.Losses(), leasesHex(ids), high())
 		default:
-			err = w.append(changes, leases)
+			err = w.append(changes, leases, high())
 		}
 		if err != nil {
 			return fmt.Errorf("state file: %w", err)
@@ -84,14 +84,11 @@ func Save(ctx context.Context, path, scope string, coord *coordinator.Coordinato
 const saveDelay = 100 * time.Millisecond
 
 // Closed writes the file at path for a sidecar that released every lock
-// as it shut down: only the locks that ended without their owners'
-// release (lost), which the next process of the sidecar answers 410
-// lock_lost with the reason. With none, the file is removed.
-func Closed(path, scope string, lost []coordinator.LostLock) error {
+// as it shut down: the locks that ended without their owners' release
+// (lost), which the next process of the sidecar answers 410 lock_lost with
+// the reason, and the highest etcd revision seen (high).
+func Closed(path, scope string, lost []coordinator.LostLock, high int64) error {
 	w := &stateWriter{path: path, scope: scope}
 	defer w.closeFile()
-	if len(lost) == 0 {
-		return w.remove()
-	}
-	return w.snapshot(nil, lost, nil)
+	return w.snapshot(nil, lost, nil, high)
 }

@@ -94,6 +94,9 @@ func classified(err error) (int, lockapi.Error) {
 	case errors.Is(err, coordinator.ErrPermissionDenied):
 		body.Code = lockapi.CodeEtcdPermissionDenied
 		return http.StatusServiceUnavailable, body
+	case errors.Is(err, coordinator.ErrRewound):
+		body.Code = lockapi.CodeEtcdRewound
+		return http.StatusServiceUnavailable, body
 	case errors.Is(err, coordinator.ErrUnavailable):
 		body.Code = lockapi.CodeUnavailable
 		return http.StatusServiceUnavailable, body

@@ -48,6 +48,8 @@ type sidecarOptions struct {
 	direct bool     // dial etcd directly, no proxy
 	netns  string   // run in this network namespace (ip netns exec)
 	extra  []string // more flags
+	// unready: do not wait for the ready line, only for the socket.
+	unready bool
 }
 
 // startSidecar starts a sidecar named name in dir on the given etcd.
@@ -76,14 +78,24 @@ func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarO
 		"--etcd-endpoints", strings.Join(eps, ","), "--lease-ttl", leaseTTL.String(),
 		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "info"}, o.extra...)
 	s.client = client.New(s.socket)
-	s.start(t)
+	s.run(t, !o.unready)
 	t.Cleanup(func() { s.kill() })
 	return s
 }
 
 // start runs the process and waits for its ready line.
-func (s *sidecar) start(t *testing.T) {
+func (s *sidecar) start(t *testing.T) { s.run(t, true) }
+
+// startUnready runs the process and waits for its socket only: a sidecar
+// that cannot grant (etcd went back in time) serves its socket, answering
+// why, but is never ready.
+func (s *sidecar) startUnready(t *testing.T) { s.run(t, false) }
+
+// run runs the process and waits for its ready line, or, unless ready, for
+// its socket.
+func (s *sidecar) run(t *testing.T, ready bool) {
 	t.Helper()
+	os.Remove(s.socket)
 	cmd := exec.Command(batonBin, s.args...)
 	if s.netns != "" {
 		cmd = exec.Command("ip", append([]string{"netns", "exec", s.netns, batonBin}, s.args...)...)
@@ -99,10 +111,10 @@ func (s *sidecar) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
-	ready := make(chan string, 1)
+	first := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- line
+		first <- line
 		io.Copy(io.Discard, out)
 	}()
 	go func() {
@@ -112,8 +124,18 @@ func (s *sidecar) start(t *testing.T) {
 	s.mu.Lock()
 	s.cmd, s.exited, s.stderr = cmd, exited, stderr
 	s.mu.Unlock()
+	if !ready {
+		deadline := time.Now().Add(30 * time.Second)
+		for _, err := os.Stat(s.socket); err != nil; _, err = os.Stat(s.socket) {
+			if time.Now().After(deadline) {
+				t.Fatalf("sidecar %s: no socket after 30s; stderr: %s", s.name, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return
+	}
 	select {
-	case line := <-ready:
+	case line := <-first:
 		if !strings.Contains(line, "serving on") {
 			t.Fatalf("sidecar %s: first line %q; stderr: %s", s.name, line, stderr.String())
 		}
