@@ -74,3 +74,30 @@ func TestRunWithLockDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestRunOnceSharedOwner: two replicas that run one step once with the
+// same owner (configured alike): while the first runs, the second is
+// refused as already running (exit 75), not as a bad command line; one
+// that waits is then told the step is done (exit 0), and never runs it.
+func TestRunOnceSharedOwner(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-once-owner")
+	defer os.RemoveAll(dir)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "once-owner-test")
+	key := fmt.Sprint("migrate/v43-", time.Now().UnixNano())
+	first, fout, ferr := batonRun(t, sc.socket, "--once", key, "--owner", "deploy-1", "--", "sh", "-c", "echo started; sleep 1; echo ran")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the first replica", func() bool { return strings.Contains(fout.String(), "started") })
+	cmd, out, errb := batonRun(t, sc.socket, "--once", key, "--owner", "deploy-1", "--", "echo", "second ran")
+	if code := exitOf(t, cmd.Run()); code != exitHeld || strings.Contains(out.String(), "second ran") || !strings.Contains(errb.String(), "already running: held by deploy-1") {
+		t.Errorf("the second replica: exit %d, stdout %q, stderr %q; want 75 naming the first", code, out.String(), errb.String())
+	}
+	waiter, wout, werr := batonRun(t, sc.socket, "--once", key, "--owner", "deploy-1", "--wait", "30s", "--", "echo", "waiter ran")
+	if code := exitOf(t, waiter.Run()); code != 0 || strings.Contains(wout.String(), "waiter ran") || !strings.Contains(werr.String(), "already done") {
+		t.Errorf("a replica that waited: exit %d, stdout %q, stderr %q; want 0, already done", code, wout.String(), werr.String())
+	}
+	if code := exitOf(t, first.Wait()); code != 0 || !strings.Contains(fout.String(), "ran") {
+		t.Errorf("the first replica: exit %d, stdout %q, stderr %q", code, fout.String(), ferr.String())
+	}
+}

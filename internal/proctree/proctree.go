@@ -132,11 +132,15 @@ func (r *Reaper) Exited(pid int) <-chan syscall.WaitStatus {
 // exited (zombies are not counted: they only wait to be reaped).
 func (r *Reaper) Live() []int { return Descendants(r.self) }
 
+// killWait bounds how long Stop sends SIGKILL to processes that do not go:
+// one in uninterruptible sleep (a hung NFS mount) outlasts any signal.
+const killWait = 10 * time.Second
+
 // Stop ends every descendant of the calling process: SIGTERM (and SIGCONT,
 // so a stopped one gets it), then SIGKILL to whatever is left after grace,
-// again and again until none is left. A process started meanwhile by one
-// being stopped is found and stopped too. It returns how many processes
-// it signalled.
+// again and again until none is left (or killWait has passed). A process
+// started meanwhile by one being stopped is found and stopped too. It
+// returns how many processes it signalled.
 func (r *Reaper) Stop(grace time.Duration) int {
 	signalled := map[int]bool{}
 	deadline := time.Now().Add(grace)
@@ -157,10 +161,10 @@ func (r *Reaper) Stop(grace time.Duration) int {
 		}
 		r.pause(min(r.poll, time.Until(deadline)))
 	}
-	for {
+	for until := time.Now().Add(killWait); time.Now().Before(until); {
 		live := r.Live()
 		if len(live) == 0 {
-			return len(signalled)
+			break
 		}
 		for _, pid := range live {
 			signalled[pid] = true
@@ -168,6 +172,7 @@ func (r *Reaper) Stop(grace time.Duration) int {
 		}
 		r.pause(r.poll / 4)
 	}
+	return len(signalled)
 }
 
 // pause waits for a child's exit or for d.
