@@ -135,6 +135,7 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 
 // runLocked holds the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
+	stdout, stderr = lockedWriters(stdout, stderr)
 	c := client.New(o.socket)
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal
@@ -191,7 +192,12 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		_ = release(0) // it never ran: the next caller may run it
 		return exitError{127, err.Error()}
 	}
-	return supervise(tree, stream, o, watch, sigs, finish, stderr)
+	letGo := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = c.Release(ctx, o.key, granted.Owner)
+	}
+	return supervise(tree, stream, o, watch, sigs, finish, letGo, stderr)
 }
 
 // withEnv is env with the variables of kv (NAME=value) set, replacing

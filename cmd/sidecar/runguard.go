@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,8 +67,10 @@ func newRunGuardCmd(stderr io.Writer) *cobra.Command {
 }
 
 // guard runs the command as the guard: fd 3 is the control pipe from baton
-// run, fd 4 the pipe on which it says whether the command started. Its exit
-// status is the command's, once every process of the command's is gone.
+// run, fd 4 the pipe on which it says whether the command started, and at
+// its end which processes of the command's it could not stop (none,
+// normally). Its exit status is the command's, once every process of the
+// command's is gone.
 func guard(args []string, grace time.Duration, stderr io.Writer) error {
 	// The command's parent-death signal is tied to the thread that starts
 	// it: this one, which lives as long as the guard.
@@ -99,9 +102,10 @@ func guard(args []string, grace time.Duration, stderr io.Writer) error {
 		return exitError{127, ""}
 	}
 	fmt.Fprintf(status, "started %d\n", cmd.Pid)
-	status.Close()
+	defer status.Close()
 	exited := reaper.Exited(cmd.Pid)
 
+	var gone atomic.Bool // the command exited: its pid is no longer its own
 	stop := make(chan struct{})
 	go func() {
 		defer close(stop)
@@ -110,18 +114,26 @@ func guard(args []string, grace time.Duration, stderr io.Writer) error {
 			if _, err := ctl.Read(b); err != nil || b[0] == guardStop {
 				return // stopped, or baton run is gone
 			}
-			_ = cmd.Signal(syscall.Signal(b[0])) // fails only once it exited
+			if !gone.Load() {
+				_ = cmd.Signal(syscall.Signal(b[0]))
+			}
 		}
 	}()
 	var ws syscall.WaitStatus
+	var left []int
 	select {
 	case ws = <-exited:
-		if n := reaper.Stop(grace); n > 0 {
+		gone.Store(true)
+		var n int
+		if n, left = reaper.Stop(grace); n > 0 {
 			fmt.Fprintf(stderr, "baton: the command exited and left %d process(es) running; they were stopped\n", n)
 		}
 	case <-stop:
-		reaper.Stop(grace)
+		_, left = reaper.Stop(grace)
 		ws = <-exited
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(status, "left %s\n", strings.Trim(fmt.Sprint(left), "[]"))
 	}
 	if code := proctree.ExitCode(ws); code != 0 {
 		return exitError{code, ""}
@@ -146,7 +158,8 @@ func startChild(args []string) (*os.Process, error) {
 // guarded is a command that baton run started through a guard.
 type guarded struct {
 	guard  *os.Process
-	ctl    *os.File // the control pipe's write end
+	ctl    *os.File      // the control pipe's write end
+	status *bufio.Reader // the status pipe's read end: what the guard says
 	exited <-chan syscall.WaitStatus
 	reaper *proctree.Reaper
 	grace  time.Duration
@@ -193,17 +206,18 @@ func startGuarded(args, env []string, grace time.Duration, stdout, stderr io.Wri
 		ctlW.Close()
 		return fail(err)
 	}
-	defer stR.Close()
 	argv := append([]string{self, "run-guard", "--kill-grace", grace.String(), "--"}, args...)
 	p, err := os.StartProcess(self, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, out, errw, ctlR, stW}})
 	ctlR.Close()
 	stW.Close()
 	if err != nil {
 		ctlW.Close()
+		stR.Close()
 		return fail(fmt.Errorf("start the guard: %w", err))
 	}
-	t.guard, t.ctl, t.exited = p, ctlW, reaper.Exited(p.Pid)
-	line, _ := bufio.NewReader(stR).ReadString('\n')
+	t.guard, t.ctl, t.exited, t.status = p, ctlW, reaper.Exited(p.Pid), bufio.NewReader(stR)
+	t.closed = append(t.closed, stR)
+	line, _ := t.status.ReadString('\n')
 	if what, ok := strings.CutPrefix(strings.TrimSpace(line), "started "); ok {
 		if _, err := strconv.Atoi(what); err == nil {
 			return t, nil
@@ -252,25 +266,74 @@ func (t *guarded) stop() {
 	_, _ = t.ctl.Write([]byte{guardStop})
 }
 
-// wait waits for the guard to end and returns the command's exit code. A
-// guard that does not end within the grace and a few seconds after being
-// told to stop (it was stopped itself, or is starved) is killed. When the
-// guard was killed (by a signal), whatever the command started was
-// reparented to this process: it is stopped here, and the code is 128 plus
-// the signal that killed the guard; died says so.
-func (t *guarded) wait() (code int, died string) {
+// ending is how the command's tree ended.
+type ending struct {
+	code int    // the command's exit code, as a shell reports it
+	died string // what went wrong with the guard, if anything
+	left []int  // processes of the command's that could not be stopped
+}
+
+// wait waits for the guard to end and says how the command ended. Whatever
+// of the command's the guard left (it died: a signal, a crash) was
+// reparented to this process, which stops it here; the guard's code is
+// then 128 plus the signal that killed it, or its own.
+func (t *guarded) wait() ending {
 	ws := <-t.exited
+	var e ending
+	e.code = proctree.ExitCode(ws)
+	for {
+		line, err := t.status.ReadString('\n')
+		if pids, ok := strings.CutPrefix(strings.TrimSpace(line), "left "); ok {
+			for _, f := range strings.Fields(pids) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					e.left = append(e.left, pid)
+				}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	t.ctl.Close()
 	for _, f := range t.closed {
 		f.Close()
 	}
-	if ws.Signaled() {
-		died = fmt.Sprintf("the guard of the command (pid %d) was killed by %v", t.guard.Pid, ws.Signal())
-		if n := t.reaper.Stop(t.grace); n > 0 {
-			died += fmt.Sprintf("; %d process(es) of the command's were stopped", n)
+	n, left := t.reaper.Stop(t.grace)
+	e.left = append(e.left, left...)
+	if ws.Signaled() || n > 0 {
+		e.died = fmt.Sprintf("the guard of the command (pid %d) ended (%v)", t.guard.Pid, ws)
+		if n > 0 {
+			e.died += fmt.Sprintf("; %d process(es) of the command's were left, and stopped", n)
 		}
 	}
 	t.copies.Wait()
 	t.reaper.Close()
-	return proctree.ExitCode(ws), died
+	return e
+}
+
+// lockedWriters makes writers that are not files safe for the goroutines
+// that copy the command's output into them and for baton run's own lines
+// (one lock when they are one writer). Files are left as they are: the
+// command writes to them directly.
+func lockedWriters(stdout, stderr io.Writer) (io.Writer, io.Writer) {
+	var mu sync.Mutex
+	wrap := func(w io.Writer) io.Writer {
+		if _, ok := w.(*os.File); ok || w == nil {
+			return w
+		}
+		return &lockedWriter{mu: &mu, w: w}
+	}
+	return wrap(stdout), wrap(stderr)
+}
+
+// lockedWriter serializes the writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

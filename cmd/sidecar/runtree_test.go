@@ -229,3 +229,22 @@ func TestRunWaitsForever(t *testing.T) {
 		t.Errorf("a second run of the same owner: exit %d, stdout %q, stderr %s", code, sout.String(), serr.String())
 	}
 }
+
+// TestRunKillGraceAndMaxLockDelay: a sidecar whose --max-lock-delay is
+// shorter than the kill grace plus 1s cannot hold the lock back while
+// baton run stops its command: baton run says so, naming --kill-grace
+// (exit 2), and runs with a kill grace that fits.
+func TestRunKillGraceAndMaxLockDelay(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "baton-maxdelay")
+	defer os.RemoveAll(dir)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "maxdelay-test", "--max-lock-delay", "3s")
+	cmd, out, errb := batonRun(t, sc.socket, "--key", "k", "--", "echo", "ran")
+	if code := exitOf(t, cmd.Run()); code != 2 || strings.Contains(out.String(), "ran") ||
+		!strings.Contains(errb.String(), "--kill-grace 5s") || !strings.Contains(errb.String(), "--max-lock-delay") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 2 naming --kill-grace and --max-lock-delay", code, out.String(), errb.String())
+	}
+	cmd, out, errb = batonRun(t, sc.socket, "--key", "k", "--kill-grace", "1s", "--", "echo", "ran")
+	if code := exitOf(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "ran") {
+		t.Errorf("with --kill-grace 1s: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

@@ -18,19 +18,13 @@ import (
 // releases the lock once the command and every process it started are
 // gone (release is told the command's exit status); if the lock is lost
 // first, or the sidecar stops confirming it in time, it stops the tree
-// (SIGTERM, then SIGKILL after the grace) and exits lost.
-func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, sigs <-chan os.Signal, release func(code int) error, stderr io.Writer) error {
-	ended := make(chan struct {
-		code int
-		died string
-	}, 1)
-	go func() {
-		code, died := tree.wait()
-		ended <- struct {
-			code int
-			died string
-		}{code, died}
-	}()
+// (SIGTERM, then SIGKILL after the grace) and exits lost. letGo releases
+// the lock of a tree stopped for the sidecar's silence, if the sidecar
+// answers at all. Processes of the command's that could not be stopped
+// keep the lock from being released: it is let go with its lock delay.
+func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
+	ended := make(chan ending, 1)
+	go func() { ended <- tree.wait() }()
 	lead := tree.grace + stopMargin
 	if !watch {
 		lead = -1
@@ -39,8 +33,8 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 	for {
 		select {
 		case e := <-ended:
-			if e.died != "" {
-				fmt.Fprintf(stderr, "baton: %s\n", e.died)
+			if err := e.report(o, stderr); err != nil {
+				return err
 			}
 			if err := release(e.code); err != nil {
 				return err
@@ -51,23 +45,40 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 			return nil
 		case s := <-sigs:
 			tree.forward(s)
-		case why := <-lost:
-			fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command and every process it started\n", o.key, why)
+		case l := <-lost:
+			fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command and every process it started\n", o.key, l.why)
 			tree.stop()
+			var e ending
 			select {
-			case e := <-ended:
-				if e.died != "" {
-					fmt.Fprintf(stderr, "baton: %s\n", e.died)
-				}
+			case e = <-ended:
 			case <-time.After(tree.grace + 3*time.Second):
 				// The guard does not end (stopped itself, or starved):
 				// kill it, and stop what it leaves from here.
 				_ = tree.guard.Kill()
-				<-ended
+				e = <-ended
 			}
-			return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, why)}
+			if err := e.report(o, stderr); err != nil {
+				return err
+			}
+			if l.silent {
+				letGo() // the tree is gone: no need for the lock delay
+			}
+			return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, l.why)}
 		}
 	}
+}
+
+// report says on stderr what went wrong with the command's tree, and fails
+// when processes of it could not be stopped.
+func (e ending) report(o runOptions, stderr io.Writer) error {
+	if e.died != "" {
+		fmt.Fprintf(stderr, "baton: %s\n", e.died)
+	}
+	if len(e.left) > 0 {
+		return exitError{exitLost, fmt.Sprintf("%d process(es) of the command's could not be stopped (pids %v; in uninterruptible sleep, or another user's): the lock %s is not released but left to its lock delay",
+			len(e.left), e.left, o.key)}
+	}
+	return nil
 }
 
 // stopMargin is how long before the lock could be granted elsewhere the
@@ -75,13 +86,19 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 // stop it, and for the last SIGKILLs to land.
 const stopMargin = 500 * time.Millisecond
 
+// loss is why a lock held by baton run ended, as its hold stream tells.
+type loss struct {
+	why    string
+	silent bool // the sidecar went silent: it may still hold the lock
+}
+
 // watchHold reads the hold stream of a granted lock until it says the lock
 // ended, or until the sidecar has been silent so long that the lock could
 // be granted elsewhere before the command's tree, stopped now, is gone
 // (lead before the stream's ValidUntil; never with a negative lead), and
 // tells why.
-func watchHold(stream *client.Stream, lead time.Duration) <-chan string {
-	why := make(chan string, 1)
+func watchHold(stream *client.Stream, lead time.Duration) <-chan loss {
+	why := make(chan loss, 1)
 	events := make(chan lockapi.Event)
 	failed := make(chan error, 1)
 	go func() {
@@ -113,20 +130,20 @@ func watchHold(stream *client.Stream, lead time.Duration) <-chan string {
 			select {
 			case ev, ok := <-events:
 				if !ok {
-					why <- "the hold stream ended without saying the lock was released (the sidecar stopped or crashed): " + (<-failed).Error()
+					why <- loss{why: "the hold stream ended without saying the lock was released (the sidecar stopped or crashed): " + (<-failed).Error()}
 					return
 				}
 				switch ev.Event {
 				case lockapi.EventLost:
-					why <- ev.Message
+					why <- loss{why: ev.Message}
 					return
 				case lockapi.EventReleased:
-					why <- "the lock was released by DELETE while the command ran"
+					why <- loss{why: "the lock was released by DELETE while the command ran"}
 					return
 				}
 			case <-timer.C:
-				why <- fmt.Sprintf("the sidecar has not confirmed the lock for too long: it may be frozen or cut off from etcd, and the lock could be granted elsewhere at %s",
-					until.Round(0).UTC().Format(time.RFC3339Nano))
+				why <- loss{silent: true, why: fmt.Sprintf("the sidecar has not confirmed the lock for too long: it may be frozen or cut off from etcd, and the lock could be granted elsewhere at %s",
+					until.Round(0).UTC().Format(time.RFC3339Nano))}
 				return
 			}
 		}

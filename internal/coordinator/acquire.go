@@ -137,8 +137,8 @@ func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireReques
 				return c.tryTracked(ctx, e, req)
 			}
 		}
-		trying := e.trying
-		if trying == nil {
+		f := e.trying
+		if f == nil {
 			break
 		}
 		// Another caller of this sidecar is trying the lock in etcd: its
@@ -148,10 +148,13 @@ func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireReques
 		c.mu.Unlock()
 		wctx, cancel := c.etcdCtx(ctx)
 		select {
-		case <-trying:
+		case <-f.done:
 		case <-wctx.Done():
 		}
 		cancel()
+		if wctx.Err() == nil && f.shared() {
+			return Grant{}, f.err // refused as that try was, by the same holder
+		}
 		c.mu.Lock()
 		if wctx.Err() != nil {
 			break
@@ -170,17 +173,41 @@ func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireReques
 // the turn. While it is in flight, other tries of the lock here wait for
 // its outcome (entry.trying).
 func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
-	done := make(chan struct{})
-	e.trying = done
+	f := &flight{done: make(chan struct{})}
+	e.trying = f
 	c.mu.Unlock()
-	g, err := c.try(ctx, e, req)
+	var g Grant
+	err := c.rewound(fmt.Sprintf("acquire %q", req.Key))
+	if err == nil {
+		g, err = c.try(ctx, e, req)
+	} else {
+		c.leaveTurn(e)
+	}
 	c.mu.Lock()
-	if e.trying == done {
+	if e.trying == f {
 		e.trying = nil
 	}
 	c.mu.Unlock()
-	close(done)
+	f.err = err
+	close(f.done)
 	return g, err
+}
+
+// flight is a try of a lock in flight in etcd, whose outcome the other
+// tries of the lock in this sidecar wait for.
+type flight struct {
+	done chan struct{} // closed once err is set
+	err  error         // its refusal; nil when it was granted
+}
+
+// shared reports whether the try's outcome is every other try's too: a
+// refusal by a holder elsewhere (held, held back, a semaphore), or etcd
+// out of reach; not a grant (the holder is here: it refuses them itself)
+// nor its caller hanging up.
+func (f *flight) shared() bool {
+	err := f.err
+	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		(errors.Is(err, ErrHeld) || errors.Is(err, ErrLimitMismatch) || errors.Is(err, ErrUnavailable))
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
@@ -190,13 +217,10 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.leaveTurn(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	if err := c.rewound(fmt.Sprintf("acquire %q", req.Key)); err != nil {
-		c.leaveTurn(e)
-		return Grant{}, err
-	}
 	key, pfx := c.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Hold = req.Hold
 
 	// A lock last seen held elsewhere is read first: a refusal is then a
 	// linearizable read, with no raft entry (a transaction whose compare

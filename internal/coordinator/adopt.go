@@ -38,7 +38,9 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		}
 		id := fmt.Sprintf("%s\x00%d", k, ct.Create)
 		found[id] = true
-		if !holding[ct.Key] || hold[id] {
+		// A waiter's key, or a hold stream's (as the state file or, when
+		// the file missed it, its record says): its caller is gone.
+		if !holding[ct.Key] || hold[id] || ct.Holder.Hold {
 			stray = append(stray, ct)
 			continue
 		}

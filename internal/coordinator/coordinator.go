@@ -86,9 +86,9 @@ type entry struct {
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
 
-	// trying is closed when the try in flight for the turn's owner has its
-	// outcome; nil when no try is in flight.
-	trying chan struct{}
+	// trying is the try in flight for the turn's owner, whose outcome the
+	// other tries of the lock wait for; nil when none is in flight.
+	trying *flight
 
 	// The flags last, together: a sidecar keeps an entry per held lock.
 	busy       bool // the turn is taken

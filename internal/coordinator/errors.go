@@ -67,8 +67,8 @@ type HeldError struct {
 	Wait time.Duration
 	// Mismatch is the fence a refused force release named.
 	Mismatch int64
-	// Twin says the holder has the caller's own owner, in a hold of its
-	// own (a hold never shares its lock).
+	// Twin says the holder has the caller's own owner, and one of them is a
+	// hold (a hold never shares its lock).
 	Twin bool
 }
 
@@ -78,7 +78,7 @@ func (e *HeldError) Error() string {
 		return fmt.Sprintf("%s with fence %d, not fence %d; nothing was released", msg, e.Fence, e.Mismatch)
 	}
 	if e.Twin {
-		msg += "; that holder is another hold (hold stream, baton run) of the same owner, and two holds never share a lock: give each replica an owner of its own"
+		msg += "; that holder has the same owner, and a hold (hold stream, baton run) never shares its lock, not even with its own owner's other calls: give each replica an owner of its own"
 	}
 	if e.Waited {
 		msg += fmt.Sprintf("; gave up after waiting %v", e.Wait)

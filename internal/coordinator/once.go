@@ -7,7 +7,6 @@ import (
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
-	"github.com/baton-dev/baton/internal/policy"
 )
 
 // A run-once lock guards work that must succeed once: a migration, a
@@ -101,7 +100,13 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 	if err := c.checkOnce(&req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	if err := c.allowed(policy.Lock, req.Key); err != nil {
+	wctx := ctx
+	if req.Wait > 0 && req.Wait != WaitForever {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, req.Wait)
+		defer cancel()
+	}
+	if err := c.allowedWithin(wctx, req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	if err := c.settled(ctx, req); err != nil {

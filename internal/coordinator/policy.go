@@ -54,10 +54,11 @@ func (c *Coordinator) allowed(a policy.Action, k keyspace.Key) error {
 
 // stillAllowed checks, for a waiter about to be granted (p), the policy in
 // force now: a grant is a use of the lock, and the policy may have
-// changed while it waited. A refused waiter's key is deleted, and it is
-// told why.
-func (c *Coordinator) stillAllowed(e *entry, req AcquireRequest, p place) error {
-	err := c.allowed(policy.Lock, req.Key)
+// changed while it waited. While the policy cannot be known, the waiter
+// keeps its place and waits for it (until its wait, ctx, runs out). A
+// refused waiter's key is deleted, and it is told why.
+func (c *Coordinator) stillAllowed(ctx context.Context, e *entry, req AcquireRequest, p place) error {
+	err := c.allowedWithin(ctx, req)
 	if err == nil {
 		return nil
 	}

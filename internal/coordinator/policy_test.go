@@ -151,3 +151,37 @@ func TestWaitRidesOutAnUnknownPolicy(t *testing.T) {
 	}
 	a.mustRelease(t, k, "patient")
 }
+
+// TestWaiterKeepsItsPlaceWhilePolicyUnknown: a waiter whose turn comes
+// while the policy cannot be known keeps its key and waits for the policy,
+// within its wait; it is granted once the policy allows it again.
+func TestWaiterKeepsItsPlaceWhilePolicyUnknown(t *testing.T) {
+	parallel(t)
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	a.c.policy = guard
+	guard.Set(policy.Document{}, "1")
+	k := key(t, "unknown/at-turn")
+	b.mustAcquire(t, k, "holder")
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: "waiter", Wait: 20 * time.Second})
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter to queue", func() bool { return len(b.contenders(t, k)) == 2 })
+	guard.Fail(errors.New("the policy file is being rewritten"))
+	b.mustRelease(t, k, "holder")
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter ended while the policy was unknown: %v", err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	if cs := b.contenders(t, k); len(cs) != 1 {
+		t.Errorf("the waiter's key: %v; want it kept", cs)
+	}
+	guard.Set(policy.Document{}, "2")
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter once the policy is known again: %v", err)
+	}
+	a.mustRelease(t, k, "waiter")
+}

@@ -47,6 +47,7 @@ func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holde
 func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 	r := c.record(h.owner, h.acquiredAt, h.expiresAt)
 	r.Claim = h.claim()
+	r.Hold = h.hold
 	return r
 }
 

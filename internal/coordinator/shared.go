@@ -119,7 +119,7 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	rec.Claim = req.Claim
+	rec.Claim, rec.Hold = req.Claim, req.Hold
 
 	c.mu.Lock()
 	readFirst := c.heldElsewhere[req.Key.String()]

@@ -46,12 +46,12 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 			return Grant{}, err
 		}
 	}
-	if err := c.stillAllowed(e, req, p); err != nil {
+	if err := c.stillAllowed(ctx, e, req, p); err != nil {
 		return Grant{}, err
 	}
 	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
-	rec.Claim = req.Claim
+	rec.Claim, rec.Hold = req.Claim, req.Hold
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
 }
 

@@ -124,7 +124,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 			return Grant{}, err
 		}
 	}
-	if err := c.stillAllowed(e, req, p); err != nil {
+	if err := c.stillAllowed(ctx, e, req, p); err != nil {
 		return Grant{}, err
 	}
 	if err := c.aboveFloor(e, req, p.key, p.rev, sess); err != nil {
@@ -143,6 +143,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	// off the hand-off's path.
 	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	rec.Hold = req.Hold
 	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
 }
 
@@ -162,7 +163,7 @@ func (c *Coordinator) placeFor(ctx context.Context, e *entry, req AcquireRequest
 	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
-	rec.Claim = req.Claim
+	rec.Claim, rec.Hold = req.Claim, req.Hold
 	c.mu.Lock()
 	rec.Queued = e.queued
 	p.lease = sess.LeaseFor(len(c.locks))

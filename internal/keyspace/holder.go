@@ -31,6 +31,9 @@ type Holder struct {
 	// Claim is what the contender asks of the lock: exclusive (no field
 	// written, as for a mutex), a reader, or units of a semaphore.
 	Claim
+	// Hold marks a contender of a hold stream (or baton run): a restarted
+	// sidecar does not keep its lock, since its connection died.
+	Hold bool `json:"hold,omitempty"`
 
 	// Foreign is true for a contender whose value is not a Baton record,
 	// such as one written by `etcdctl lock`.

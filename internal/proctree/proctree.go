@@ -140,18 +140,19 @@ const killWait = 10 * time.Second
 // so a stopped one gets it), then SIGKILL to whatever is left after grace,
 // again and again until none is left (or killWait has passed). A process
 // started meanwhile by one being stopped is found and stopped too. It
-// returns how many processes it signalled.
-func (r *Reaper) Stop(grace time.Duration) int {
-	signalled := map[int]bool{}
+// returns how many processes it signalled, and those it could not stop
+// (none, normally).
+func (r *Reaper) Stop(grace time.Duration) (signalled int, left []int) {
+	seen := map[int]bool{}
 	deadline := time.Now().Add(grace)
 	for {
 		live := r.Live()
-		if len(live) == 0 {
-			return len(signalled)
+		if len(live) == 0 && r.childless() {
+			return len(seen), nil
 		}
 		for _, pid := range live {
-			if !signalled[pid] {
-				signalled[pid] = true
+			if !seen[pid] {
+				seen[pid] = true
 				r.signal(pid, syscall.SIGTERM)
 				r.signal(pid, syscall.SIGCONT)
 			}
@@ -161,18 +162,30 @@ func (r *Reaper) Stop(grace time.Duration) int {
 		}
 		r.pause(min(r.poll, time.Until(deadline)))
 	}
-	for until := time.Now().Add(killWait); time.Now().Before(until); {
+	for until := time.Now().Add(killWait); ; {
 		live := r.Live()
-		if len(live) == 0 {
-			break
+		if len(live) == 0 && r.childless() {
+			return len(seen), nil
+		}
+		if !time.Now().Before(until) {
+			return len(seen), live
 		}
 		for _, pid := range live {
-			signalled[pid] = true
+			seen[pid] = true
 			r.signal(pid, syscall.SIGKILL)
 		}
 		r.pause(r.poll / 4)
 	}
-	return len(signalled)
+}
+
+// childless reports whether the calling process has no child, not even
+// one that exited and waits to be reaped. For a subreaper that is the
+// proof that it has no descendant: an orphan becomes its child. (A scan of
+// /proc alone can miss a process forked, and orphaned, while it is read.)
+func (r *Reaper) childless() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return errors.Is(err, unix.ECHILD)
 }
 
 // pause waits for a child's exit or for d.
@@ -186,22 +199,29 @@ func (r *Reaper) pause(d time.Duration) {
 	}
 }
 
-// signal sends sig to pid if pid is still a descendant: the pid is pinned
-// with a pidfd first, then checked, so a pid that was reaped and reused by
-// an unrelated process meanwhile is never signalled.
+// signal sends sig to pid if pid is still a descendant. The pid is pinned
+// with a pidfd first, then checked, so that a pid reaped and reused by an
+// unrelated process meanwhile is never signalled; where pidfds cannot be
+// had (an old kernel, a seccomp profile that refuses them) it is checked,
+// then signalled by number.
 func (r *Reaper) signal(pid int, sig syscall.Signal) {
 	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOSYS) { // a kernel older than 5.3
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return // gone already
+	case err != nil:
+		if descendantOf(pid, r.self) {
 			_ = syscall.Kill(pid, sig)
 		}
-		return // gone already
+		return
 	}
 	defer unix.Close(fd)
 	if !descendantOf(pid, r.self) {
 		return
 	}
-	_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
 // Descendants returns the processes below root that have not exited,

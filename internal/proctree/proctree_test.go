@@ -57,10 +57,10 @@ func TestStopReachesEveryDescendant(t *testing.T) {
 	}
 
 	began := time.Now()
-	n := r.Stop(300 * time.Millisecond)
+	n, left := r.Stop(300 * time.Millisecond)
 	took := time.Since(began)
-	if n < 4 {
-		t.Errorf("signalled %d processes, want at least 4", n)
+	if n < 4 || len(left) != 0 {
+		t.Errorf("signalled %d processes, want at least 4; %v left", n, left)
 	}
 	if left := r.Live(); len(left) != 0 {
 		t.Errorf("left running: %v", left)
@@ -88,7 +88,7 @@ func TestStopReachesEveryDescendant(t *testing.T) {
 	if ws := <-r.Exited(q.Pid); ExitCode(ws) != 7 {
 		t.Errorf("exit 7 came as %v", ws)
 	}
-	if n := r.Stop(time.Second); n != 0 {
+	if n, _ := r.Stop(time.Second); n != 0 {
 		t.Errorf("a stop with nothing running signalled %d", n)
 	}
 }

@@ -92,7 +92,11 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		case n := <-queued:
 			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
 		case <-tick.C:
-			if st.started {
+			// A caller that waits hears heartbeats from the first tick,
+			// queued or not yet (a wait riding out etcd or the policy
+			// being unknown): its connection stays alive. A try's answer
+			// comes before any tick, as a plain status when refused.
+			if st.started || b.Wait > 0 {
 				_ = st.send(lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String()})
 			}
 		case a := <-res:
