@@ -58,9 +58,10 @@ lock is released. If the lock is lost while it runs (--max-hold reached, the
 sidecar lost etcd or stopped, an operator forced it free), or the sidecar
 stops confirming it in time (frozen, cut off), every process of the
 command's gets SIGTERM, then SIGKILL after --kill-grace. If baton run itself
-is killed, they are stopped the same way. A lock held whole is held back
-from everyone for the kill grace plus a second after any end but its
-release (its lock delay), so the next holder starts only once they are gone.
+is killed, they are stopped the same way, and the lock stays held until
+they are gone. A lock held whole is held back from everyone for the kill
+grace plus a second after any end but its release (its lock delay), so the
+next holder starts only once they are gone.
 
 Exit status: the command's own; 75 when someone else holds the lock (or the
 wait ran out, or a lock delay holds it back); 70 when the lock was lost while
@@ -140,11 +141,14 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal
 	// gives up the wait.
-	stream, err := c.Hold(context.WithoutCancel(ctx), o.key, o.request())
+	// The guard keeps the stream's connection too: killed, baton run
+	// leaves the lock held until the command's processes are gone.
+	stream, conn, err := c.HoldOnConn(context.WithoutCancel(ctx), o.key, o.request())
 	if err != nil {
 		return holdFailed(err, o)
 	}
 	defer stream.Close()
+	defer conn.Close()
 	giveUp := context.AfterFunc(ctx, func() { stream.Close() })
 	granted, err := awaitGrant(ctx, stream, o, stderr)
 	if err != nil {
@@ -187,7 +191,8 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		env = withEnv(env, "BATON_RESULT_FILE="+result.Name())
 		finish = o.finisher(c, granted.Owner, result.Name(), stderr)
 	}
-	tree, err := startGuarded(args, env, grace, stdout, stderr)
+	tree, err := startGuarded(args, env, grace, conn, stdout, stderr)
+	conn.Close() // the guard has it now
 	if err != nil {
 		_ = release(0) // it never ran: the next caller may run it
 		return exitError{127, err.Error()}
@@ -197,7 +202,11 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		defer cancel()
 		_, _ = c.Release(ctx, o.key, granted.Owner)
 	}
-	return supervise(tree, stream, o, watch, sigs, finish, letGo, stderr)
+	var stopAt time.Time
+	if o.shared() && !granted.MaxHoldAt.IsZero() {
+		stopAt = granted.MaxHoldAt.Add(-grace - stopMargin)
+	}
+	return supervise(tree, stream, o, watch, stopAt, sigs, finish, letGo, stderr)
 }
 
 // withEnv is env with the variables of kv (NAME=value) set, replacing

@@ -69,8 +69,10 @@ func newRunGuardCmd(stderr io.Writer) *cobra.Command {
 // guard runs the command as the guard: fd 3 is the control pipe from baton
 // run, fd 4 the pipe on which it says whether the command started, and at
 // its end which processes of the command's it could not stop (none,
-// normally). Its exit status is the command's, once every process of the
-// command's is gone.
+// normally), and fd 5, when there, the hold stream's connection to the
+// sidecar, which it keeps open and never reads: the lock is held until
+// both baton run and the guard are gone. Its exit status is the
+// command's, once every process of the command's is gone.
 func guard(args []string, grace time.Duration, stderr io.Writer) error {
 	// The command's parent-death signal is tied to the thread that starts
 	// it: this one, which lives as long as the guard.
@@ -81,6 +83,7 @@ func guard(args []string, grace time.Duration, stderr io.Writer) error {
 	}
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
+	syscall.CloseOnExec(5) // the hold's connection, when given: kept open, not handed on
 	// Signals from outside are baton run's to pass on (a terminal's SIGINT
 	// reaches the whole process group): caught here, so that they are not
 	// ignored by the command either, and dropped.
@@ -168,10 +171,11 @@ type guarded struct {
 }
 
 // startGuarded starts args through a guard that stops every process of the
-// command's within grace when told to, or when this process dies. The
-// calling process becomes a subreaper: it must not wait for children in any
-// other way from now on.
-func startGuarded(args, env []string, grace time.Duration, stdout, stderr io.Writer) (*guarded, error) {
+// command's within grace when told to, or when this process dies. conn,
+// when not nil, is the hold stream's connection, which the guard keeps
+// open as long as it lives. The calling process becomes a subreaper: it
+// must not wait for children in any other way from now on.
+func startGuarded(args, env []string, grace time.Duration, conn *os.File, stdout, stderr io.Writer) (*guarded, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find baton's own executable for the guard: %w", err)
@@ -207,7 +211,11 @@ func startGuarded(args, env []string, grace time.Duration, stdout, stderr io.Wri
 		return fail(err)
 	}
 	argv := append([]string{self, "run-guard", "--kill-grace", grace.String(), "--"}, args...)
-	p, err := os.StartProcess(self, argv, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, out, errw, ctlR, stW}})
+	files := []*os.File{os.Stdin, out, errw, ctlR, stW}
+	if conn != nil {
+		files = append(files, conn)
+	}
+	p, err := os.StartProcess(self, argv, &os.ProcAttr{Env: env, Files: files})
 	ctlR.Close()
 	stW.Close()
 	if err != nil {

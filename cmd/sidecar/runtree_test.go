@@ -50,10 +50,10 @@ func gone(t *testing.T, file string) bool {
 }
 
 // grantAfter waits on another connection for key and returns when it was
-// granted.
-func grantAfter(t *testing.T, c *http.Client, key string) (time.Time, func()) {
+// granted; claim is more of the request's fields (a semaphore's).
+func grantAfter(t *testing.T, c *http.Client, key string, claim ...string) (time.Time, func()) {
 	t.Helper()
-	code, body := do(t, c, "POST", "/v1/locks/"+key, `{"owner":"next","wait":"30s"}`)
+	code, body := do(t, c, "POST", "/v1/locks/"+key, `{"owner":"next","wait":"30s"`+strings.Join(claim, "")+`}`)
 	at := time.Now()
 	if code != 200 {
 		t.Fatalf("the next caller: %d %s", code, body)
@@ -82,7 +82,7 @@ func TestRunStopsEveryProcess(t *testing.T) {
 		if code := exitOf(t, cmd.Run()); code != 0 {
 			t.Fatalf("exit %d; stderr %s", code, errb.String())
 		}
-		if !gone(t, out("exit")) || !strings.Contains(errb.String(), "left 2 process(es) running; they were stopped") {
+		if !gone(t, out("exit")) || !strings.Contains(errb.String(), "process(es) running; they were stopped") {
 			t.Errorf("the daemon outlived the run; stderr %s", errb.String())
 		}
 		granted, release := grantAfter(t, c, "tree/exit")
@@ -111,6 +111,48 @@ func TestRunStopsEveryProcess(t *testing.T) {
 		}
 		if last := lastWrite(t, out("max")); !last.Before(granted) {
 			t.Errorf("a write at %v, after the next grant at %v", last, granted)
+		}
+	})
+
+	// A semaphore's unit has no lock delay: the guard keeps the hold's
+	// connection, so the unit is let go only once the processes are gone;
+	// and its command is stopped before --max-hold, which lets it go.
+	t.Run("a semaphore's unit outlives its processes, kill -9 and max-hold", func(t *testing.T) {
+		if err := os.WriteFile(script, []byte(writer(out("sem"))), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, how := range []string{"kill", "max-hold"} {
+			os.Remove(out("sem"))
+			args := []string{"--key", "tree/sem-" + how, "--limit", "2", "--weight", "2", "--kill-grace", "500ms"}
+			if how == "max-hold" {
+				args = append(args, "--max-hold", "2s")
+			}
+			cmd, _, errb := batonRun(t, sc.socket, append(args, "--", "sh", "-c", `trap '' TERM; `+script+` 60`)...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the grandchild's first write", func() bool {
+				_, err := os.Stat(out("sem"))
+				return err == nil
+			})
+			next := make(chan time.Time, 1)
+			go func() {
+				at, release := grantAfter(t, c, "tree/sem-"+how, `,"limit":2,"weight":2`)
+				release()
+				next <- at
+			}()
+			time.Sleep(200 * time.Millisecond)
+			if how == "kill" {
+				_ = cmd.Process.Kill()
+			}
+			_ = cmd.Wait()
+			granted := <-next
+			if !gone(t, out("sem")) {
+				t.Errorf("%s: the grandchild outlived baton run; stderr %s", how, errb.String())
+			}
+			if last := lastWrite(t, out("sem")); !last.Before(granted) {
+				t.Errorf("%s: a write at %v, after the next grant at %v", how, last, granted)
+			}
 		}
 	})
 

@@ -22,14 +22,18 @@ import (
 // the lock of a tree stopped for the sidecar's silence, if the sidecar
 // answers at all. Processes of the command's that could not be stopped
 // keep the lock from being released: it is let go with its lock delay.
-func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
+//
+// stopAt, when not zero, is when the command's tree is stopped whatever
+// the stream says: before a reader's or a semaphore's share reaches its
+// max hold, which the sidecar lets go at once.
+func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, stopAt time.Time, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
 	ended := make(chan ending, 1)
 	go func() { ended <- tree.wait() }()
 	lead := tree.grace + stopMargin
 	if !watch {
 		lead = -1
 	}
-	lost := watchHold(stream, lead)
+	lost := watchHold(stream, lead, stopAt)
 	for {
 		select {
 		case e := <-ended:
@@ -60,7 +64,7 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 			if err := e.report(o, stderr); err != nil {
 				return err
 			}
-			if l.silent {
+			if l.letGo {
 				letGo() // the tree is gone: no need for the lock delay
 			}
 			return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, l.why)}
@@ -86,10 +90,10 @@ func (e ending) report(o runOptions, stderr io.Writer) error {
 // stop it, and for the last SIGKILLs to land.
 const stopMargin = 500 * time.Millisecond
 
-// loss is why a lock held by baton run ended, as its hold stream tells.
+// loss is why a lock held by baton run ended, or must be let go.
 type loss struct {
-	why    string
-	silent bool // the sidecar went silent: it may still hold the lock
+	why   string
+	letGo bool // the sidecar may still hold the lock: release it once the command's tree is gone
 }
 
 // watchHold reads the hold stream of a granted lock until it says the lock
@@ -97,7 +101,7 @@ type loss struct {
 // be granted elsewhere before the command's tree, stopped now, is gone
 // (lead before the stream's ValidUntil; never with a negative lead), and
 // tells why.
-func watchHold(stream *client.Stream, lead time.Duration) <-chan loss {
+func watchHold(stream *client.Stream, lead time.Duration, stopAt time.Time) <-chan loss {
 	why := make(chan loss, 1)
 	events := make(chan lockapi.Event)
 	failed := make(chan error, 1)
@@ -123,10 +127,14 @@ func watchHold(stream *client.Stream, lead time.Duration) <-chan loss {
 		}()
 		for {
 			until := stream.ValidUntil()
-			timer.Reset(time.Hour)
+			wait, silent := time.Hour, false
 			if !until.IsZero() && lead >= 0 {
-				timer.Reset(max(time.Until(until)-lead, 0))
+				wait, silent = max(time.Until(until)-lead, 0), true
 			}
+			if !stopAt.IsZero() && time.Until(stopAt) < wait {
+				wait, silent = max(time.Until(stopAt), 0), false
+			}
+			timer.Reset(wait)
 			select {
 			case ev, ok := <-events:
 				if !ok {
@@ -142,7 +150,11 @@ func watchHold(stream *client.Stream, lead time.Duration) <-chan loss {
 					return
 				}
 			case <-timer.C:
-				why <- loss{silent: true, why: fmt.Sprintf("the sidecar has not confirmed the lock for too long: it may be frozen or cut off from etcd, and the lock could be granted elsewhere at %s",
+				if !silent {
+					why <- loss{letGo: true, why: "it reached its --max-hold (a reader's or a semaphore's share is stopped before it is let go, as it has no lock delay)"}
+					return
+				}
+				why <- loss{letGo: true, why: fmt.Sprintf("the sidecar has not confirmed the lock for too long: it may be frozen or cut off from etcd, and the lock could be granted elsewhere at %s",
 					until.Round(0).UTC().Format(time.RFC3339Nano))}
 				return
 			}

@@ -14,7 +14,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lockapi"
@@ -58,6 +60,42 @@ func (c *Client) Hold(ctx context.Context, key string, req lockapi.Request) (*St
 		return nil, err
 	}
 	return &Stream{body: body, dec: dec, cancel: cancel}, nil
+}
+
+// HoldOnConn is Hold on a connection of its own, which it also returns as
+// a file (another descriptor of the same connection): a process given the
+// file keeps the connection, and so the lock, open after the caller is
+// gone. The sidecar sees the caller hang up only once every descriptor of
+// the connection is closed. baton run gives it to the process that stops
+// its command, so that its lock outlives baton run until the command's
+// processes are gone.
+func (c *Client) HoldOnConn(ctx context.Context, key string, req lockapi.Request) (*Stream, *os.File, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach the Baton sidecar at %s: %w", c.socket, err)
+	}
+	f, err := conn.(*net.UnixConn).File()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("keep the connection to the sidecar: %w", err)
+	}
+	var taken atomic.Bool
+	one := &Client{socket: c.socket, http: &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			if taken.Swap(true) {
+				return nil, errors.New("the hold's connection is in use")
+			}
+			return conn, nil
+		},
+	}}}
+	st, err := one.Hold(ctx, key, req)
+	if err != nil {
+		f.Close()
+		conn.Close()
+		return nil, nil, err
+	}
+	return st, f, nil
 }
 
 // open starts a streamed answer (a hold stream, a watch); an answer that

@@ -64,16 +64,17 @@ type stateLine struct {
 
 // lostLine is a lost lock as the file keeps it.
 type lostLine struct {
-	Key       string    `json:"key"`
-	Owner     string    `json:"owner"`
-	Fence     int64     `json:"fence"`
-	Reason    string    `json:"reason"`
-	At        time.Time `json:"at"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Key       string                 `json:"key"`
+	Owner     string                 `json:"owner"`
+	Fence     int64                  `json:"fence"`
+	Reason    coordinator.LostReason `json:"reason"`
+	At        time.Time              `json:"at"`
+	ExpiresAt time.Time              `json:"expires_at,omitzero"`
 }
 
 func lostLineOf(l coordinator.LostLock) *lostLine {
-	return &lostLine{Key: l.Key, Owner: l.Owner, Fence: l.Fence, Reason: string(l.Reason), At: l.At, ExpiresAt: l.ExpiresAt}
+	ll := lostLine(l)
+	return &ll
 }
 
 // heldLine is a held lock as the file keeps it.
@@ -155,9 +156,7 @@ func Read(path string) (State, error) {
 				delete(locks, l.Ended.Key)
 			}
 		case l.Lost != nil:
-			ll := l.Lost
-			lost[lostKey{ll.Key, ll.Owner}] = coordinator.LostLock{Key: ll.Key, Owner: ll.Owner, Fence: ll.Fence,
-				Reason: coordinator.LostReason(ll.Reason), At: ll.At, ExpiresAt: ll.ExpiresAt}
+			lost[lostKey{l.Lost.Key, l.Lost.Owner}] = coordinator.LostLock(*l.Lost)
 		}
 		if l.Leases != nil {
 			s.Leases = l.Leases
