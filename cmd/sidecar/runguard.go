@@ -218,6 +218,13 @@ func startGuarded(args, env []string, grace time.Duration, conn *os.File, stdout
 	p, err := os.StartProcess(self, argv, &os.ProcAttr{Env: env, Files: files})
 	ctlR.Close()
 	stW.Close()
+	if conn != nil {
+		// Handing a file to a child puts it in blocking mode, and the mode
+		// belongs to the connection, which this process reads too: a read
+		// blocked in the kernel would never let it close. Back to
+		// non-blocking.
+		_ = syscall.SetNonblock(int(conn.Fd()), true)
+	}
 	if err != nil {
 		ctlW.Close()
 		stR.Close()
