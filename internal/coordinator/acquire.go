@@ -137,7 +137,7 @@ func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireReques
 				return c.tryTracked(ctx, e, req)
 			}
 		}
-		f := e.trying
+		f := c.trying[e]
 		if f == nil {
 			break
 		}
@@ -171,10 +171,10 @@ func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireReques
 
 // tryTracked is try, with c.mu locked, which it unlocks; the caller has
 // the turn. While it is in flight, other tries of the lock here wait for
-// its outcome (entry.trying).
+// its outcome (Coordinator.trying).
 func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
 	f := &flight{done: make(chan struct{})}
-	e.trying = f
+	c.trying[e] = f
 	c.mu.Unlock()
 	var g Grant
 	err := c.rewound(fmt.Sprintf("acquire %q", req.Key))
@@ -184,8 +184,8 @@ func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireReque
 		c.leaveTurn(e)
 	}
 	c.mu.Lock()
-	if e.trying == f {
-		e.trying = nil
+	if c.trying[e] == f {
+		delete(c.trying, e)
 	}
 	c.mu.Unlock()
 	f.err = err
@@ -337,7 +337,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 	}
 	h := &held{
 		owner: req.Owner, entry: e, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, delay: req.LockDelay, co: c,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
 	}
 	if req.MaxHold > 0 {
 		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
@@ -350,7 +350,9 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 	h.mod = fence
 	c.publishLaterLocked(e)
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
-	return grantOf(e, h), nil
+	g := grantOf(e, h)
+	g.LockDelay = req.LockDelay // its holder's to know (ValidFor); the lock keeps it in its key's name
+	return g, nil
 }
 
 // acquired reports the end of an acquire to the observer and, for a

@@ -56,6 +56,7 @@ type Coordinator struct {
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
 	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
+	trying        map[*entry]*flight     // by lock entry: the try in flight, whose outcome the lock's other tries here wait for
 	journal       journal                // changes of the held locks, for HeldChanges
 	deadlines     deadlines              // when the held locks expire
 	sweptAt       time.Time              // last pruning of ended
@@ -86,10 +87,6 @@ type entry struct {
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
 
-	// trying is the try in flight for the turn's owner, whose outcome the
-	// other tries of the lock wait for; nil when none is in flight.
-	trying *flight
-
 	// The flags last, together: a sidecar keeps an entry per held lock.
 	busy       bool // the turn is taken
 	retiring   bool // the turn's owner is deleting a key of ours: the lock is being let go
@@ -107,7 +104,6 @@ type held struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 	ttl        time.Duration // the window each grant, extend or renewal sets
-	delay      time.Duration // the lock delay it was granted with; 0 when none or not known
 	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
 	entry      *entry        // the lock's entry: its claim, and for its deadline
 	due        time.Time     // when its deadline fires
@@ -163,6 +159,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
+		trying:        map[*entry]*flight{},
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {

@@ -26,7 +26,8 @@ type Grant struct {
 	// of a semaphore.
 	Claim keyspace.Claim
 	// LockDelay is the lock delay the lock was granted with: how long it is
-	// held back from everyone once lost other than by its release.
+	// held back from everyone once lost other than by its release. It is
+	// set on the grant that Acquire returns.
 	LockDelay time.Duration
 
 	h *held
@@ -96,5 +97,5 @@ func (g Grant) Err() error {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim(), LockDelay: h.delay, h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim(), h: h}
 }

@@ -68,7 +68,7 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 	c.passTurnLocked(e)
 	heldFor := c.now().Sub(h.acquiredAt)
 	if marker != "" && !clean {
-		c.log.Warn("lock let go without its release: held back by its lock delay", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor, "lockDelay", h.delay)
+		c.log.Warn("lock let go without its release: held back by its lock delay", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
 	} else {
 		c.log.Info("lock released", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
 	}
