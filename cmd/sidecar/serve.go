@@ -31,6 +31,7 @@ type serveOptions struct {
 	maxProcs        int
 	serviceAccount  string
 	policyFile      string
+	shutdownGrace   time.Duration
 
 	etcd      etcdOptions
 	dataDir   string
@@ -79,16 +80,17 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		node = host
 	}
 	o := &serveOptions{
-		socketPath: defaultSocket,
-		healthAddr: ":8081",
-		logLevel:   "info",
-		maxProcs:   1,
-		dataDir:    "baton-data",
-		clientURL:  "http://127.0.0.1:2379",
-		etcd:       etcdOptions{dialTimeout: 5 * time.Second},
-		lease:      lease.Default(),
-		coord:      coordinator.Default(),
-		server:     server.Default(),
+		socketPath:    defaultSocket,
+		shutdownGrace: 10 * time.Second,
+		healthAddr:    ":8081",
+		logLevel:      "info",
+		maxProcs:      1,
+		dataDir:       "baton-data",
+		clientURL:     "http://127.0.0.1:2379",
+		etcd:          etcdOptions{dialTimeout: 5 * time.Second},
+		lease:         lease.Default(),
+		coord:         coordinator.Default(),
+		server:        server.Default(),
 	}
 	o.coord.Identity = coordinator.Identity{Pod: pod, Namespace: ns, Node: node}
 	if ns != "" {
@@ -108,6 +110,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
 	fs.StringVar(&o.coord.Identity.Cluster, "cluster-name", "", "this Kubernetes cluster's name, written into the holder records, when several clusters share one etcd: their sidecars contend for the same locks when they share a scope, and every mirror shows each holder's cluster (a DNS label; empty: not shared)")
 	fs.StringVar(&o.serviceAccount, "service-account", o.serviceAccount, "the pod's ServiceAccount, which lock policies name (the injector sets it from the pod)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", o.shutdownGrace, "on SIGTERM, how long the sidecar waits for its hold streams' callers (baton run) to stop their work and hang up before it lets every lock go; it grants nothing meanwhile")
 	fs.StringVar(&o.policyFile, "policy-file", "", "read the lock policy from this YAML or JSON file (re-read when it changes) instead of the scope's policy in etcd, which the controller writes from LockPolicy objects")
 	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
 	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
@@ -185,6 +188,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof: profiles are served on --metrics-addr, which is not set")
+	}
+	if o.shutdownGrace < 0 || o.shutdownGrace > 10*time.Minute {
+		return fmt.Errorf("--shutdown-grace %v: must be 0 to 10m", o.shutdownGrace)
 	}
 	if o.maxProcs < 0 {
 		return fmt.Errorf("--max-procs %d: must be 0 (Go's default) or more", o.maxProcs)

@@ -301,7 +301,14 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 // for them.
 func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun func()) {
 	start := time.Now()
-	sc.log.Info("shutting down: releasing every lock")
+	// The holds' callers (baton run) stop their work first: until they
+	// hang up, or the grace is over, their locks stay held and nothing is
+	// granted.
+	sc.coord.Drain()
+	dctx, cancel := context.WithTimeout(context.Background(), sc.o.shutdownGrace)
+	sc.api.Drain(dctx)
+	cancel()
+	sc.log.Info("shutting down: releasing every lock", "drained", time.Since(start).Round(time.Millisecond))
 	sc.coord.Shutdown()
 	// The watch would only hear this process's own deletes now; with many
 	// locks, receiving them would compete with the revokes for CPU.

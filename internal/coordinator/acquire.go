@@ -38,7 +38,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	defer func() { c.acquired(req, start, err) }()
 
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || c.draining {
 		c.mu.Unlock()
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
@@ -329,6 +329,13 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		return Grant{}, err
 	}
 	c.mu.Lock()
+	if c.draining && !c.closed && sess.Alive() {
+		// The sidecar is about to shut down: its key is let go now, so
+		// that the waiters behind it elsewhere need not wait for that.
+		c.mu.Unlock()
+		c.retire(e, key, fence, sess)
+		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+	}
 	defer c.mu.Unlock()
 	if c.closed || !sess.Alive() {
 		// The lease is being revoked or is gone: the key goes with it.

@@ -64,6 +64,7 @@ type Coordinator struct {
 	waiting       int                    // blocking acquires in progress
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
+	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
 	denied        error         // etcd refuses the scope (checkAccess); nil while allowed
 }
@@ -204,7 +205,7 @@ func (c *Coordinator) Ready() error {
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
-	closed, denied := c.closed, c.denied
+	closed, denied := c.closed || c.draining, c.denied
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
@@ -222,6 +223,15 @@ func (c *Coordinator) connected() error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// Drain stops granting locks, as a sidecar does before it shuts down:
+// acquires are answered unavailable (shutting down) and no waiter is
+// granted, while holders may still release, extend and renew theirs.
+func (c *Coordinator) Drain() {
+	c.mu.Lock()
+	c.draining = true
+	c.mu.Unlock()
 }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -116,8 +117,13 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 }
 
 // keep keeps g for a hold stream until it ends or the caller goes,
-// renewing it and sending heartbeats, and sends how it ended.
+// renewing it and sending heartbeats, and sends how it ended. When the
+// sidecar drains (Drain), the caller is told its lock ends (lost, reason
+// shutdown), and the lock is kept until the caller hangs up: what it
+// started must be stopped before anyone else can have the lock.
 func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker) {
+	draining := s.drain.enter()
+	defer s.drain.leave()
 	done := g.Done()
 	ren := newRenewer(g)
 	defer ren.stop()
@@ -144,6 +150,10 @@ func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordin
 			return
 		case <-ren.due():
 			s.renew(ctx, ren)
+		case <-draining:
+			draining = nil
+			_ = st.send(lockapi.Event{Event: lockapi.EventLost, Key: k.String(), Owner: g.Owner, Fence: g.Fence, Reason: string(coordinator.Shutdown), Code: lockapi.CodeLockLost,
+				Message: fmt.Sprintf("lock %q (fence %d) held by %s: the sidecar is shutting down; stop the work and hang up: the lock is kept until then, for the sidecar's --shutdown-grace at most", k.String(), g.Fence, g.Owner)})
 		case <-renewed:
 			// The lease was renewed: the holder hears at once how much
 			// longer its lock is certainly its own.

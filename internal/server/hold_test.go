@@ -320,3 +320,59 @@ func TestHoldHangUpKeepsTheLockDelay(t *testing.T) {
 	clean.cancel()
 	b.do("POST", "/v1/locks/clean", `{"owner":"next"}`).expect(t, 200, "")
 }
+
+// TestDrainWaitsForHolds: a sidecar that shuts down first tells each hold
+// stream its lock ends (lost, reason shutdown) and keeps the lock, granting
+// nothing, until the caller has hung up: a semaphore's units, which have no
+// lock delay, are not taken while what their holder started still runs.
+func TestDrainWaitsForHolds(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	h := a.openHold("drain", `{"owner":"runner","limit":2,"weight":2}`)
+	if g := h.next(); g["event"] != lockapi.EventGranted {
+		t.Fatalf("first event %v", g)
+	}
+	w := b.openHold("drain", `{"owner":"next","limit":2,"weight":2,"wait":"30s"}`)
+	if ev := w.next(); ev["event"] != lockapi.EventQueued {
+		t.Fatalf("waiter's event %v, want queued", ev)
+	}
+	a.coord.Drain()
+	drained := make(chan struct{})
+	go func() {
+		a.srv.Drain(context.Background())
+		close(drained)
+	}()
+	if ev := h.next(); ev["event"] != lockapi.EventLost || ev["reason"] != string(coordinator.Shutdown) || ev["code"] != lockapi.CodeLockLost {
+		t.Fatalf("event %v, want lost (shutdown)", ev)
+	}
+	a.do("POST", "/v1/locks/other", `{"owner":"x"}`).expect(t, 503, lockapi.CodeUnavailable)
+	time.Sleep(300 * time.Millisecond) // the caller still stops its work
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while a hold's caller was still connected")
+	default:
+	}
+	if st := b.do("GET", "/v1/locks/drain", ""); st.body["held"] != true {
+		t.Fatalf("the units were let go before the caller hung up: %s", st.raw)
+	}
+	h.cancel()
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return after the caller hung up")
+	}
+	if ev := w.next(); ev["event"] != lockapi.EventGranted {
+		t.Fatalf("waiter's event %v, want granted once the drained holder hung up", ev)
+	}
+
+	// A grace that runs out returns with the stream still open.
+	c := newAPI(t, "pod-c")
+	stuck := c.openHold("stuck", `{"owner":"runner"}`)
+	stuck.next()
+	c.coord.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c.srv.Drain(ctx)
+	if ctx.Err() == nil {
+		t.Error("Drain returned before its grace with a stream open")
+	}
+}

@@ -64,6 +64,7 @@ type Server struct {
 	log    *slog.Logger
 	caller Caller // for the audit log (WithAudit)
 	audit  Audit
+	drain  *drain // the hold streams a shutdown waits for (Drain)
 }
 
 // New returns a Server for locks.
@@ -71,7 +72,7 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger, opts ...O
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}}
+	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}, drain: newDrain()}
 	for _, o := range opts {
 		o(s)
 	}

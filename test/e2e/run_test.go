@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,14 +26,21 @@ const (
 	writerEnv    = "BATON_E2E_WRITER"
 	writerForEnv = "BATON_E2E_WRITER_FOR" // how long it writes; forever when unset
 	writerPIDs   = "BATON_E2E_WRITER_PIDS"
+	// writerStubborn, when set, makes the writer ignore SIGTERM, as work
+	// that takes its time to stop does: only the SIGKILL after the kill
+	// grace stops it.
+	writerStubborn = "BATON_E2E_WRITER_STUBBORN"
 )
 
 // runWriter is the work of a `baton run` in S17: it appends its pid to
 // the file $BATON_E2E_WRITER_PIDS, then increments the store's counter of
 // $BATON_KEY under $BATON_FENCE every 20ms, for $BATON_E2E_WRITER_FOR or
-// until it is killed. It never checks anything itself: the store (without
+// until it is killed (SIGTERM ignored with $BATON_E2E_WRITER_STUBBORN). It never checks anything itself: the store (without
 // fences) records every write, so a write after the next holder's shows.
 func runWriter(sock string) int {
+	if os.Getenv(writerStubborn) != "" {
+		signal.Ignore(syscall.SIGTERM)
+	}
 	if f, err := os.OpenFile(os.Getenv(writerPIDs), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
 		fmt.Fprintln(f, os.Getpid())
 		f.Close()
@@ -142,23 +150,26 @@ func (e *env) writersGone(t *testing.T, phase string) {
 
 // TestS17RunTree: `baton run`'s work never outlives its lock. Its command
 // starts the work as a grandchild in a session of its own (a daemon, out of
-// reach of a signal to the command alone), which writes to the store with
+// reach of a signal to the command alone, ignoring SIGTERM: only the
+// SIGKILL after the kill grace stops it), which writes to the store with
 // the fence it was given, without fencing: every write is accepted, and an
 // old holder's write after the next holder's first shows as a stale write.
 // The lock ends five ways (--max-hold, a force release, the holder's
-// sidecar SIGTERMed, `baton run` SIGKILLed, the holder's sidecar
-// SIGSTOPped past its lease), each time with another `baton run` waiting
+// sidecar SIGTERMed (a lock, and a semaphore's units, which have no lock
+// delay), `baton run` SIGKILLed, the holder's sidecar SIGSTOPped past its
+// lease), each time with another `baton run` waiting
 // on another sidecar. None may write after the next holder started, and
 // no writer may be left.
 func TestS17RunTree(t *testing.T) {
 	e := newEnv(t, envOptions{noFence: true})
 	scs := e.addSidecars(2, sidecarOptions{})
 	s0, s1 := scs[0], scs[1]
-	daemon := []string{"--", "sh", "-c", `setsid "$0" & exec sleep 600`}
+	daemon := []string{"--", "sh", "-c", writerStubborn + `=1 setsid "$0" & exec sleep 600`}
 	type phase struct {
 		name  string
 		lock  string
-		args  []string
+		args  []string // of the holder's run
+		both  []string // of both runs
 		fault func(t *testing.T, w *batonRun)
 		after func(t *testing.T)
 		code  int
@@ -177,6 +188,10 @@ func TestS17RunTree(t *testing.T) {
 		}},
 		{name: "sidecar SIGTERM", lock: "s17-sigterm", code: 70, fault: func(t *testing.T, _ *batonRun) { s0.stop(t) },
 			after: func(t *testing.T) { s0.start(t) }},
+		// A semaphore's units have no lock delay: the sidecar tells the
+		// run to stop and keeps the units until it has (--shutdown-grace).
+		{name: "sidecar SIGTERM, semaphore", lock: "s17-sigterm-sem", both: []string{"--limit", "2", "--weight", "2"}, code: 70, fault: func(t *testing.T, _ *batonRun) { s0.stop(t) },
+			after: func(t *testing.T) { s0.start(t) }},
 		{name: "baton run SIGKILL", lock: "s17-kill", code: -1, fault: func(t *testing.T, w *batonRun) { _ = w.cmd.Process.Kill() }},
 		{name: "sidecar SIGSTOP past its lease", lock: "s17-sigstop", code: 70, fault: func(t *testing.T, _ *batonRun) { s0.pause() },
 			after: func(t *testing.T) { s0.resume() }},
@@ -184,9 +199,9 @@ func TestS17RunTree(t *testing.T) {
 	var notes []string
 	for _, p := range phases {
 		lock := p.lock
-		old := e.startRun(t, s0, append(append([]string{"--key", lock, "--kill-grace", "500ms"}, p.args...), daemon...)...)
+		old := e.startRun(t, s0, append(append(append([]string{"--key", lock, "--kill-grace", "500ms"}, p.args...), p.both...), daemon...)...)
 		fence := e.firstWrite(t, lock, 0)
-		next := e.startRun(t, s1, "--key", lock, "--wait", "60s", "--", "env", writerForEnv+"=500ms")
+		next := e.startRun(t, s1, append(append([]string{"--key", lock, "--wait", "60s"}, p.both...), "--", "env", writerForEnv+"=500ms")...)
 		time.Sleep(300 * time.Millisecond) // queued behind it, writing meanwhile
 		faultAt := time.Now()
 		if p.fault != nil {
