@@ -53,8 +53,12 @@ func flagOf(field string) string {
 		return "--free-retention"
 	case "controller.WebhookPort":
 		return "--webhook-port"
-	case "controller.ElectionNamespace":
+	case "controller.ElectionNamespace", "highwater.Namespace":
 		return "--leader-election-namespace"
+	case "highwater.Name":
+		return "--fences-configmap"
+	case "highwater.Scopes":
+		return "--scopes"
 	case "access.Namespace":
 		return "--etcd-secrets-namespace"
 	case "access.CASecret":

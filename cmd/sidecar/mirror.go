@@ -77,6 +77,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.DurationVar(&o.ctl.Mirror.FreeRetention, "free-retention", o.ctl.Mirror.FreeRetention, "how long a freed lock's object shows its last holder before it is deleted")
 	fs.BoolVar(&o.ctl.LeaderElection, "leader-elect", o.ctl.LeaderElection, "elect one leader among the replicas (a Lease); turn off only for a single replica")
 	fs.StringVar(&o.ctl.ElectionNamespace, "leader-election-namespace", o.ctl.ElectionNamespace, "namespace of the election's Lease; default $POD_NAMESPACE or default")
+	fs.StringVar(&o.ctl.Fences.Name, "fences-configmap", o.ctl.Fences.Name, "the ConfigMap, in the leader election's namespace, that keeps the highest etcd revision seen, so that no fence is granted twice after etcd is restored from an older snapshot or loses its data (see docs/reliability.md); empty: none")
 	fs.StringVar(&o.ctl.HealthAddr, "health-addr", o.ctl.HealthAddr, "TCP address for /healthz and /readyz; empty disables")
 	fs.StringVar(&o.ctl.MetricsAddr, "metrics-addr", o.ctl.MetricsAddr, "TCP address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
@@ -92,6 +93,9 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.DurationVar(&o.access.Validity, "etcd-cert-validity", o.access.Validity, "with --etcd-ca-secret: how long issued certificates are valid; each is renewed at two thirds of its life")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
+		if o.ctl.Fences.Name == "" {
+			o.ctl.Fences = nil
+		}
 		if err := o.validate(); err != nil {
 			return usageError{err}
 		}

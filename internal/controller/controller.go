@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -26,6 +27,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/config"
+	"github.com/baton-dev/baton/internal/highwater"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
 	"github.com/baton-dev/baton/internal/policysync"
@@ -55,6 +57,11 @@ type Config struct {
 	// HTTPS server.
 	WebhookPort    int
 	WebhookCertDir string
+	// Fences, when not nil, keeps the fences' high-water mark in a
+	// ConfigMap and writes it into every scope's fence floor when etcd
+	// goes back in time (package highwater). Its Scopes and RequestTimeout
+	// are the mirror's, its Namespace the election's when empty.
+	Fences *highwater.Config
 	// Access, when not nil, keeps the chart's etcd's certificates and
 	// users (access.Prepare made it; the etcd client authenticates with
 	// its ClientTLS and was given to it by Connect), and the injector gives
@@ -64,7 +71,8 @@ type Config struct {
 
 // Default returns the documented defaults: leader election on, health on
 // :8081, metrics on :8080, the webhook on 9443 with controller-runtime's
-// certificate directory.
+// certificate directory, the fences' high-water mark kept in the ConfigMap
+// baton-fences of the election's namespace.
 func Default() Config {
 	return Config{
 		Mirror:            mirror.Default(),
@@ -74,6 +82,7 @@ func Default() Config {
 		MetricsAddr:       ":8080",
 		WebhookPort:       9443,
 		WebhookCertDir:    "/tmp/k8s-webhook-server/serving-certs",
+		Fences:            ptr.To(highwater.Default()),
 	}
 }
 
@@ -93,7 +102,21 @@ func (c Config) Validate() error {
 	if c.LeaderElection && c.ElectionNamespace == "" {
 		return config.Invalid("controller.ElectionNamespace", "leader election namespace: required with leader election")
 	}
+	if c.Fences != nil {
+		return c.fences().Validate()
+	}
 	return nil
+}
+
+// fences is the Fences configuration completed from the mirror's and the
+// election's.
+func (c Config) fences() highwater.Config {
+	f := *c.Fences
+	f.Scopes, f.RequestTimeout = c.Mirror.Scopes, c.Mirror.RequestTimeout
+	if f.Namespace == "" {
+		f.Namespace = c.ElectionNamespace
+	}
+	return f
 }
 
 // Run runs the controller against the cluster of kcfg and the etcd of
@@ -156,6 +179,11 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	}
 	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout, policysync.OnWrite(counts.PolicyWritten)); err != nil {
 		return err
+	}
+	if cfg.Fences != nil {
+		if _, err := highwater.Setup(mgr, cli, cfg.fences()); err != nil {
+			return err
+		}
 	}
 	if cfg.Access != nil {
 		if err := cfg.Access.Setup(mgr); err != nil {

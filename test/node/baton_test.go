@@ -105,6 +105,18 @@ func TestBatonOnANode(t *testing.T) {
 			}
 			return nil
 		})
+		// The leader keeps the fences' high-water mark, under the chart's
+		// Role for its ConfigMap.
+		eventually(t, time.Minute, "the fences' high-water mark kept", func() error {
+			cm, err := node.Client.CoreV1().ConfigMaps(system).Get(ctx, release+"-fences", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if rev, err := strconv.ParseInt(cm.Data["revision"], 10, 64); err != nil || rev <= 0 {
+				return fmt.Errorf("revision %q", cm.Data["revision"])
+			}
+			return nil
+		})
 	})
 
 	shared := filepath.Join(os.TempDir(), fmt.Sprintf("baton-node-shared-%d", os.Getpid()))

@@ -71,6 +71,9 @@ app.kubernetes.io/component: etcd-proxy
 {{- if and (not .Values.etcd.endpoints) .Values.etcd.secure -}}true{{- end -}}
 {{- end -}}
 {{- define "baton.etcdScheme" -}}{{ if include "baton.etcdManaged" . }}https{{ else }}http{{ end }}{{- end -}}
+{{/* The ConfigMap keeping the fences' high-water mark; made by the
+     controller, and left behind by helm uninstall on purpose. */}}
+{{- define "baton.fencesConfigMap" -}}{{ include "baton.fullname" . }}-fences{{- end -}}
 {{- define "baton.etcdCASecret" -}}{{ include "baton.etcd" . }}-ca{{- end -}}
 {{- define "baton.etcdServerSecret" -}}{{ include "baton.etcd" . }}-tls{{- end -}}
 

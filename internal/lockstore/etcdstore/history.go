@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -215,12 +216,19 @@ func bump(floor, last int64) int64 {
 // unless it holds a floor as high already, so that every sidecar of the
 // scope, and the next one to start, refuses the fences at or below it.
 func (s *Store) RaiseFloor(ctx context.Context, key string, floor int64) error {
+	return s.denied(RaiseFloorKey(ctx, s.cli, key, floor, s.commits.timeout), key)
+}
+
+// RaiseFloorKey writes floor into the fence-floor key through cli, each
+// request bounded by timeout, unless the key holds a floor as high
+// already: the key only ever grows. The controller writes it too.
+func RaiseFloorKey(ctx context.Context, cli *clientv3.Client, key string, floor int64, timeout time.Duration) error {
 	for range 8 {
-		gctx, cancel := context.WithTimeout(ctx, s.commits.timeout)
-		resp, err := s.cli.Get(gctx, key)
+		gctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := cli.Get(gctx, key)
 		cancel()
 		if err != nil {
-			return s.denied(err, key)
+			return err
 		}
 		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 		if len(resp.Kvs) > 0 {
@@ -229,11 +237,11 @@ func (s *Store) RaiseFloor(ctx context.Context, key string, floor int64) error {
 			}
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
 		}
-		tctx, cancel := context.WithTimeout(ctx, s.commits.timeout)
-		r, err := s.cli.Txn(tctx).If(cmp).Then(clientv3.OpPut(key, strconv.FormatInt(floor, 10))).Commit()
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		r, err := cli.Txn(tctx).If(cmp).Then(clientv3.OpPut(key, strconv.FormatInt(floor, 10))).Commit()
 		cancel()
 		if err != nil {
-			return s.denied(err, key)
+			return err
 		}
 		if r.Succeeded {
 			return nil

@@ -1,0 +1,93 @@
+package highwater
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The ConfigMap's keys.
+const (
+	keyRevision = "revision"  // the high-water mark: the highest etcd revision seen
+	keyCluster  = "clusterID" // etcd's cluster id when it was seen, in hex
+)
+
+// record is the ConfigMap as last read or written.
+type record struct {
+	revision        int64
+	resourceVersion string // empty: there is none yet
+}
+
+// load reads the mark from the ConfigMap; none is a mark of 0.
+func (k *Keeper) load(ctx context.Context) error {
+	var cm corev1.ConfigMap
+	err := k.read.Get(ctx, client.ObjectKey{Namespace: k.cfg.Namespace, Name: k.cfg.Name}, &cm)
+	if apierrors.IsNotFound(err) {
+		k.rec = record{}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rev, err := parseMark(cm.Data[keyRevision])
+	if err != nil {
+		return fmt.Errorf("ConfigMap %s/%s: %w", k.cfg.Namespace, k.cfg.Name, err)
+	}
+	k.rec = record{revision: rev, resourceVersion: cm.ResourceVersion}
+	k.mark = max(k.mark, rev)
+	if c, err := strconv.ParseUint(cm.Data[keyCluster], 16, 64); err == nil && k.cluster == 0 {
+		k.cluster = c
+	}
+	return nil
+}
+
+// parseMark reads the revision key; none is 0.
+func parseMark(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	rev, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || rev < 0 {
+		return 0, fmt.Errorf("%s %q is not an etcd revision: set it to the highest revision etcd reached, or delete the ConfigMap only if no resource keeps the fences granted so far", keyRevision, v)
+	}
+	return rev, nil
+}
+
+// save writes the mark into the ConfigMap, when it is higher than what the
+// ConfigMap holds; another writer's change meanwhile is read and merged.
+func (k *Keeper) save(ctx context.Context) error {
+	for range 3 {
+		if k.mark <= k.rec.revision {
+			return nil
+		}
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: k.cfg.Namespace, Name: k.cfg.Name, ResourceVersion: k.rec.resourceVersion,
+				Labels:      map[string]string{"app.kubernetes.io/name": "baton", "app.kubernetes.io/component": "fences"},
+				Annotations: map[string]string{"baton.dev/about": "the highest etcd revision Baton's etcd reached: no fence at or below it is granted again (see docs/reliability.md, Fences after an etcd restore)"}},
+			Data: map[string]string{keyRevision: strconv.FormatInt(k.mark, 10), keyCluster: strconv.FormatUint(k.cluster, 16)},
+		}
+		var err error
+		if k.rec.resourceVersion == "" {
+			err = k.kube.Create(ctx, cm)
+		} else {
+			err = k.kube.Update(ctx, cm)
+		}
+		if err == nil {
+			k.rec = record{revision: k.mark, resourceVersion: cm.ResourceVersion}
+			k.savedAt = k.now()
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if err := k.load(ctx); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("save the fences' high-water mark: ConfigMap %s/%s keeps changing", k.cfg.Namespace, k.cfg.Name)
+}
