@@ -15,6 +15,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		// A second signal to a shutting-down baton serve kills it: its
+		// locks stay held until its lease expires.
+		<-ctx.Done()
+		stop()
+	}()
 	code := runWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, runtime.GOMAXPROCS)
 	stop()
 	os.Exit(code)

@@ -285,21 +285,25 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		restart.Keep(ctx, sc.sessions, sc.coord, sc.prev, sc.log)
 	}
 	close(adopted)
-	goRun(func(ctx context.Context) error {
-		return restart.Save(ctx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions, sc.history.High)
+	saveCtx, stopSaving := context.WithCancel(runCtx)
+	saved := make(chan struct{})
+	goRun(func(context.Context) error {
+		defer close(saved)
+		return restart.Save(saveCtx, sc.o.statePath, sc.o.coord.Scope, sc.coord, sc.sessions, sc.history.High)
 	})
+	stopSave := func() { stopSaving(); <-saved }
 	if ready {
 		sc.announce(stdout)
 	}
 
 	<-ctx.Done()
-	sc.shutdown(&wg, stopCoord, stopServing, stopRun)
+	sc.shutdown(&wg, stopSave, stopCoord, stopServing, stopRun)
 	return nil
 }
 
 // shutdown releases every lock, stops the components in order and waits
-// for them.
-func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun func()) {
+// for them. stopSave stops the state file's writer and waits for it.
+func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopSave, stopCoord, stopServing, stopRun func()) {
 	start := time.Now()
 	// The holds' callers (baton run) stop their work first: until they
 	// hang up, or the grace is over, their locks stay held and nothing is
@@ -310,18 +314,26 @@ func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopCoord, stopServing, stopRun 
 	cancel()
 	sc.log.Info("shutting down: releasing every lock", "drained", time.Since(start).Round(time.Millisecond))
 	sc.coord.Shutdown()
+	// The owners of the locks that just ended hear why from the next
+	// process (410 lock_lost, reason shutdown), not 404: the state file
+	// says so, written while the leases are revoked.
+	stopSave()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses(), sc.history.High()); err != nil {
+			sc.log.Warn("write the state file", "err", err)
+		}
+	}()
 	// The watch would only hear this process's own deletes now; with many
 	// locks, receiving them would compete with the revokes for CPU.
 	stopCoord()
 	sc.revoke()
+	sc.log.Info("every lock released", "took", time.Since(start).Round(time.Millisecond))
 	stopServing()
 	stopRun()
 	wg.Wait()
-	// The owners of the locks that just ended hear why from the next
-	// process (410 lock_lost, reason shutdown), not 404.
-	if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses(), sc.history.High()); err != nil {
-		sc.log.Warn("write the state file", "err", err)
-	}
+	<-closed
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 }
 

@@ -64,6 +64,7 @@ type Coordinator struct {
 	waiting       int                    // blocking acquires in progress
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
+	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
 	denied        error         // etcd refuses the scope (checkAccess); nil while allowed
@@ -244,11 +245,15 @@ func (c *Coordinator) Shutdown() {
 	}
 	c.closed = true
 	c.stopNow()
+	// Nothing asks about ended locks any more (every call is refused as
+	// shutting down): they are listed for Losses, not remembered one by
+	// one, which would cost a sidecar with many locks its time to exit.
+	at := c.now()
 	for _, e := range c.locks {
 		if h := e.held; h != nil {
-			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: c.now()}
+			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: at}
 			c.endLocked(e, h)
-			c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: Shutdown, at: h.lost.At, expiresAt: h.expiresAt})
+			c.closedLosses = append(c.closedLosses, LostLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: at, ExpiresAt: h.expiresAt})
 		}
 	}
 }

@@ -1,9 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -75,21 +72,19 @@ func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
 }
 
 // Losses returns the locks remembered as ended without their owners'
-// release, by key and owner.
+// release, and those Shutdown ended; of one owner's lock of one key, the
+// last listed is the latest.
 func (c *Coordinator) Losses() []LostLock {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	var out []LostLock
+	out := make([]LostLock, 0, len(c.ended)+len(c.closedLosses))
 	for k, l := range c.ended {
 		if !now.After(l.until(c.cfg.EndedRetention)) {
 			out = append(out, LostLock{Key: k.lock, Owner: l.owner, Fence: l.fence, Reason: l.reason, At: l.at, ExpiresAt: l.expiresAt})
 		}
 	}
-	slices.SortFunc(out, func(a, b LostLock) int {
-		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Owner, b.Owner))
-	})
-	return out
+	return append(out, c.closedLosses...)
 }
 
 // Remember takes in the losses an earlier process of this sidecar

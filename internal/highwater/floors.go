@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,9 +13,9 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
-// writeFloors raises the fence floor of every scope to the mark, and
-// returns how many it raised.
-func (k *Keeper) writeFloors(ctx context.Context) (int, error) {
+// writeFloors raises the fence floor of every scope to floor, and returns
+// how many it raised.
+func (k *Keeper) writeFloors(ctx context.Context, floor int64) (int, error) {
 	scopes, err := k.scopes(ctx)
 	if err != nil {
 		return 0, err
@@ -28,7 +27,7 @@ func (k *Keeper) writeFloors(ctx context.Context) (int, error) {
 		if err != nil {
 			continue // a namespace name that is not a scope: no sidecar uses it
 		}
-		if err := etcdstore.RaiseFloorKey(ctx, k.etcd, l.Floor(), k.mark, k.cfg.RequestTimeout); err != nil {
+		if err := etcdstore.RaiseFloorKey(ctx, k.etcd, l.Floor(), floor, k.cfg.RequestTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("scope %s: %w", s, err))
 			continue
 		}
@@ -37,8 +36,10 @@ func (k *Keeper) writeFloors(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// scopes returns the configured scopes, or else every namespace and every
-// scope that has keys in etcd.
+// scopes returns the configured scopes, or else every namespace, every
+// scope that has keys in etcd, and every scope seen there before (kept in
+// the ConfigMap): a scope no namespace names, such as a sidecar's own
+// --scope, is found in etcd, and remembered past etcd's loss.
 func (k *Keeper) scopes(ctx context.Context) ([]string, error) {
 	if len(k.cfg.Scopes) > 0 {
 		return k.cfg.Scopes, nil
@@ -55,9 +56,7 @@ func (k *Keeper) scopes(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, inEtcd...)
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return merge(merge(out, inEtcd), k.seen), nil
 }
 
 // etcdScopes lists the scopes that have keys in etcd, one read each: the

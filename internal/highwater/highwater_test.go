@@ -154,9 +154,10 @@ func puts(t *testing.T, cli *clientv3.Client, scope string, n int) int64 {
 // etcd's data, the controller and every sidecar. An etcd that lost its data
 // directory while the controller was replaced (nobody that saw the
 // revisions runs on) comes back at revision 1; the new controller reads
-// the mark from its ConfigMap, finds etcd below it and writes it into the
-// floor of every scope: the namespaces', and those found in etcd. Once
-// etcd's revision passes the mark, the mark follows it again.
+// the mark from its ConfigMap, finds etcd below it and writes it, with a
+// margin, into the floor of every scope: the namespaces', those found in
+// etcd now, and those seen there before the loss (kept in the ConfigMap).
+// Once etcd's revision passes the floor, the mark follows it again.
 func TestFloorAfterEverythingForgot(t *testing.T) {
 	if skipReason != "" {
 		t.Skip("no kube-apiserver: " + skipReason)
@@ -175,6 +176,12 @@ func TestFloorAfterEverythingForgot(t *testing.T) {
 	cfg.Namespace, cfg.Name, cfg.Interval, cfg.SaveEvery = "default", "hw-forgot", 20*time.Millisecond, 0
 
 	high := puts(t, cli, "hw-app", 60)
+	// Scopes no namespace names, next to each other in etcd's key order
+	// ("-" and "." sort before "/", "0" after it).
+	custom := []string{"x", "x-y", "x.y", "x0"}
+	for _, s := range custom {
+		high = puts(t, cli, s, 1)
+	}
 	stop := start(t, cli, cfg)
 	eventually(t, 10*time.Second, "the mark saved", func() bool { return mark(t, k, cfg) >= high })
 	if f := floor(t, cli, "hw-app"); f != 0 {
@@ -196,25 +203,30 @@ func TestFloorAfterEverythingForgot(t *testing.T) {
 		t.Fatalf("etcd made anew is at revision %d, not below the mark %d", low, saved)
 	}
 	start(t, cli, cfg)
-	for _, scope := range []string{"hw-app", "default", "hw-etcd-only"} {
-		eventually(t, 10*time.Second, "the floor of scope "+scope, func() bool { return floor(t, cli, scope) >= saved })
+	for _, scope := range append([]string{"hw-app", "default", "hw-etcd-only"}, custom...) {
+		eventually(t, 10*time.Second, "the floor of scope "+scope, func() bool { return floor(t, cli, scope) >= saved+minMargin })
 	}
 	if m := mark(t, k, cfg); m != saved {
 		t.Errorf("the mark went from %d to %d while etcd was below it", saved, m)
 	}
+	if f := floor(t, cli, "hw-unseen"); f != 0 {
+		t.Errorf("a floor of %d for a scope nobody named", f)
+	}
 
-	// A revision bump past the mark (here: writes): the mark follows
+	// A revision bump past the floor (here: writes): the mark follows
 	// etcd again, and the floors stay, below etcd's revision.
-	past := puts(t, cli, "hw-app", int(saved-low)+10)
+	written := floor(t, cli, "hw-app")
+	past := puts(t, cli, "hw-app", int(written-low)+10)
 	eventually(t, 10*time.Second, "the mark past the bump", func() bool { return mark(t, k, cfg) >= past })
-	if f := floor(t, cli, "hw-app"); f != saved {
-		t.Errorf("the floor is %d after the bump, want %d", f, saved)
+	if f := floor(t, cli, "hw-app"); f != written {
+		t.Errorf("the floor is %d after the bump, want %d", f, written)
 	}
 }
 
 // TestNoMarkNoFloor: a first start (no ConfigMap) on an etcd at any
-// revision takes that revision as its mark and writes no floor; a mark
-// that is not a revision stops the checks and says what to do.
+// revision takes that revision as its mark and writes no floor, and makes
+// the ConfigMap again when it is deleted; a mark that is not a revision
+// stops the checks (nothing is written) until it is put right.
 func TestNoMarkNoFloor(t *testing.T) {
 	if skipReason != "" {
 		t.Skip("no kube-apiserver: " + skipReason)
@@ -232,6 +244,25 @@ func TestNoMarkNoFloor(t *testing.T) {
 	eventually(t, 10*time.Second, "the mark saved", func() bool { return mark(t, k, cfg) > 0 })
 	if f := floor(t, cli, "default"); f != 0 {
 		t.Errorf("a first start wrote a floor of %d", f)
+	}
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name}}
+	if err := k.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	puts(t, cli, "default", 5)
+	eventually(t, 10*time.Second, "the ConfigMap made again", func() bool { return mark(t, k, cfg) > 0 })
+
+	bad := cfg
+	bad.Name = "hw-bad"
+	if err := k.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: bad.Namespace, Name: bad.Name}, Data: map[string]string{keyRevision: "12a"}}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cli, bad)
+	time.Sleep(300 * time.Millisecond)
+	var got corev1.ConfigMap
+	if err := k.Get(ctx, client.ObjectKey{Namespace: bad.Namespace, Name: bad.Name}, &got); err != nil || got.Data[keyRevision] != "12a" {
+		t.Errorf("a mark that is not a revision was overwritten: %v %v", got.Data, err)
 	}
 	if _, err := parseMark("12a"); err == nil {
 		t.Error("a mark of 12a was read as a revision")

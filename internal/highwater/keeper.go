@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,17 +28,33 @@ type Keeper struct {
 	log  logr.Logger
 	now  func() time.Time
 
-	rec     record    // as last read or written
+	rec     record    // the ConfigMap as last read or written
 	mark    int64     // the highest revision seen, or read from the ConfigMap
+	rate    float64   // the fastest etcd's revision was seen to grow, per second
+	seen    []string  // the scopes seen in etcd, sorted
 	cluster uint64    // etcd's cluster id, as last seen
+	last    probe     // the last answer, for the rate
 	savedAt time.Time // when the ConfigMap was written last
+	scanned time.Time // when etcd's scopes were listed last
 	below   bool      // etcd is below the mark
 	floored time.Time // when the floors were written last, while below
 }
 
-// refloor is how often, while etcd stays below the mark, the floors are
-// written again: scopes (namespaces) may have come meanwhile.
-const refloor = 30 * time.Second
+// probe is etcd's revision at a time.
+type probe struct {
+	rev int64
+	at  time.Time
+}
+
+const (
+	// refloor is how often, while etcd stays below the mark, the floors
+	// are written again: scopes (namespaces) may have come meanwhile.
+	refloor = 30 * time.Second
+	// rescan is how often etcd's scopes are listed while it goes forward.
+	rescan = time.Minute
+	// minMargin is the least margin above the mark a floor is written at.
+	minMargin = 1000
+)
 
 // Setup adds a Keeper to mgr, on the etcd of cli.
 func Setup(mgr manager.Manager, cli *clientv3.Client, cfg Config) (*Keeper, error) {
@@ -97,44 +114,71 @@ func (k *Keeper) step(ctx context.Context) {
 		}
 		return
 	}
-	rev, id := resp.Header.Revision, resp.Header.ClusterId
+	rev, id, now := resp.Header.Revision, resp.Header.ClusterId, k.now()
 	if rev < k.mark {
+		k.last = probe{}
 		k.rewound(ctx, rev, id)
 		return
 	}
 	if k.below {
-		k.log.Info("etcd's revision is past the fences' high-water mark again: sidecars grant again", "revision", rev, "mark", k.mark)
+		k.log.Info("etcd's revision is past the fences' floor again: sidecars grant again", "revision", rev, "mark", k.mark)
 		k.below = false
 	}
 	if k.cluster != 0 && id != 0 && id != k.cluster {
 		k.log.Info("etcd's cluster id changed, its revision past every fence granted: fences still grow", "from", fmt.Sprintf("%x", k.cluster), "to", fmt.Sprintf("%x", id), "revision", rev)
 	}
+	if d := now.Sub(k.last.at).Seconds(); k.last.rev > 0 && d > 0 {
+		k.rate = max(k.rate, float64(rev-k.last.rev)/d)
+	}
+	k.last = probe{rev, now}
 	k.mark, k.cluster = rev, id
-	if rev > k.rec.revision && k.now().Sub(k.savedAt) >= k.cfg.SaveEvery {
+	if now.Sub(k.scanned) >= rescan {
+		if found, err := k.etcdScopes(ctx); err == nil {
+			k.seen, k.scanned = merge(k.seen, found), now
+		}
+	}
+	if k.rec.behind(k) && now.Sub(k.savedAt) >= k.cfg.SaveEvery {
 		if err := k.save(ctx); err != nil && ctx.Err() == nil {
 			k.log.Error(err, "cannot save the fences' high-water mark", "revision", k.mark)
 		}
 	}
 }
 
+// floor is the fence floor to write: the mark, and a margin for the
+// revisions etcd may have reached since the mark was read or saved: twice
+// what it reaches at the fastest rate seen in that time, and at least
+// minMargin. A bump is cheap; a fence granted twice is not.
+func (k *Keeper) floor() int64 {
+	lag := (k.cfg.Interval + k.cfg.SaveEvery + k.cfg.RequestTimeout).Seconds()
+	return k.mark + max(minMargin, int64(2*k.rate*lag))
+}
+
 // rewound acts on etcd found at revision rev, below the mark: it writes
-// the mark into every scope's floor, at once and then every refloor while
-// etcd stays below. The mark never goes down.
+// the floor into every scope's floor key, at once and then every refloor
+// while etcd stays below. The mark never goes down.
 func (k *Keeper) rewound(ctx context.Context, rev int64, id uint64) {
+	floor := k.floor()
 	if !k.below {
-		k.log.Error(errors.New("etcd went back in time"), "etcd's revision is below the highest fence granted: it was restored from an older snapshot or lost its data; no lock is granted until its revision passes the mark. Restore it with a revision bump (etcdutl snapshot restore SNAPSHOT --bump-revision N --mark-compacted)",
-			"revision", rev, "mark", k.mark, "bump", k.mark-rev+1000, "cluster", fmt.Sprintf("%x", id), "was", fmt.Sprintf("%x", k.cluster))
+		k.log.Error(errors.New("etcd went back in time"), "etcd's revision is below the fences granted: it was restored from an older snapshot or lost its data; no lock is granted until its revision passes the floor. Restore it with a revision bump (etcdutl snapshot restore SNAPSHOT --bump-revision N --mark-compacted)",
+			"revision", rev, "mark", k.mark, "floor", floor, "bump", floor-rev+minMargin, "cluster", fmt.Sprintf("%x", id), "was", fmt.Sprintf("%x", k.cluster))
 		k.below = true
 		k.floored = time.Time{}
 	}
 	if !k.floored.IsZero() && k.now().Sub(k.floored) < refloor {
 		return
 	}
-	n, err := k.writeFloors(ctx)
+	n, err := k.writeFloors(ctx, floor)
 	if err != nil {
-		k.log.Error(err, "cannot write every scope's fence floor; trying again", "mark", k.mark, "written", n)
+		k.log.Error(err, "cannot write every scope's fence floor; trying again", "floor", floor, "written", n)
 		return
 	}
 	k.floored = k.now()
-	k.log.Info("wrote the fence floor of every scope", "mark", k.mark, "scopes", n)
+	k.log.Info("wrote the fence floor of every scope", "floor", floor, "scopes", n)
+}
+
+// merge returns the sorted union of a and b.
+func merge(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

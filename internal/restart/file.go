@@ -72,11 +72,6 @@ type lostLine struct {
 	ExpiresAt time.Time              `json:"expires_at,omitzero"`
 }
 
-func lostLineOf(l coordinator.LostLock) *lostLine {
-	ll := lostLine(l)
-	return &ll
-}
-
 // heldLine is a held lock as the file keeps it.
 type heldLine struct {
 	Key        string    `json:"key"`
@@ -197,8 +192,10 @@ func (w *stateWriter) snapshot(locks []coordinator.HeldLock, lost []coordinator.
 	for i := 0; i < len(locks) && err == nil; i++ {
 		err = enc.Encode(stateLine{Held: lineOf(locks[i])})
 	}
+	var line []byte
 	for i := 0; i < len(lost) && err == nil; i++ {
-		err = enc.Encode(stateLine{Lost: lostLineOf(lost[i])})
+		line = appendLostLine(line[:0], lost[i])
+		_, err = bw.Write(line)
 	}
 	if err == nil {
 		err = bw.Flush()

@@ -6,8 +6,9 @@ import (
 )
 
 // drain counts the granted hold streams still open and says when a
-// sidecar that shuts down has asked them to end. Unlike a WaitGroup, a
-// stream may begin while Drain waits (its grant was in flight).
+// sidecar that shuts down has asked them to end. A stream is counted
+// before its caller hears the grant, and none is once draining began: a
+// grant in flight then is let go before anyone hears of it.
 type drain struct {
 	mu      sync.Mutex
 	open    int           // hold streams keeping a lock
@@ -18,13 +19,19 @@ type drain struct {
 
 func newDrain() *drain { return &drain{started: make(chan struct{})} }
 
-// enter counts a hold stream that keeps a lock, and returns the channel
-// closed when the sidecar drains.
-func (d *drain) enter() <-chan struct{} {
+// admit counts a hold stream about to tell its caller of a grant, and
+// returns the channel closed when the sidecar drains; false when it drains
+// already: the grant must not be told.
+func (d *drain) admit() (<-chan struct{}, bool) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.started:
+		return nil, false
+	default:
+	}
 	d.open++
-	d.mu.Unlock()
-	return d.started
+	return d.started, true
 }
 
 // leave uncounts a stream that ended.
@@ -41,8 +48,8 @@ func (d *drain) leave() {
 // wait starts draining and returns once no stream is open or ctx ends,
 // reporting whether every stream ended.
 func (d *drain) wait(ctx context.Context) bool {
-	d.once.Do(func() { close(d.started) })
 	d.mu.Lock()
+	d.once.Do(func() { close(d.started) })
 	if d.open == 0 {
 		d.mu.Unlock()
 		return true

@@ -108,12 +108,21 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 			g = a.g
 		}
 	}
+	draining, ok := s.drain.admit()
+	if !ok {
+		// The sidecar began to shut down while the grant was in flight:
+		// nobody heard of it, so nothing was started under it.
+		s.releaseHeld(k, g, false, "the sidecar is shutting down")
+		s.holdFailed(w, r, st, k, fmt.Errorf("acquire %q: %w: shutting down", k.String(), coordinator.ErrUnavailable))
+		return
+	}
+	defer s.drain.leave()
 	if err := st.send(grantEvent(g)); err != nil || ctx.Err() != nil {
 		s.releaseHeld(k, g, false, "the caller hung up before the grant reached it")
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
-	s.keep(ctx, st, k, g, tick)
+	s.keep(ctx, st, k, g, tick, draining)
 }
 
 // keep keeps g for a hold stream until it ends or the caller goes,
@@ -121,9 +130,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 // sidecar drains (Drain), the caller is told its lock ends (lost, reason
 // shutdown), and the lock is kept until the caller hangs up: what it
 // started must be stopped before anyone else can have the lock.
-func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker) {
-	draining := s.drain.enter()
-	defer s.drain.leave()
+func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker, draining <-chan struct{}) {
 	done := g.Done()
 	ren := newRenewer(g)
 	defer ren.stop()

@@ -375,4 +375,34 @@ func TestDrainWaitsForHolds(t *testing.T) {
 	if ctx.Err() == nil {
 		t.Error("Drain returned before its grace with a stream open")
 	}
+	if ev := stuck.next(); ev["event"] != lockapi.EventLost || ev["reason"] != string(coordinator.Shutdown) {
+		t.Errorf("the stream still open heard %v, want lost (shutdown)", ev)
+	}
+}
+
+// TestDrainCountsBeforeTheGrantIsTold: a hold stream is counted before its
+// caller hears the grant, so Drain waits for it; one whose grant comes
+// once draining began is refused, so that nothing starts under a lock the
+// sidecar is about to let go.
+func TestDrainCountsBeforeTheGrantIsTold(t *testing.T) {
+	d := newDrain()
+	started, ok := d.admit()
+	if !ok {
+		t.Fatal("a stream refused before draining")
+	}
+	waited := make(chan bool)
+	go func() { waited <- d.wait(context.Background()) }()
+	<-started // draining began
+	if _, ok := d.admit(); ok {
+		t.Error("a grant told after draining began")
+	}
+	select {
+	case <-waited:
+		t.Fatal("Drain returned with a stream counted")
+	case <-time.After(50 * time.Millisecond):
+	}
+	d.leave()
+	if !<-waited {
+		t.Error("Drain reports streams left after the last one ended")
+	}
 }
