@@ -70,22 +70,23 @@ func start(t *testing.T, cli *clientv3.Client, cfg Config) (stop func()) {
 	if _, err := Setup(mgr, cli, cfg); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var stopped bool
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+	return kubetest.Run(t, mgr)
+}
+
+// newEtcd starts an etcd of the test's own, removed when it ends, and
+// returns it with a client of it and a client of the apiserver.
+func newEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client, client.Client) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip("no kube-apiserver: " + skipReason)
 	}
-	t.Cleanup(stop)
-	return stop
+	e, err := etcdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, _ := e.Client(t)
+	return e, cli, kube(t)
 }
 
 func kube(t *testing.T) client.Client {
@@ -159,16 +160,7 @@ func puts(t *testing.T, cli *clientv3.Client, scope string, n int) int64 {
 // etcd now, and those seen there before the loss (kept in the ConfigMap).
 // Once etcd's revision passes the floor, the mark follows it again.
 func TestFloorAfterEverythingForgot(t *testing.T) {
-	if skipReason != "" {
-		t.Skip("no kube-apiserver: " + skipReason)
-	}
-	e, err := etcdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	cli, _ := e.Client(t)
-	k := kube(t)
+	e, cli, k := newEtcd(t)
 	if err := k.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hw-app"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,16 +220,7 @@ func TestFloorAfterEverythingForgot(t *testing.T) {
 // the ConfigMap again when it is deleted; a mark that is not a revision
 // stops the checks (nothing is written) until it is put right.
 func TestNoMarkNoFloor(t *testing.T) {
-	if skipReason != "" {
-		t.Skip("no kube-apiserver: " + skipReason)
-	}
-	e, err := etcdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	cli, _ := e.Client(t)
-	k := kube(t)
+	_, cli, k := newEtcd(t)
 	cfg := Default()
 	cfg.Namespace, cfg.Name, cfg.Interval, cfg.SaveEvery = "default", "hw-first", 20*time.Millisecond, 0
 	start(t, cli, cfg)

@@ -3,12 +3,16 @@
 package kubetest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"testing"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // Assets returns the directory of the test kube-apiserver and etcd:
@@ -53,4 +57,24 @@ func Unavailable(what string, err error) string {
 		os.Exit(1)
 	}
 	return err.Error()
+}
+
+// Run starts mgr until the returned stop is called, or the test ends;
+// stop waits for it, and fails the test if it ended with an error.
+func Run(t testing.TB, mgr manager.Manager) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -123,22 +123,7 @@ func startMirrorIn(t *testing.T, rc *rest.Config, cli *clientv3.Client, retentio
 	if _, err := Setup(mgr, cfg, cli, OnForceRelease(func() { forceReleases.Add(1) })); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once bool
-	stop = func() {
-		if once {
-			return
-		}
-		once = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return kubetest.Run(t, mgr)
 }
 
 // kube returns a client of the test apiserver.
