@@ -314,26 +314,21 @@ func (sc *sidecar) shutdown(wg *sync.WaitGroup, stopSave, stopCoord, stopServing
 	cancel()
 	sc.log.Info("shutting down: releasing every lock", "drained", time.Since(start).Round(time.Millisecond))
 	sc.coord.Shutdown()
-	// The owners of the locks that just ended hear why from the next
-	// process (410 lock_lost, reason shutdown), not 404: the state file
-	// says so, written while the leases are revoked.
+	// Neither the state file's journal of the locks that just ended nor
+	// the watch of their deletes is of use now; with many locks, either
+	// would compete with the revokes for CPU.
 	stopSave()
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses(), sc.history.High()); err != nil {
-			sc.log.Warn("write the state file", "err", err)
-		}
-	}()
-	// The watch would only hear this process's own deletes now; with many
-	// locks, receiving them would compete with the revokes for CPU.
 	stopCoord()
 	sc.revoke()
 	sc.log.Info("every lock released", "took", time.Since(start).Round(time.Millisecond))
 	stopServing()
 	stopRun()
 	wg.Wait()
-	<-closed
+	// The owners of the locks that just ended hear why from the next
+	// process (410 lock_lost, reason shutdown), not 404.
+	if err := restart.Closed(sc.o.statePath, sc.o.coord.Scope, sc.coord.Losses(), sc.history.High()); err != nil {
+		sc.log.Warn("write the state file", "err", err)
+	}
 	sc.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 }
 
