@@ -142,7 +142,7 @@ $(BIN)/controller-gen: hack/tools/go.mod hack/tools/go.sum $(TOOLCHAIN_STAMP)
 .PHONY: manifests
 manifests: $(BIN)/controller-gen ## Generate the Lock and LockPolicy CRDs (config/crd), the controller's RBAC (config/rbac) and api deep copies from the code's markers.
 	$(CONTROLLER_GEN) object paths=./api/...
-	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... paths=./internal/policysync/... paths=./internal/access/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=baton-mirror paths=./api/... paths=./internal/mirror/... paths=./internal/policysync/... paths=./internal/access/... paths=./internal/highwater/... \
 	  output:crd:dir=config/crd output:rbac:dir=config/rbac
 
 # golangci-lint, pinned by hack/golangci-lint/go.mod and built into bin

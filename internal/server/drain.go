@@ -14,7 +14,6 @@ type drain struct {
 	open    int           // hold streams keeping a lock
 	idle    chan struct{} // closed when open drops to 0 once draining; nil until asked
 	started chan struct{} // closed by Drain
-	once    sync.Once
 }
 
 func newDrain() *drain { return &drain{started: make(chan struct{})} }
@@ -49,7 +48,11 @@ func (d *drain) leave() {
 // reporting whether every stream ended.
 func (d *drain) wait(ctx context.Context) bool {
 	d.mu.Lock()
-	d.once.Do(func() { close(d.started) })
+	select {
+	case <-d.started:
+	default:
+		close(d.started)
+	}
 	if d.open == 0 {
 		d.mu.Unlock()
 		return true
