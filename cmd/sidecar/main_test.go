@@ -72,6 +72,8 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"health address", []string{"--health-addr=8081"}, nil, "--health-addr"},
 		{"pprof without a metrics address", []string{"--pprof"}, nil, "--pprof"},
 		{"negative max procs", []string{"--max-procs=-1"}, nil, "--max-procs"},
+		{"negative shutdown grace", []string{"--shutdown-grace=-1s"}, nil, "--shutdown-grace"},
+		{"shutdown grace too long", []string{"--shutdown-grace=11m"}, nil, "--shutdown-grace"},
 		{"embedded client URL", []string{"--embedded-client-url=ftp://x"}, nil, "--embedded-client-url"},
 		{"embedded etcd port in use", []string{"--embedded-client-url=http://" + busy, "--data-dir=" + filepath.Join(dir, "etcd"), "--socket=" + filepath.Join(dir, "s.sock"), "--health-addr="}, nil, "--embedded-client-url"},
 		{"socket directory missing", []string{"--socket=" + filepath.Join(dir, "nope", "s.sock"), "--etcd-endpoints=http://127.0.0.1:1", "--health-addr="}, nil, "--socket"},
@@ -87,6 +89,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"mirror managed etcd validity", []string{"mirror", "--etcd-endpoints=https://127.0.0.1:1", "--etcd-ca-secret=ca", "--etcd-server-secret=etcd", "--etcd-server-names=etcd", "--etcd-cert-validity=1s"}, nil, "--etcd-cert-validity"},
 		{"mirror inject config missing", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--inject-config=/nonexistent.yaml"}, nil, "--inject-config"},
 		{"mirror inject config invalid", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--inject-config=" + injectYAML}, nil, "image: required"},
+		{"mirror fences ConfigMap name", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--fences-configmap=Not_A_Name"}, nil, "--fences-configmap"},
 		{"mirror webhook port", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--webhook-port=0"}, nil, "--webhook-port"},
 	}
 	for _, tt := range tests {

@@ -11,7 +11,10 @@
 package highwater
 
 import (
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -53,6 +56,8 @@ func (c Config) Validate() error {
 		return config.Invalid("highwater.Namespace", "the fences ConfigMap's namespace: required")
 	case c.Name == "":
 		return config.Invalid("highwater.Name", "the fences ConfigMap's name: required")
+	case len(validation.IsDNS1123Subdomain(c.Name)) > 0:
+		return config.Invalid("highwater.Name", "the fences ConfigMap's name %q: %s", c.Name, strings.Join(validation.IsDNS1123Subdomain(c.Name), "; "))
 	case c.Interval <= 0:
 		return config.Invalid("highwater.Interval", "interval %v: must be positive", c.Interval)
 	case c.SaveEvery < 0:
