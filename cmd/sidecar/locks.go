@@ -43,7 +43,7 @@ func newLocksCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Co
 		return nil
 	}
 
-	cmd.AddCommand(newLocksListCmd(o, stdout), newLocksStatusCmd(o, stdout), newLocksReleaseCmd(o, stdout), newLocksWatchCmd(o, stdout))
+	cmd.AddCommand(newLocksListCmd(o, stdout), newLocksStatusCmd(o, stdout), newLocksReleaseCmd(o, stdout), newLocksWatchCmd(o, stdout, stderr))
 	return cmd
 }
 
@@ -268,5 +268,11 @@ func apiFailed(err error) error {
 		}
 		return exitError{1, fmt.Sprintf("%s (%s)", ae.Message, ae.Code)}
 	}
-	return exitError{exitUnavailable, err.Error()}
+	return unreachable(err)
+}
+
+// unreachable is the exit of a command that could not talk to the sidecar
+// at all: 69, with where to point it.
+func unreachable(err error) error {
+	return exitError{exitUnavailable, err.Error() + "; is the sidecar running? set --socket or BATON_SOCKET to its socket"}
 }

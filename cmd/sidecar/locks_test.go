@@ -59,6 +59,14 @@ func TestLocksCommands(t *testing.T) {
 		t.Fatalf("list -o json: exit %d, %s", code, out)
 	}
 
+	// The socket's former flag name still works, with its notice on
+	// stderr: stdout stays JSON.
+	var jout, jerr bytes.Buffer
+	code = run(context.Background(), []string{"locks", "list", "-o", "json", "--socket-path", sc.socket}, env(nil), &jout, &jerr)
+	if code != 0 || !json.Valid(jout.Bytes()) || !strings.Contains(jerr.String(), "--socket-path is deprecated") {
+		t.Errorf("list -o json --socket-path: exit %d, stdout %q, stderr %q; want JSON on stdout, the notice on stderr", code, jout.String(), jerr.String())
+	}
+
 	if code, out, _ = baton("locks", "status", "tf/prod"); code != 0 || !strings.Contains(out, "exec-abc") {
 		t.Errorf("status: exit %d, %s", code, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"socket directory missing", []string{"--socket=" + filepath.Join(dir, "nope", "s.sock"), "--etcd-endpoints=http://127.0.0.1:1", "--health-addr="}, nil, "--socket"},
 		{"log level", []string{"--log-level=loud", "--socket=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
 		{"unknown flag", []string{"--lease=5s"}, nil, "unknown flag"},
-		{"stray argument", []string{"extra"}, nil, "unknown command"},
+		{"stray argument", []string{"extra"}, nil, `unexpected argument "extra"`},
 		{"mirror without etcd", []string{"mirror"}, nil, "--etcd-endpoints"},
 		{"mirror bad scope", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--scopes=a/b"}, nil, "--scopes"},
 		{"mirror retention", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--free-retention=0s"}, nil, "--free-retention"},
@@ -280,7 +281,7 @@ func TestEveryFlagReadsTheEnvironment(t *testing.T) {
 			return
 		}
 		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if f.Name == "help" || f.Deprecated != "" || f.Value.Type() == "bool" {
+			if f.Name == "help" || renamedTo(f.Name) != "" || f.Value.Type() == "bool" {
 				return
 			}
 			// A fresh command tree per flag: flags keep what they are set to.
@@ -329,7 +330,7 @@ func TestEveryFlagReadsTheEnvironment(t *testing.T) {
 			{map[string]string{"BATON_SOCKET": "/a.sock"}, nil, "/a.sock", false},
 			{map[string]string{"BATON_SOCKET_PATH": "/old.sock"}, nil, "/old.sock", true},
 			{map[string]string{"BATON_SOCKET": "/a.sock", "BATON_SOCKET_PATH": "/old.sock"}, nil, "/a.sock", false},
-			{map[string]string{"BATON_SOCKET": "/a.sock"}, []string{"--socket-path=/flag.sock"}, "/flag.sock", false},
+			{map[string]string{"BATON_SOCKET": "/a.sock"}, []string{"--socket-path=/flag.sock"}, "/flag.sock", true},
 			{nil, nil, defaultSocket, false},
 		} {
 			var notice bytes.Buffer
@@ -380,6 +381,44 @@ func TestUsageErrorsExit2(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, env(nil), &out, &errb); code != 2 || !strings.HasPrefix(errb.String(), "baton: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errb.String())
+		}
+	}
+}
+
+// TestArgumentErrorsNameTheArgument: a missing or extra argument is named
+// as the command's usage names it, with the usage, not as cobra counts it.
+func TestArgumentErrorsNameTheArgument(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"locks", "status"}, "missing KEY (usage: baton locks status KEY)"},
+		{[]string{"locks", "status", "a", "b"}, `unexpected argument "b" (usage: baton locks status KEY)`},
+		{[]string{"locks", "release"}, "missing KEY (usage: baton locks release KEY"},
+		{[]string{"locks", "list", "extra"}, `unexpected argument "extra": baton locks list takes no arguments`},
+		{[]string{"locks", "watch", "a", "b"}, `unexpected argument "b" (usage: baton locks watch [KEY | --prefix P])`},
+		{[]string{"run", "--key", "k"}, "missing COMMAND (usage: baton run --key KEY [flags] -- COMMAND [ARGS...])"},
+		{[]string{"install"}, "missing PATH"},
+	} {
+		var errb bytes.Buffer
+		code := run(context.Background(), c.args, env(nil), io.Discard, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), "arg(s)") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	for use, want := range map[string]struct {
+		required []string
+		most     int
+	}{
+		"status KEY": {[]string{"KEY"}, 1},
+		"release KEY (--owner ID | --force [--fence N])": {[]string{"KEY"}, 1},
+		"run --key KEY [flags] -- COMMAND [ARGS...]":     {[]string{"COMMAND"}, -1},
+		"watch [KEY | --prefix P]":                       {nil, 1},
+		"list":                                           {nil, 0},
+	} {
+		required, most := positionals(use)
+		if !slices.Equal(required, want.required) || most != want.most {
+			t.Errorf("positionals(%q) = %v, %d; want %v, %d", use, required, most, want.required, want.most)
 		}
 	}
 }

@@ -27,16 +27,6 @@ func isUsageError(err error) bool {
 	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command")
 }
 
-// usageArgs makes the errors of an argument check usage errors (exit 2).
-func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
-}
-
 func newRootCmd(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "baton",
@@ -74,7 +64,7 @@ for its own.)`,
 func wrapArgs(cmd *cobra.Command) {
 	for _, c := range cmd.Commands() {
 		if c.Args != nil {
-			c.Args = usageArgs(c.Args)
+			c.Args = usageArgs(c, c.Args)
 		}
 		wrapArgs(c)
 	}
@@ -103,13 +93,15 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 }
 
 // socketFlag registers --socket, the sidecar's socket, on fs, and the name
-// it had before, --socket-path, as a deprecated alias (so also
+// it had before, --socket-path, as a hidden alias (so also
 // $BATON_SOCKET_PATH, which bindEnv reads only when $BATON_SOCKET is not
-// set, with a deprecation notice).
+// set). bindEnv prints the notice that the old name is deprecated, on
+// stderr: pflag's own notice goes where cobra prints, stdout, and would
+// spoil the JSON of -o json.
 func socketFlag(fs *pflag.FlagSet, p *string, usage string) {
 	fs.StringVar(p, "socket", *p, usage)
 	fs.StringVar(p, "socket-path", *p, usage)
-	_ = fs.MarkDeprecated("socket-path", "use --socket (and $BATON_SOCKET)") // cannot fail: the flag exists
+	_ = fs.MarkHidden("socket-path") // cannot fail: the flag exists
 }
 
 // defaultSocket is where the sidecar's socket is in a pod.
@@ -136,6 +128,11 @@ func bindEnv(fs *pflag.FlagSet, getenv func(string) string, stderr io.Writer) er
 		})
 		return changed
 	}
+	fs.Visit(func(f *pflag.Flag) {
+		if now := renamedTo(f.Name); now != "" {
+			fmt.Fprintf(stderr, "baton: --%s is deprecated and will go: use --%s\n", f.Name, now)
+		}
+	})
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if err != nil {

@@ -87,10 +87,10 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 	fs.StringVar(&o.ifFailed, "if-failed", "", "with --once, after a failure: retry (the default) or skip")
 	fs.StringVar(&o.owner, "owner", "", "execution id to hold it as (default: generated)")
 	fs.Var((*waitValue)(&o.wait), "wait", "how long to queue for the lock (a duration, or forever: a standby waits as long as it takes); 0 gives up at once")
-	fs.DurationVar(&o.ttl, "ttl", 0, "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
-	fs.DurationVar(&o.maxHold, "max-hold", 0, "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
-	fs.DurationVar(&o.killGrace, "kill-grace", o.killGrace, "time between SIGTERM and SIGKILL when the command's processes are stopped")
-	fs.DurationVar(&o.lockDelay, "lock-delay", 0, "if the lock ends other than by its release, hold it back from everyone this long (default and least: --kill-grace plus 1s, for a lock held whole)")
+	fs.Var((*secondsValue)(&o.ttl), "ttl", "the lock's renewal window: the sidecar keeps moving its deadline this far ahead while the command runs (default: the sidecar's --default-ttl)")
+	fs.Var((*secondsValue)(&o.maxHold), "max-hold", "the longest the command may hold the lock; it is then stopped, exit 70 (default: no cap; at most the sidecar's --max-hold)")
+	fs.Var((*secondsValue)(&o.killGrace), "kill-grace", "time between SIGTERM and SIGKILL when the command's processes are stopped")
+	fs.Var((*secondsValue)(&o.lockDelay), "lock-delay", "if the lock ends other than by its release, hold it back from everyone this long (default and least: --kill-grace plus 1s, for a lock held whole)")
 	fs.StringVar(&o.mode, "mode", "", "read to share the lock with other readers, write (the default) to hold it alone")
 	fs.IntVar(&o.limit, "limit", 0, "make the lock a semaphore: at most this many units held at once, by everyone who gives the same limit")
 	fs.IntVar(&o.weight, "weight", 0, "the units of the semaphore this command takes (default 1; with --limit)")
@@ -316,12 +316,42 @@ func (w *waitValue) Set(s string) error {
 		*w = waitValue(waitForever)
 		return nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := parseSeconds(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 30s or 1h) or forever", s)
+		return fmt.Errorf("%q is not a duration (like 30s, 1h, or 30 for seconds) or forever", s)
 	}
 	*w = waitValue(d)
 	return nil
+}
+
+// secondsValue is a duration flag that, as the API does, also takes a
+// number of seconds: --ttl 90 is --ttl 90s.
+type secondsValue time.Duration
+
+func (v *secondsValue) String() string { return time.Duration(*v).String() }
+
+func (v *secondsValue) Set(s string) error {
+	d, err := parseSeconds(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (like 30s, 1h, or 30 for seconds)", s)
+	}
+	*v = secondsValue(d)
+	return nil
+}
+
+func (v *secondsValue) Type() string { return "duration" }
+
+// parseSeconds reads a Go duration ("1m30s") or a number of seconds ("90",
+// "0.5").
+func parseSeconds(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > math.MaxInt64/float64(time.Second) {
+		return 0, fmt.Errorf("%q is not a duration", s)
+	}
+	return time.Duration(f * float64(time.Second)), nil
 }
 
 func (w *waitValue) Type() string { return "duration" }

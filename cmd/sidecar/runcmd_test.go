@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,4 +208,42 @@ func TestRunCommandUnderLock(t *testing.T) {
 			t.Errorf("exit %d, stderr %s", code, errb.String())
 		}
 	})
+}
+
+// TestRunDurationsTakeSeconds: baton run's durations take a number of
+// seconds, as the API's do (--wait 5), besides Go's durations; anything
+// else is a usage error naming both forms.
+func TestRunDurationsTakeSeconds(t *testing.T) {
+	for _, c := range []struct {
+		flag, value string
+		want        time.Duration
+	}{
+		{"wait", "5", 5 * time.Second}, {"wait", "0.5", 500 * time.Millisecond}, {"wait", "1m", time.Minute},
+		{"wait", "forever", waitForever}, {"ttl", "90", 90 * time.Second}, {"max-hold", "3600", time.Hour},
+		{"kill-grace", "2", 2 * time.Second}, {"lock-delay", "1.5s", 1500 * time.Millisecond},
+	} {
+		tree := newRootCmd(context.Background(), env(nil), io.Discard, io.Discard, nil)
+		cmd, _, _ := tree.Find([]string{"run"})
+		if err := cmd.ParseFlags([]string{"--" + c.flag, c.value}); err != nil {
+			t.Errorf("--%s %s: %v", c.flag, c.value, err)
+			continue
+		}
+		var got time.Duration
+		switch v := cmd.Flags().Lookup(c.flag).Value.(type) {
+		case *waitValue:
+			got = time.Duration(*v)
+		case *secondsValue:
+			got = time.Duration(*v)
+		}
+		if got != c.want {
+			t.Errorf("--%s %s = %v; want %v", c.flag, c.value, got, c.want)
+		}
+	}
+	for _, bad := range []string{"soon", "5x", "NaN", "1e300"} {
+		var errb bytes.Buffer
+		code := run(context.Background(), []string{"run", "--key", "k", "--wait", bad, "--", "true"}, env(nil), io.Discard, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "30 for seconds") {
+			t.Errorf("--wait %s: exit %d, %q; want 2 and the forms it takes", bad, code, errb.String())
+		}
+	}
 }

@@ -33,7 +33,7 @@ func holdFailed(err error, o runOptions) error {
 	if errors.As(err, &ae) {
 		return refusal(ae, o)
 	}
-	return exitError{exitUnavailable, err.Error() + "; is the sidecar running? set --socket or BATON_SOCKET to its socket"}
+	return unreachable(err)
 }
 
 // refusal is the exit of a hold the sidecar answered with ae.

@@ -16,7 +16,7 @@ import (
 )
 
 // newLocksWatchCmd is baton locks watch.
-func newLocksWatchCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
+func newLocksWatchCmd(o *locksOptions, stdout, stderr io.Writer) *cobra.Command {
 	var prefix string
 	watch := &cobra.Command{
 		Use:   "watch [KEY | --prefix P]",
@@ -25,7 +25,12 @@ func newLocksWatchCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 state, then every grant, release, expiry, loss and change of waiters, with
 etcd's revision, until interrupted. This is how to observe a leader elected
 with a held lock. -o json prints the events as the sidecar sends them, one
-JSON object a line.`,
+JSON object a line.
+
+The watch outlives the sidecar: when its stream ends (a restart) or falls
+silent, baton locks watch says so on stderr, connects again and reads the
+locks anew; those states are marked (resynced), and a lock held before the
+gap that is free after it is shown free.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := ""
@@ -40,29 +45,27 @@ JSON object a line.`,
 			} else if err := keyspace.ValidatePrefix(prefix); err != nil {
 				return usageError{fmt.Errorf("--prefix: %w", err)}
 			}
-			w, err := client.New(o.socket).Watch(cmd.Context(), key, prefix)
-			if err != nil {
-				return apiFailed(err)
-			}
-			defer w.Close()
-			for {
-				ev, err := w.Next()
-				if err != nil {
-					if cmd.Context().Err() != nil {
-						return nil
-					}
-					return exitError{exitUnavailable, "the watch ended: " + err.Error()}
-				}
+			emit := func(ev lockapi.WatchEvent) error {
 				if o.output == "json" {
-					if err := writeJSONLine(stdout, ev); err != nil {
-						return err
-					}
-					continue
+					return writeJSONLine(stdout, ev)
 				}
 				if ev.Event != lockapi.WatchHeartbeat {
 					fmt.Fprintln(stdout, watchLine(ev))
 				}
+				return nil
 			}
+			err := client.New(o.socket).Follow(cmd.Context(), key, prefix, client.FollowOptions{
+				OnGap: func(err error) {
+					fmt.Fprintf(stderr, "baton: the watch ended (%v); connecting to %s again\n", err, o.socket)
+				},
+				OnResumed: func() {
+					fmt.Fprintln(stderr, "baton: watching again; the states that follow are read anew")
+				},
+			}, emit)
+			if err != nil {
+				return apiFailed(err)
+			}
+			return nil
 		},
 	}
 	watch.Flags().StringVar(&prefix, "prefix", "", "every lock whose key starts with this (default: all)")

@@ -238,7 +238,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		}
 		if first != nil {
 			c.leaveTurn(e)
-			return Grant{}, refusedBy(req.Key, first)
+			return Grant{}, c.refusedBy(ctx, req.Key, first)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -285,7 +285,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		c.leaveTurn(e)
-		return Grant{}, refusedBy(req.Key, out.First)
+		return Grant{}, c.refusedBy(ctx, req.Key, out.First)
 	}
 	c.leaveTurn(e)
 	return Grant{}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
@@ -297,17 +297,28 @@ func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, 
 	if err != nil {
 		return unavailable(fmt.Sprintf("acquire %q", k), err)
 	}
-	return heldFrom(k, first, waited, wait)
+	return c.holdersOf(ctx, k, first, waited, wait)
 }
 
 // refusedBy is the refusal of an exclusive try by first, the lock's first
 // contender: a semaphore's tells the caller that it asks for the wrong
-// kind of lock.
-func refusedBy(k keyspace.Key, first *lockstore.Contender) error {
+// kind of lock; readers' are named all, which one more read finds.
+func (c *Coordinator) refusedBy(ctx context.Context, k keyspace.Key, first *lockstore.Contender) error {
 	if first != nil && !first.Holder.Foreign && first.Holder.Limit > 0 {
 		return fmt.Errorf("acquire %q: %w", k, &MismatchError{Key: k, InForce: first.Holder.Claim, Holder: first.Holder, Fence: first.Create})
 	}
-	return heldFrom(k, first, false, 0)
+	return c.holdersOf(ctx, k, first, false, 0)
+}
+
+// holdersOf is the refusal naming first, and with it every holder when
+// first shares the lock (a read more; if it fails, first alone).
+func (c *Coordinator) holdersOf(ctx context.Context, k keyspace.Key, first *lockstore.Contender, waited bool, wait time.Duration) error {
+	if first != nil && !first.Holder.Foreign && !keyspace.ClaimOf(first.Holder).IsExclusive() {
+		if line, err := c.lineOf(ctx, k); err == nil && len(line) > 0 {
+			return sharedHeld(k, line, waited, wait)
+		}
+	}
+	return heldFrom(k, first, waited, wait)
 }
 
 // heldFrom is the refusal naming first, which is nil when the lock was

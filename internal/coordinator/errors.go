@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -70,10 +71,17 @@ type HeldError struct {
 	// Twin says the holder has the caller's own owner, and one of them is a
 	// hold (a hold never shares its lock).
 	Twin bool
+	// Holders are, for a semaphore or a lock that readers share, every
+	// holder, the first of them Holder (with Fence); nil for a lock held
+	// whole.
+	Holders []Holding
 }
 
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("lock %q is held by %s", e.Key.String(), describe(e.Holder))
+	if len(e.Holders) > 0 {
+		msg = e.sharedMessage()
+	}
 	if e.Mismatch != 0 {
 		return fmt.Sprintf("%s with fence %d, not fence %d; nothing was released", msg, e.Fence, e.Mismatch)
 	}
@@ -84,6 +92,29 @@ func (e *HeldError) Error() string {
 		msg += fmt.Sprintf("; gave up after waiting %v", e.Wait)
 	}
 	return msg
+}
+
+// sharedMessage names every holder of a shared lock: "semaphore "k" is
+// full: 2 of 2 units held, by a (pod p) until T and b (pod q) until U".
+func (e *HeldError) sharedMessage() string {
+	names := make([]string, len(e.Holders))
+	units := 0
+	for i, h := range e.Holders {
+		names[i] = describe(h.Holder)
+		units += h.Holder.Claim.Units()
+	}
+	by := strings.Join(names, ", ")
+	if len(names) > 1 {
+		by = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	first := e.Holders[0].Holder
+	switch {
+	case first.Limit > 0:
+		return fmt.Sprintf("semaphore %q is full: %d of %d units held, by %s", e.Key.String(), units, first.Limit, by)
+	case first.Mode == keyspace.Read && len(names) > 1:
+		return fmt.Sprintf("lock %q is held by %d readers: %s", e.Key.String(), len(names), by)
+	}
+	return fmt.Sprintf("lock %q is held by %s", e.Key.String(), by)
 }
 
 // Is makes errors.Is(err, ErrHeld) and, after a wait, ErrWaitTimeout true;

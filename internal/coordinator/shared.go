@@ -186,7 +186,20 @@ func (c *Coordinator) judge(req AcquireRequest, line []lockstore.Contender) erro
 	}
 	c.heldElsewhere[req.Key.String()] = true
 	c.mu.Unlock()
-	return heldFrom(req.Key, firstOf(line), false, 0)
+	return sharedHeld(req.Key, line, false, 0)
+}
+
+// sharedHeld is the refusal of a caller of a shared lock (a semaphore,
+// readers and writers), naming every holder of line.
+func sharedHeld(k keyspace.Key, line []lockstore.Contender, waited bool, wait time.Duration) error {
+	err := heldFrom(k, firstOf(line), waited, wait)
+	he := err.(*HeldError)
+	if first := firstOf(line); first != nil && !first.Holder.Foreign && !keyspace.ClaimOf(first.Holder).IsExclusive() {
+		for _, ct := range line[:holdersOf(line)] {
+			he.Holders = append(he.Holders, Holding{Holder: ct.Holder, Fence: ct.Create})
+		}
+	}
+	return he
 }
 
 // agree checks req's claim against the one in force on line.

@@ -222,6 +222,10 @@ type Error struct {
 	Key     string  `json:"key,omitempty"`
 	Holder  *Holder `json:"holder,omitempty"`
 	Fence   int64   `json:"fence,omitempty"`
+	// Holders lists every holder of a semaphore or of a lock readers
+	// share that refused the caller (already_running, wait_timeout), the
+	// first of them Holder; absent for a lock held whole.
+	Holders []Holding `json:"holders,omitempty"`
 	// Reason and EndedAt say why and when a lock was lost (lock_lost).
 	Reason  string    `json:"reason,omitempty"`
 	EndedAt time.Time `json:"ended_at,omitzero"`

@@ -56,6 +56,13 @@ func (d *Document) Check(a Action, sa, key string) error {
 		if a == Lock {
 			return nil
 		}
+		if sa == "" {
+			// No ServiceAccount: a sidecar run by hand, outside
+			// Kubernetes, where no LockPolicy reaches it.
+			return &Forbidden{Action: a, ServiceAccount: sa, Key: key,
+				Why: fmt.Sprintf("force release of %q over the socket is refused: no lock policy allows it (the default); "+
+					"this sidecar runs outside Kubernetes, so start it with --policy-file FILE, a policy with a rule that has forceRelease: true (see docs/security.md, lock policies)", key)}
+		}
 		return &Forbidden{Action: a, ServiceAccount: sa, Key: key,
 			Why: fmt.Sprintf("force release of %q over the socket is refused: this namespace has no LockPolicy allowing it (the default); "+
 				"force release through the Lock object's baton.dev/force-release annotation, or add a LockPolicy rule with forceRelease: true for ServiceAccount %q", key, saName(sa))}

@@ -64,6 +64,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{Document{}, Lock, "", "anything", ""},
 		{Document{}, ForceRelease, "oncall", "x", "no LockPolicy allowing it"},
+		{Document{}, ForceRelease, "", "x", "start it with --policy-file FILE"},
 		{doc, Lock, "runner", "tf/prod", ""},
 		{doc, Lock, "runner", "deploy-eu", ""},
 		{doc, Lock, "runner", "shared/cache", ""},

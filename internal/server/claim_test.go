@@ -26,7 +26,7 @@ func TestClaimInput(t *testing.T) {
 		`{"mode":1}`:                   lockapi.CodeInvalidMode,
 		`{"mode":"read","limit":4}`:    lockapi.CodeInvalidMode,
 		`{"mode":"READ"}`:              lockapi.CodeInvalidMode,
-		`{"limit":4,"limit":4}`:        lockapi.CodeInvalidJSON,
+		`{"limit":4,"limit":4}`:        lockapi.CodeInvalidRequest,
 		`{"limits":4}`:                 lockapi.CodeInvalidRequest,
 		`{"mode":"read","wait":"-1s"}`: lockapi.CodeInvalidWait,
 	} {
@@ -38,6 +38,13 @@ func TestClaimInput(t *testing.T) {
 		}
 		if msg := r.str("message"); !strings.Contains(msg, field) {
 			t.Errorf("%s: message %q does not name %s", body, msg, field)
+		}
+		// A value of the wrong type is told as such, not as out of range.
+		if msg := r.str("message"); (body == `{"limit":"4"}` || body == `{"mode":1}`) && !strings.Contains(msg, "must be a") {
+			t.Errorf("%s: message %q does not say the type is wrong", body, msg)
+		}
+		if msg := r.str("message"); body == `{"limit":4,"limit":4}` && !strings.Contains(msg, "more than once") {
+			t.Errorf("%s: message %q does not say the field is repeated", body, msg)
 		}
 		if a.calls.Txns() != txns {
 			t.Errorf("%s: a refused request wrote to etcd", body)
@@ -66,8 +73,30 @@ func TestLimitMismatch(t *testing.T) {
 	if r.holder()["owner"] != "p1" {
 		t.Errorf("refusal names %v, want the first holder", r.holder())
 	}
+	// A full semaphore's refusal names every holder, not the first alone.
+	holders, _ := r.body["holders"].([]any)
+	if msg := r.str("message"); len(holders) != 2 || !strings.Contains(msg, `semaphore "tenant-1/pipelines" is full: 2 of 2 units held, by p1 (pod pod-a)`) || !strings.Contains(msg, " and p2 (pod pod-b)") {
+		t.Errorf("refusal of a full semaphore: %s; want both holders named and listed", r.raw)
+	}
+	w := b.do("POST", "/v1/locks/tenant-1/pipelines", `{"owner":"p3","limit":2,"wait":"100ms"}`).expect(t, http.StatusConflict, lockapi.CodeWaitTimeout)
+	if holders, _ := w.body["holders"].([]any); len(holders) != 2 || !strings.Contains(w.str("message"), "p2 (pod pod-b)") {
+		t.Errorf("a wait that ran out on a full semaphore: %s; want both holders", w.raw)
+	}
 	st := a.do("GET", "/v1/locks/tenant-1/pipelines", "").expect(t, http.StatusOK, "")
 	if st.num("limit") != 2 || st.num("held_units") != 2 || len(st.body["holders"].([]any)) != 2 {
 		t.Errorf("status %s", st.raw)
+	}
+}
+
+// TestReadersRefuseAWriterByName: a writer refused by a lock that readers
+// share hears of every reader.
+func TestReadersRefuseAWriterByName(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/report", `{"owner":"r1","mode":"read"}`).expect(t, http.StatusOK, "")
+	b.do("POST", "/v1/locks/report", `{"owner":"r2","mode":"read"}`).expect(t, http.StatusOK, "")
+	r := b.do("POST", "/v1/locks/report", `{"owner":"w","mode":"write"}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyRunning)
+	holders, _ := r.body["holders"].([]any)
+	if msg := r.str("message"); len(holders) != 2 || !strings.Contains(msg, `lock "report" is held by 2 readers: r1 (pod pod-a)`) || !strings.Contains(msg, "and r2 (pod pod-b)") {
+		t.Errorf("a writer's refusal: %s; want both readers named and listed", r.raw)
 	}
 }

@@ -127,6 +127,9 @@ func refusal(err error) (status int, body lockapi.Error, ok bool) {
 		if held.Fence != 0 {
 			body.Holder = holderOf(held.Holder)
 		}
+		for _, h := range held.Holders {
+			body.Holders = append(body.Holders, lockapi.Holding{Holder: *holderOf(h.Holder), Fence: h.Fence})
+		}
 		switch {
 		case held.Mismatch != 0:
 			body.Granted, body.Code = nil, lockapi.CodeFenceMismatch

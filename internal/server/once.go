@@ -97,7 +97,7 @@ func (s *Server) doneBody(w http.ResponseWriter, r *http.Request) (lockapi.Done,
 			case name != "owner" && name != "ok" && name != "result":
 				return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ok and result", name))
 			case raw[i] != nil:
-				return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
+				return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("the field %q appears more than once: give it once", name))
 			}
 			raw[i] = value
 			return nil

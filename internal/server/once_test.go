@@ -65,7 +65,7 @@ func TestRunOnceInput(t *testing.T) {
 		`{"owner":"runner"}`:                      lockapi.CodeInvalidRequest,
 		`{"owner":"runner","ok":"yes"}`:           lockapi.CodeInvalidRequest,
 		`{"owner":"runner","ok":true,"x":1}`:      lockapi.CodeInvalidRequest,
-		`{"owner":"runner","ok":true,"ok":false}`: lockapi.CodeInvalidJSON,
+		`{"owner":"runner","ok":true,"ok":false}`: lockapi.CodeInvalidRequest,
 		`{"owner":"runner","ok":true,"result":"` + strings.Repeat("r", 4097) + `"}`: lockapi.CodeInvalidRequest,
 	} {
 		a.do("POST", "/v1/locks/m:done", body).expect(t, http.StatusBadRequest, code)

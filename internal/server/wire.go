@@ -53,7 +53,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		case i < 0:
 			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed and (on :hold) max_hold", name))
 		case raw[i] != nil:
-			return badRequest(lockapi.CodeInvalidJSON, fmt.Sprintf("the field %q appears more than once", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("the field %q appears more than once: give it once", name))
 		}
 		raw[i] = value
 		return nil
@@ -164,8 +164,17 @@ func count(field string, raw json.RawMessage, code, hint string) (int, error) {
 	if !given(raw) {
 		return 0, nil
 	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		// A string, a bool, an object: the field's type is wrong, not its
+		// value, whatever the text says ("2").
+		return 0, badRequest(code, fmt.Sprintf("%s must be a number, not %s: %s", field, clip(raw), hint))
+	}
 	var n int64
-	if err := json.Unmarshal(raw, &n); err != nil || n < 1 || n > math.MaxInt32 {
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, badRequest(code, fmt.Sprintf("%s %s is not a whole number: %s", field, clip(raw), hint))
+	}
+	if n < 1 || n > math.MaxInt32 {
 		return 0, badRequest(code, fmt.Sprintf("%s %s is not allowed: %s", field, clip(raw), hint))
 	}
 	return int(n), nil

@@ -36,8 +36,8 @@ func TestDecodeBodyRefusesDuplicateFields(t *testing.T) {
 	for _, in := range []string{`{"ttl":5,"ttl":6}`, `{"owner":"a","wait":1,"owner":"b"}`, `{"owner":"a","ow\u006eer":"b"}`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || !strings.Contains(ae.msg, "more than once") {
-			t.Errorf("decodeBody(%q) = %v, want a 400 naming the repeated field", in, err)
+		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "more than once") {
+			t.Errorf("decodeBody(%q) = %v, want a 400 invalid_request naming the repeated field", in, err)
 		}
 	}
 }
