@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 )
 
@@ -177,4 +179,81 @@ func anchors(t *testing.T, path string) []string {
 		}, h))
 	}
 	return out
+}
+
+// TestRunbookRenewsTheLock: the BatonLockNearTTL runbook's command, run as
+// written by the lock's owner, renews the lock (a later deadline, the same
+// fence) and takes no other lock; the alert's own description names the
+// same call.
+func TestRunbookRenewsTheLock(t *testing.T) {
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(ops)[strings.Index(string(ops), "### BatonLockNearTTL"):]
+	section = section[:strings.Index(section[4:], "\n### ")+4]
+	blocks := shellBlocks(section)
+	if len(blocks) != 1 {
+		t.Fatalf("the BatonLockNearTTL runbook shows %d shell blocks, want its extend call", len(blocks))
+	}
+	dir, err := os.MkdirTemp("", "baton-runbook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "baton.sock")
+	serveInProcess(t, "--socket", sock, "--data-dir", filepath.Join(dir, "etcd"),
+		"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "")
+	c := unixClient(sock)
+	if code, body := do(t, c, http.MethodPost, "/v1/locks/nightly/report", `{"owner":"exec-7","ttl":"1m"}`); code != 200 {
+		t.Fatalf("acquire: %d %s", code, body)
+	}
+	_, before := do(t, c, http.MethodGet, "/v1/locks/nightly/report", "")
+
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", blocks[0])
+	cmd.Env = append(os.Environ(), "BATON_SOCKET="+sock, "KEY=nightly/report", "OWNER=exec-7")
+	out, err := cmd.CombinedOutput()
+	var g struct {
+		Granted   bool      `json:"granted"`
+		Key       string    `json:"key"`
+		Fence     int64     `json:"fence"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err != nil || json.Unmarshal(out, &g) != nil || !g.Granted || g.Key != "nightly/report" || time.Until(g.ExpiresAt) < 29*time.Minute {
+		t.Fatalf("the runbook's extend: %v, %s; want the lock renewed for 30m", err, out)
+	}
+	var st struct {
+		Fence     int64     `json:"fence"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	_, after := do(t, c, http.MethodGet, "/v1/locks/nightly/report", "")
+	if json.Unmarshal([]byte(after), &st) != nil || st.Fence != g.Fence || !st.ExpiresAt.Equal(g.ExpiresAt) {
+		t.Errorf("status after the extend: %s (before: %s); want the same fence and the new deadline", after, before)
+	}
+	if _, list := do(t, c, http.MethodGet, "/v1/locks?prefix=nightly/", ""); strings.Count(list, `"key":`) != 1 {
+		t.Errorf("locks after the extend: %s; want nightly/report alone", list)
+	}
+
+	// The alert's description names the same call.
+	alerts, err := os.ReadFile("../../charts/baton/files/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`POST (/v1/locks/KEY:\w+)`).FindStringSubmatch(string(alerts))
+	if m == nil {
+		t.Fatal("BatonLockNearTTL's description names no POST /v1/locks/KEY:method")
+	}
+	path := strings.Replace(m[1], "KEY", "nightly/report", 1)
+	if code, body := do(t, c, http.MethodPost, path, `{"owner":"exec-7","ttl":"5m"}`); code != 200 || !strings.Contains(body, `"granted":true`) {
+		t.Errorf("the alert's %s: %d %s", m[1], code, body)
+	}
+}
+
+// shellBlocks returns the ```sh blocks of a Markdown text.
+func shellBlocks(md string) []string {
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(md, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
 }
