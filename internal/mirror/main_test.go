@@ -102,18 +102,29 @@ func startMirrorOn(t *testing.T, cli *clientv3.Client, retention time.Duration) 
 // startMirrorIn is startMirrorOn in the cluster of the apiserver rc.
 func startMirrorIn(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration) (stop func()) {
 	t.Helper()
+	return startMirrorWith(t, rc, cli, retention, nil)
+}
+
+// startMirrorWith is startMirrorIn with the manager's options changed by
+// change (when not nil).
+func startMirrorWith(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration, change func(*ctrl.Options)) (stop func()) {
+	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	if testing.Verbose() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	}
-	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+	opts := ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		LeaderElection:                true,
 		LeaderElectionID:              "baton-mirror",
 		LeaderElectionNamespace:       "default",
 		LeaderElectionReleaseOnCancel: true,
-	})
+	}
+	if change != nil {
+		change(&opts)
+	}
+	mgr, err := ctrl.NewManager(rc, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,23 @@ import (
 
 // Reconcile makes the Lock object req show what etcd has: Held with its
 // holder, Free with its last holder, or gone after the retention. It also
-// carries out a force release asked for by annotation.
+// carries out a force release asked for by annotation. A write that met a
+// newer version of the object (409 Conflict, routine when etcd's and the
+// object's changes cross) is tried again from a fresh read, not reported
+// as an error.
 func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := m.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		m.log.V(1).Info("conflict; reading the Lock again", "lock", req.NamespacedName, "error", err.Error())
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+// conflictRetry is how soon a reconcile that met a conflict runs again.
+const conflictRetry = 100 * time.Millisecond
+
+func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ref := objectRef{req.Namespace, req.Name}
 	if !m.cfg.inScope(ref.namespace) {
 		return reconcile.Result{}, nil
@@ -141,6 +156,10 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 		}
 	}
 	switch {
+	case forceReleased(obj, shown, reason):
+		// This release was carried out: the status says so, and this pass
+		// (started by that very status write) reads the object before the
+		// annotation's removal reached it. Nothing to do or tell again.
 	case obj.Status.Phase != batonv1.PhaseHeld || shown == 0:
 		m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ForceReleaseSkipped", "ForceRelease",
 			"the lock is not held; nothing to release (reason given: %s)", reason)
@@ -169,7 +188,7 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 		next := obj.DeepCopy()
 		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
 			Type: batonv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: "ForceReleased",
-			Message: fmt.Sprintf("force released by annotation: %s", reason),
+			Message: forcedMessage(reason),
 		})
 		if err := m.updateStatus(ctx, obj, next); err != nil {
 			return err
@@ -179,6 +198,19 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 	delete(obj.Annotations, batonv1.AnnotationForceRelease)
 	return m.client.Patch(ctx, obj, patch)
 }
+
+// forceReleased reports whether obj's status records the force release,
+// for reason, of its holder with fence shown: the Held condition is False,
+// ForceReleased, with that reason, while the status still shows that
+// holder. (Another reason is a new request, answered as such.)
+func forceReleased(obj *batonv1.Lock, shown int64, reason string) bool {
+	c := meta.FindStatusCondition(obj.Status.Conditions, batonv1.ConditionHeld)
+	return shown != 0 && c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ForceReleased" &&
+		c.Message == forcedMessage(reason)
+}
+
+// forcedMessage is the Held condition's message after a force release.
+func forcedMessage(reason string) string { return "force released by annotation: " + reason }
 
 // updateStatus writes next's status when it differs from obj's.
 func (m *Mirror) updateStatus(ctx context.Context, obj, next *batonv1.Lock) error {
