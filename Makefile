@@ -292,8 +292,9 @@ cluster-down: ## Stop the node make cluster started and undo its changes to the 
 	else echo "no node runs"; fi
 	@rm -f $(NODE_DIR).pid $(NODE_DIR).ready
 
-# The node's own images: the pods' sandbox, CoreDNS, and the test apps'
-# image (busybox and baton).
+# The node's own images: the pods' sandbox, CoreDNS, the test apps' image
+# (busybox and baton), and busybox:1.37 as the examples name it (the node
+# reaches no registry), made of Debian's busybox-static.
 .PHONY: node-images
 node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images (pause, CoreDNS, a test app) into bin/images.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image-root/pause ./internal/kubenode/pause
@@ -304,7 +305,10 @@ node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images 
 	@[ -x /bin/busybox ] || { echo "node-images: no /bin/busybox (make node-deps): no app image, the node tests will be skipped"; exit 0; }; \
 	$(BIN)/image -o $(IMAGES)/app.tar -tag docker.io/baton/app:test -env PATH=/bin \
 	  -file /bin/busybox=/bin/busybox:0755 $(foreach c,sh sleep echo cat date hostname nslookup wget,-link /bin/$(c)=busybox) \
-	  -file /bin/baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777
+	  -file /bin/baton=$(BIN)/image-root/baton:0755 -dir /tmp:1777; \
+	$(BIN)/image -o $(IMAGES)/busybox.tar -tag docker.io/library/busybox:1.37 -env PATH=/bin \
+	  -file /bin/busybox=/bin/busybox:0755 $(foreach c,sh sleep echo cat date hostname nslookup wget kill,-link /bin/$(c)=busybox) \
+	  -dir /tmp:1777
 
 $(K8S_BIN)/etcd: hack/envtest-assets/etcd/go.mod hack/envtest-assets/etcd/go.sum hack/envtest-assets/etcd/main.go
 	@mkdir -p $(K8S_BIN)

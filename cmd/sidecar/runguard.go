@@ -148,6 +148,9 @@ func guard(args []string, grace time.Duration, stderr io.Writer) error {
 // if the guard dies.
 func startChild(args []string) (*os.Process, error) {
 	path, err := exec.LookPath(args[0])
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, notFound(args[0], os.Getenv("PATH"), os.Args[0])
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +159,18 @@ func startChild(args []string) (*os.Process, error) {
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
+}
+
+// notFound says that command is not in path; self is how baton was run.
+// Baton's image holds nothing but its binaries (no shell): a command run
+// from it cannot be found there, and the fix is to run baton run in the
+// app's container.
+func notFound(command, path, self string) error {
+	msg := fmt.Sprintf("%q is not in PATH (%s)", command, path)
+	if self == "/baton" || self == "/baton-dapr" {
+		msg += "; Baton's image has no shell and no other program: run baton run in the app's container, with its binary copied there by `baton install` (docs/kubernetes.md)"
+	}
+	return errors.New(msg)
 }
 
 // guarded is a command that baton run started through a guard.

@@ -579,3 +579,30 @@ func TestMonitors(t *testing.T) {
 		t.Errorf("PodMonitor selects %v in %+v, labels %v", sel, pm.Spec.NamespaceSelector, pm.Labels)
 	}
 }
+
+// TestNotesTellTheEtcdAsInstalled: the notes helm prints after an install
+// describe the etcd the values give: TLS with client certificates and a
+// user per namespace by default, plain HTTP only with etcd.secure=false.
+func TestNotesTellTheEtcdAsInstalled(t *testing.T) {
+	for _, c := range []struct {
+		set          []string
+		want, refuse string
+	}{
+		{nil, "https://notes-baton-etcd.baton-system.svc:2379: TLS with client\ncertificates of a CA the controller keeps in the Secret notes-baton-etcd-ca", "plain HTTP"},
+		{[]string{"--set", "certManager.enabled=true"}, "certificates of cert-manager's CA", "plain HTTP"},
+		{[]string{"--set", "etcd.secure=false"}, "http://notes-baton-etcd.baton-system.svc:2379: plain HTTP\nwithout authentication", "TLS"},
+	} {
+		out, err := run(t, helm, append([]string{"install", "notes", chartDir, "--namespace", "baton-system", "--dry-run=client"}, c.set...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := strings.Index(out, "NOTES:")
+		if at < 0 {
+			t.Fatalf("%v: helm printed no notes:\n%s", c.set, out)
+		}
+		notes := out[at:]
+		if !strings.Contains(notes, c.want) || strings.Contains(notes, c.refuse) {
+			t.Errorf("%v: notes\n%s\nwant %q, not %q", c.set, notes, c.want, c.refuse)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func run(dir, bin, images, ready string) error {
 		return err
 	}
 	var tarballs []string
-	for _, name := range []string{"pause", "coredns", "baton", "etcd", "app"} {
+	for _, name := range []string{"pause", "coredns", "baton", "etcd", "app", "busybox"} {
 		tarballs = append(tarballs, filepath.Join(images, name+".tar"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

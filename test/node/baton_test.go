@@ -409,6 +409,14 @@ func TestBatonOnANode(t *testing.T) {
 		if out := kubectl(t, "get", "crd", "locks.baton.dev", "-o", "name"); !strings.Contains(out, "locks.baton.dev") {
 			t.Errorf("the CRD went with the release: %q", out)
 		}
+		// The Secrets the controller made stay, as docs/kubernetes.md
+		// says, found by the label its command to remove them uses.
+		left := kubectl(t, "get", "secret", "-A", "-l", "baton.dev/etcd-credentials", "-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {end}")
+		for _, want := range []string{system + "/" + release + "-etcd-ca", system + "/" + release + "-etcd-tls", appNS + "/baton-etcd-client"} {
+			if !strings.Contains(left, want) {
+				t.Errorf("Secrets labelled baton.dev/etcd-credentials after uninstall: %q; want %s among them, as docs/kubernetes.md says", left, want)
+			}
+		}
 		pvcs, err := node.Client.CoreV1().PersistentVolumeClaims(system).List(ctx, metav1.ListOptions{})
 		if err != nil || len(pvcs.Items) != 3 {
 			t.Errorf("etcd's PVCs after uninstall: %d (%v), want the 3 kept", len(pvcs.Items), err)
@@ -617,7 +625,7 @@ func readmeExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test", "sleep 20", "sleep 120").Replace(string(b))
+	manifest := strings.NewReplacer("sleep 20", "sleep 120").Replace(string(b))
 	file := filepath.Join(t.TempDir(), "report.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
@@ -666,7 +674,7 @@ func daprExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A shorter report than the example's, so that the turns come sooner.
-	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test", "sleep 10 # the report", "sleep 3 # the report").Replace(string(b))
+	manifest := strings.NewReplacer("sleep 10 # the report", "sleep 3 # the report").Replace(string(b))
 	if !strings.Contains(manifest, "sleep 3 # the report") {
 		t.Fatal("examples/k8s/dapr.yaml has no 'sleep 10 # the report' to shorten")
 	}

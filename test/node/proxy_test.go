@@ -44,7 +44,7 @@ func etcdProxyOnANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Shorter turns than the example's, in a namespace of its own.
-	manifest := strings.NewReplacer("image: busybox:1.37", "image: docker.io/baton/app:test", "sleep 20", "sleep 2",
+	manifest := strings.NewReplacer("sleep 20", "sleep 2",
 		"baton-demo", proxyDemo).Replace(string(b))
 	file := filepath.Join(t.TempDir(), "report.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
