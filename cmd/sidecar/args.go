@@ -23,15 +23,15 @@ func usageArgs(cmd *cobra.Command, check cobra.PositionalArgs) cobra.PositionalA
 // argsError says what is wrong with args against cmd's Use line, or err
 // with the usage when that line does not tell.
 func argsError(cmd *cobra.Command, args []string, err error) error {
-	usage := "usage: " + cmd.Parent().CommandPath() + " " + cmd.Use
-	if !cmd.HasParent() {
-		usage = "usage: " + cmd.Use
+	usage := "usage: " + cmd.Use
+	if cmd.HasParent() {
+		usage = "usage: " + cmd.Parent().CommandPath() + " " + cmd.Use
 	}
 	required, most := positionals(cmd.Use)
 	switch {
 	case len(args) < len(required):
 		return fmt.Errorf("missing %s (%s)", strings.Join(required[len(args):], " and "), usage)
-	case most == 0:
+	case most == 0 && len(args) > 0:
 		return fmt.Errorf("unexpected argument %q: %s takes no arguments (%s)", args[0], cmd.CommandPath(), usage)
 	case most > 0 && len(args) > most:
 		return fmt.Errorf("unexpected argument %q (%s)", args[most], usage)
@@ -46,10 +46,14 @@ func argsError(cmd *cobra.Command, args []string, err error) error {
 // brackets it is optional; with "..." it repeats.
 func positionals(use string) (required []string, most int) {
 	words := strings.Fields(use)
-	prev := ""
+	if len(words) == 0 {
+		return nil, -1
+	}
+	prev, depth := "", 0 // depth: how many brackets are open before w
 	for _, w := range words[1:] {
 		name := strings.Trim(w, "[]().|")
-		optional := strings.HasPrefix(w, "[") || strings.Contains(prev, "[") && !strings.Contains(prev, "]")
+		optional := depth > 0 || strings.HasPrefix(w, "[")
+		depth += strings.Count(w, "[") - strings.Count(w, "]")
 		isFlagValue := strings.HasPrefix(strings.TrimLeft(prev, "[(|"), "-") && strings.TrimLeft(prev, "[(|") != "--"
 		prev = w
 		if name == "" || name != strings.ToUpper(name) || isFlagValue || strings.HasPrefix(name, "-") {

@@ -414,6 +414,8 @@ func TestArgumentErrorsNameTheArgument(t *testing.T) {
 		"release KEY (--owner ID | --force [--fence N])": {[]string{"KEY"}, 1},
 		"run --key KEY [flags] -- COMMAND [ARGS...]":     {[]string{"COMMAND"}, -1},
 		"watch [KEY | --prefix P]":                       {nil, 1},
+		"copy [SRC DST EXTRA]":                           {nil, 3},
+		"copy SRC [DST] NAME":                            {[]string{"SRC", "NAME"}, 3},
 		"list":                                           {nil, 0},
 	} {
 		required, most := positionals(use)

@@ -305,8 +305,11 @@ const waitForever = time.Duration(math.MaxInt64)
 type waitValue time.Duration
 
 func (w *waitValue) String() string {
-	if time.Duration(*w) == waitForever {
+	switch time.Duration(*w) {
+	case waitForever:
 		return "forever"
+	case 0:
+		return "0" // no default shown in help
 	}
 	return time.Duration(*w).String()
 }
@@ -328,7 +331,14 @@ func (w *waitValue) Set(s string) error {
 // number of seconds: --ttl 90 is --ttl 90s.
 type secondsValue time.Duration
 
-func (v *secondsValue) String() string { return time.Duration(*v).String() }
+// String is the value as help shows it: "0" when unset, so that pflag
+// shows no default for it.
+func (v *secondsValue) String() string {
+	if *v == 0 {
+		return "0"
+	}
+	return time.Duration(*v).String()
+}
 
 func (v *secondsValue) Set(s string) error {
 	d, err := parseSeconds(s)
@@ -348,10 +358,12 @@ func parseSeconds(s string) (time.Duration, error) {
 		return d, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > math.MaxInt64/float64(time.Second) {
+	// 2^63 ns is the first duration out of range; a float64 holds it
+	// exactly, so the comparison is exact.
+	if err != nil || math.IsNaN(f) || math.Abs(math.Round(f*float64(time.Second))) >= 0x1p63 {
 		return 0, fmt.Errorf("%q is not a duration", s)
 	}
-	return time.Duration(f * float64(time.Second)), nil
+	return time.Duration(math.Round(f * float64(time.Second))), nil
 }
 
 func (w *waitValue) Type() string { return "duration" }

@@ -221,6 +221,7 @@ func TestRunDurationsTakeSeconds(t *testing.T) {
 		{"wait", "5", 5 * time.Second}, {"wait", "0.5", 500 * time.Millisecond}, {"wait", "1m", time.Minute},
 		{"wait", "forever", waitForever}, {"ttl", "90", 90 * time.Second}, {"max-hold", "3600", time.Hour},
 		{"kill-grace", "2", 2 * time.Second}, {"lock-delay", "1.5s", 1500 * time.Millisecond},
+		{"ttl", "1.005", 1005 * time.Millisecond}, {"ttl", "9223372036", 9223372036 * time.Second},
 	} {
 		tree := newRootCmd(context.Background(), env(nil), io.Discard, io.Discard, nil)
 		cmd, _, _ := tree.Find([]string{"run"})
@@ -239,7 +240,7 @@ func TestRunDurationsTakeSeconds(t *testing.T) {
 			t.Errorf("--%s %s = %v; want %v", c.flag, c.value, got, c.want)
 		}
 	}
-	for _, bad := range []string{"soon", "5x", "NaN", "1e300"} {
+	for _, bad := range []string{"soon", "5x", "NaN", "1e300", "9223372036.854776", "-9223372036.854776"} {
 		var errb bytes.Buffer
 		code := run(context.Background(), []string{"run", "--key", "k", "--wait", bad, "--", "true"}, env(nil), io.Discard, &errb)
 		if code != 2 || !strings.Contains(errb.String(), "30 for seconds") {

@@ -54,9 +54,18 @@ gap that is free after it is shown free.`,
 				}
 				return nil
 			}
+			lastRetry := ""
 			err := client.New(o.socket).Follow(cmd.Context(), key, prefix, client.FollowOptions{
 				OnGap: func(err error) {
 					fmt.Fprintf(stderr, "baton: the watch ended (%v); connecting to %s again\n", err, o.socket)
+					lastRetry = ""
+				},
+				OnRetry: func(err error) {
+					// Each new reason once, not every attempt's.
+					if msg := err.Error(); msg != lastRetry {
+						fmt.Fprintf(stderr, "baton: not yet: %s; trying again\n", msg)
+						lastRetry = msg
+					}
 				},
 				OnResumed: func() {
 					fmt.Fprintln(stderr, "baton: watching again; the states that follow are read anew")

@@ -22,6 +22,8 @@ type FollowOptions struct {
 	// OnGap, if set, is told why the watch ended each time Follow starts
 	// to connect again.
 	OnGap func(err error)
+	// OnRetry, if set, is told why each attempt to connect again failed.
+	OnRetry func(err error)
 	// OnResumed, if set, is told when the watch is back, before its
 	// first event.
 	OnResumed func()
@@ -50,6 +52,12 @@ func (o FollowOptions) withDefaults() FollowOptions {
 // is told, not waited on.
 func (c *Client) Follow(ctx context.Context, key, prefix string, opts FollowOptions, emit func(lockapi.WatchEvent) error) error {
 	opts = opts.withDefaults()
+	// A watch's answer starts at once: a sidecar that does not answer
+	// within the silence is as dead as one that falls silent later.
+	c = &Client{socket: c.socket, http: &http.Client{Transport: &http.Transport{
+		DialContext:           c.http.Transport.(*http.Transport).DialContext,
+		ResponseHeaderTimeout: opts.Silence,
+	}}}
 	w, err := c.Watch(ctx, key, prefix)
 	if err != nil {
 		return err
@@ -69,7 +77,7 @@ func (c *Client) Follow(ctx context.Context, key, prefix string, opts FollowOpti
 		if opts.OnGap != nil {
 			opts.OnGap(err)
 		}
-		if w, err = c.rewatch(ctx, key, prefix, opts.MaxBackoff); err != nil {
+		if w, err = c.rewatch(ctx, key, prefix, opts); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -92,10 +100,13 @@ func (e emitError) Error() string { return e.err.Error() }
 // gap: they are marked, and a key of known that the read does not show is
 // told free.
 func (c *Client) pump(w *Watcher, silence time.Duration, resync bool, known map[string]bool, emit func(lockapi.WatchEvent) error) error {
+	// The timer runs while Next waits for the sidecar, not while emit
+	// waits for the reader of the events (a paused pager).
 	quiet := time.AfterFunc(silence, func() { w.Close() })
 	defer quiet.Stop()
 	seen := map[string]bool{}
 	for {
+		quiet.Reset(silence)
 		ev, err := w.Next()
 		if !quiet.Stop() {
 			return fmt.Errorf("no line from the sidecar for %v", silence)
@@ -103,7 +114,6 @@ func (c *Client) pump(w *Watcher, silence time.Duration, resync bool, known map[
 		if err != nil {
 			return err
 		}
-		quiet.Reset(silence)
 		if resync {
 			switch ev.Event {
 			case lockapi.WatchState:
@@ -138,9 +148,9 @@ func (c *Client) pump(w *Watcher, silence time.Duration, resync bool, known map[
 }
 
 // rewatch connects the watch again, pausing between attempts, for as long
-// as the sidecar cannot be reached or cannot reach etcd; a refusal of any
-// other kind ends it.
-func (c *Client) rewatch(ctx context.Context, key, prefix string, maxBackoff time.Duration) (*Watcher, error) {
+// as the sidecar cannot be reached or answers 5xx (starting, no etcd); a
+// refusal of any other kind ends it.
+func (c *Client) rewatch(ctx context.Context, key, prefix string, opts FollowOptions) (*Watcher, error) {
 	pause := 100 * time.Millisecond
 	for {
 		t := time.NewTimer(pause)
@@ -158,6 +168,9 @@ func (c *Client) rewatch(ctx context.Context, key, prefix string, maxBackoff tim
 		if errors.As(err, &ae) && ae.Status < http.StatusInternalServerError && ae.Code != CodeUnexpected {
 			return nil, err
 		}
-		pause = min(2*pause, maxBackoff)
+		if opts.OnRetry != nil && ctx.Err() == nil {
+			opts.OnRetry(err)
+		}
+		pause = min(2*pause, opts.MaxBackoff)
 	}
 }

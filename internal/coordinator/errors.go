@@ -95,13 +95,15 @@ func (e *HeldError) Error() string {
 }
 
 // sharedMessage names every holder of a shared lock: "semaphore "k" is
-// full: 2 of 2 units held, by a (pod p) until T and b (pod q) until U".
+// full: 2 of 2 units held, by a (pod p) until T and b (pod q) until U". A
+// semaphore with units left refused the caller for its weight, or for the
+// callers that wait ahead of it, which the message says instead of full.
 func (e *HeldError) sharedMessage() string {
 	names := make([]string, len(e.Holders))
 	units := 0
 	for i, h := range e.Holders {
 		names[i] = describe(h.Holder)
-		units += h.Holder.Claim.Units()
+		units += h.Holder.Units()
 	}
 	by := strings.Join(names, ", ")
 	if len(names) > 1 {
@@ -109,8 +111,10 @@ func (e *HeldError) sharedMessage() string {
 	}
 	first := e.Holders[0].Holder
 	switch {
-	case first.Limit > 0:
+	case first.Limit > 0 && units >= first.Limit:
 		return fmt.Sprintf("semaphore %q is full: %d of %d units held, by %s", e.Key.String(), units, first.Limit, by)
+	case first.Limit > 0:
+		return fmt.Sprintf("semaphore %q has no room for this caller (its weight, or callers waiting ahead of it): %d of %d units held, by %s", e.Key.String(), units, first.Limit, by)
 	case first.Mode == keyspace.Read && len(names) > 1:
 		return fmt.Sprintf("lock %q is held by %d readers: %s", e.Key.String(), len(names), by)
 	}

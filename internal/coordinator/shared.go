@@ -192,9 +192,12 @@ func (c *Coordinator) judge(req AcquireRequest, line []lockstore.Contender) erro
 // sharedHeld is the refusal of a caller of a shared lock (a semaphore,
 // readers and writers), naming every holder of line.
 func sharedHeld(k keyspace.Key, line []lockstore.Contender, waited bool, wait time.Duration) error {
-	err := heldFrom(k, firstOf(line), waited, wait)
-	he := err.(*HeldError)
-	if first := firstOf(line); first != nil && !first.Holder.Foreign && !keyspace.ClaimOf(first.Holder).IsExclusive() {
+	he := &HeldError{Key: k, Waited: waited, Wait: wait.Round(time.Millisecond)}
+	first := firstOf(line)
+	if first != nil {
+		he.Holder, he.Fence = first.Holder, first.Create
+	}
+	if first != nil && !first.Holder.Foreign && !keyspace.ClaimOf(first.Holder).IsExclusive() {
 		for _, ct := range line[:holdersOf(line)] {
 			he.Holders = append(he.Holders, Holding{Holder: ct.Holder, Fence: ct.Create})
 		}

@@ -185,13 +185,17 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 			"released %q held by %s with fence %d: %s", obj.Status.Key, describe(holderOf(*target)), shown, reason)
 		m.log.Info("force released", "lock", obj.Status.Key, "scope", obj.Namespace, "fence", shown, "holder", describe(holderOf(*target)), "reason", reason)
 		m.forced()
-		next := obj.DeepCopy()
-		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
+		// The release is done: its record in the status must not meet a
+		// conflict, or the next pass would not know and would tell the
+		// release skipped. A merge patch carries no resourceVersion, and
+		// only the mirror writes the status.
+		base := obj.DeepCopy()
+		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
 			Type: batonv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: "ForceReleased",
-			Message: forcedMessage(reason),
+			Message: forcedMessage(reason, shown),
 		})
-		if err := m.updateStatus(ctx, obj, next); err != nil {
-			return err
+		if err := m.client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
+			return fmt.Errorf("record the force release of Lock %s/%s: %w", obj.Namespace, obj.Name, err)
 		}
 	}
 	patch := client.MergeFrom(obj.DeepCopy())
@@ -206,11 +210,14 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 func forceReleased(obj *batonv1.Lock, shown int64, reason string) bool {
 	c := meta.FindStatusCondition(obj.Status.Conditions, batonv1.ConditionHeld)
 	return shown != 0 && c != nil && c.Status == metav1.ConditionFalse && c.Reason == "ForceReleased" &&
-		c.Message == forcedMessage(reason)
+		c.Message == forcedMessage(reason, shown)
 }
 
-// forcedMessage is the Held condition's message after a force release.
-func forcedMessage(reason string) string { return "force released by annotation: " + reason }
+// forcedMessage is the Held condition's message after the force release,
+// for reason, of the holder with fence.
+func forcedMessage(reason string, fence int64) string {
+	return fmt.Sprintf("force released by annotation (fence %d): %s", fence, reason)
+}
 
 // updateStatus writes next's status when it differs from obj's.
 func (m *Mirror) updateStatus(ctx context.Context, obj, next *batonv1.Lock) error {

@@ -100,3 +100,14 @@ func TestReadersRefuseAWriterByName(t *testing.T) {
 		t.Errorf("a writer's refusal: %s; want both readers named and listed", r.raw)
 	}
 }
+
+// TestSemaphoreWithoutRoomSaysSo: a caller refused by a semaphore that has
+// units left, but fewer than its weight, is not told the semaphore is full.
+func TestSemaphoreWithoutRoomSaysSo(t *testing.T) {
+	a := newAPI(t, "pod-a")
+	a.do("POST", "/v1/locks/gpu", `{"owner":"big","limit":3,"weight":2}`).expect(t, http.StatusOK, "")
+	r := a.do("POST", "/v1/locks/gpu", `{"owner":"also-big","limit":3,"weight":2}`).expect(t, http.StatusConflict, lockapi.CodeAlreadyRunning)
+	if msg := r.str("message"); strings.Contains(msg, "is full") || !strings.Contains(msg, `semaphore "gpu" has no room for this caller`) || !strings.Contains(msg, "2 of 3 units held, by big (pod pod-a)") {
+		t.Errorf("refusal %q; want no room, not full, with the units held", msg)
+	}
+}
