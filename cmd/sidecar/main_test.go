@@ -247,10 +247,16 @@ func TestServeEmbedded(t *testing.T) {
 // ends, and waits for its ready line.
 func serveInProcess(t *testing.T, args ...string) {
 	t.Helper()
+	serveInProcessEnv(t, env(nil), args...)
+}
+
+// serveInProcessEnv is serveInProcess with the environment getenv.
+func serveInProcessEnv(t *testing.T, getenv func(string) string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb syncBuffer
 	done := make(chan int)
-	go func() { done <- run(ctx, append([]string{"serve"}, args...), env(nil), &out, &errb) }()
+	go func() { done <- run(ctx, append([]string{"serve"}, args...), getenv, &out, &errb) }()
 	t.Cleanup(func() { cancel(); <-done })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "serving on") {

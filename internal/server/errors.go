@@ -139,12 +139,15 @@ func refusal(err error) (status int, body lockapi.Error, ok bool) {
 			body.Code = lockapi.CodeAlreadyRunning
 		}
 	case errors.As(err, &delayed):
+		body.Message = delayed.Error()
 		body.Granted, body.Code, body.Key, body.RetryAt = &no, lockapi.CodeLockDelayed, delayed.Key.String(), delayed.Until.UTC()
 		body.Holder, body.Fence = &lockapi.Holder{Owner: delayed.Mark.Owner, Pod: delayed.Mark.Pod}, delayed.Mark.Fence
 	case errors.As(err, &done):
+		body.Message = done.Error() // it names the key: no "acquire ..." before it
 		run := runOf(done.Key, done.Run)
 		body.Granted, body.Code, body.Key, body.Run = &no, lockapi.CodeAlreadyDone, done.Key.String(), &run
 	case errors.As(err, &mismatch):
+		body.Message = mismatch.Error()
 		body.Granted, body.Code, body.Key = &no, lockapi.CodeLimitMismatch, mismatch.Key.String()
 		body.Holder, body.Fence, body.Limit = holderOf(mismatch.Holder), mismatch.Fence, mismatch.InForce.Limit
 	default:

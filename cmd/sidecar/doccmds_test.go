@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// docBlock is a shell block of a page of the docs, as written.
+type docBlock struct {
+	page string // relative to the repository's root
+	line int    // of the opening fence
+	text string
+}
+
+func (b docBlock) String() string { return fmt.Sprintf("%s:%d", b.page, b.line) }
+
+// docBlocks reads every shell block (sh, bash, console, shell) of README.md
+// and docs/*.md.
+func docBlocks(t *testing.T) []docBlock {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []docBlock
+	fence := regexp.MustCompile("^```(sh|bash|console|shell)$")
+	for _, page := range append([]string{"../../README.md"}, pages...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i < len(lines); i++ {
+			if !fence.MatchString(lines[i]) {
+				continue
+			}
+			start := i
+			for i++; i < len(lines) && lines[i] != "```"; i++ {
+			}
+			blocks = append(blocks, docBlock{page: strings.TrimPrefix(page, "../../"), line: start + 1,
+				text: strings.Join(lines[start+1:min(i, len(lines))], "\n") + "\n"})
+		}
+	}
+	return blocks
+}
+
+// docRunners says, for every shell block of the docs, which test runs it
+// as written, by a line of the block: "session" for TestDocSessions, which
+// runs it here against a real sidecar; else the name of the test that does
+// (with the package it lives in). A block that no entry names fails
+// TestEveryDocBlockIsRun, and so does an entry that names no block.
+var docRunners = map[string]string{
+	"make run    # builds bin/baton":                                                        "cmd/sidecar TestServeEmbedded (make run's serve; CI runs make test itself)",
+	`$ S="curl -s --unix-socket ./baton.sock"`:                                              "session",
+	`chat-42:hold -d '{"owner":"turn-7","wait":"1m"}'` + "\n" + `{"event":"granted"`:        "session",
+	"$ bin/baton run --key nightly/report -- ./report.sh":                                   "session",
+	`{"event":"queued","key":"chat-42"`:                                                     "session",
+	"$ curl -sN --unix-socket ./baton.sock http://baton/v1/locks/leader:watch":              "session",
+	"$ bin/baton serve --socket ./baton.sock --dapr-http-addr":                              "cmd/sidecar TestDaprDoc",
+	"etcdctl lock /baton/v1/default/locks/terraform-prod":                                   "session",
+	"# Hold a Baton lock while a phase runs, with curl alone.":                              "cmd/sidecar TestGuideClients",
+	"baton run --socket ./baton.sock --key flow-123/readiness --wait 30s":                   "session",
+	`$ curl -s --unix-socket ./baton.sock -X POST http://baton/v1/locks/tenant-a/pipelines`: "session",
+	"$ baton run --socket ./baton.sock --key catalog --mode read":                           "session",
+	"$ baton run --socket ./baton.sock --key payments/batch --lock-delay 30s":               "session",
+	"$ baton run --socket ./baton.sock --once migrate/v42 -- ./migrate.sh      # the first": "session",
+	"$ baton locks watch leader --socket ./baton.sock":                                      "session",
+	"$ baton locks list --socket ./baton.sock":                                              "session",
+	`curl -s --unix-socket "$BATON_SOCKET" -X POST "http://baton/v1/locks/$KEY:extend"`:     "cmd/sidecar TestRunbookRenewsTheLock",
+}
+
+// runnerOf returns the entry of docRunners that names b, and how many do.
+func runnerOf(b docBlock) (key, runner string, n int) {
+	for k, r := range docRunners {
+		if strings.Contains(b.text, k) {
+			key, runner, n = k, r, n+1
+		}
+	}
+	return key, runner, n
+}
+
+// TestEveryDocBlockIsRun: every shell block of README.md and docs/ is run
+// as written by a test: by TestDocSessions here, or by the test its
+// docRunners entry names, which must exist. Blocks of docs/kubernetes.md
+// are the test node's (not yet run as written: listed apart).
+func TestEveryDocBlockIsRun(t *testing.T) {
+	used := map[string]bool{}
+	for _, b := range docBlocks(t) {
+		if b.page == "docs/kubernetes.md" {
+			continue // the node's; see the note above
+		}
+		key, runner, n := runnerOf(b)
+		switch {
+		case n == 0:
+			t.Errorf("%s: a shell block that no test runs: run it in a test and name that test in docRunners\n%s", b, b.text)
+			continue
+		case n > 1:
+			t.Errorf("%s: more than one docRunners entry names this block", b)
+		}
+		used[key] = true
+		if runner == "session" {
+			continue
+		}
+		pkg, name, _ := strings.Cut(runner, " ")
+		name, _, _ = strings.Cut(name, " ")
+		if !testExists(t, filepath.Join("../..", pkg), name) {
+			t.Errorf("%s: docRunners names %s in %s, which has no such test", b, name, pkg)
+		}
+	}
+	for k := range docRunners {
+		if !used[k] {
+			t.Errorf("docRunners entry %q names no block of the docs", k)
+		}
+	}
+}
+
+// testExists reports whether a _test.go file of dir declares func name.
+func testExists(t *testing.T, dir, name string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "func "+name+"(t *testing.T)") {
+			return true
+		}
+	}
+	return false
+}
