@@ -2,6 +2,7 @@ package kubenode
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -46,6 +47,25 @@ func killPods() {
 	}
 }
 
+// killNaming kills a killed node's own processes, should any have
+// outlived it: the programs a node starts whose command line names dir
+// (not make, nor the shell that waits for the node, which name it too).
+func killNaming(dir string) {
+	ours := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "containerd"}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		argv0 := filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0])
+		if slices.Contains(ours, argv0) && strings.Contains(string(cmdline), dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // gone already is fine
+		}
+	}
+}
+
 // unmountUnder detaches every mount below dir, the deepest first: the
 // kubelet's volumes, containerd's snapshots and sandboxes.
 func unmountUnder(dir string) {
@@ -82,10 +102,12 @@ func removePodNetns() {
 	}
 }
 
-// cniResults lists the CNI plugins' cached results for the node's network.
+// cniResults lists the CNI plugins' cached results for the node's network
+// and for its pods' loopback (containerd's cni-loopback network).
 func cniResults() []string {
 	results, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", network+"-*"))
-	return results
+	loopback, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", "cni-loopback-*"))
+	return append(results, loopback...)
 }
 
 // containerLogLinks is where the kubelet links each container's log, what
@@ -149,8 +171,9 @@ func mounts() []mount {
 	return ms
 }
 
-// sysctls are the host settings the kubelet (and the pods' network) change.
-var sysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward"}
+// sysctls are the host settings the kubelet, kube-proxy (route_localnet,
+// for NodePorts on 127.0.0.1) and the pods' network change.
+var sysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet"}
 
 func readSysctls() map[string]string {
 	m := map[string]string{}
@@ -250,8 +273,10 @@ func splitRule(rule string) ([]string, error) {
 // of its pods or naming dir, mounts under dir or of pods' network
 // namespaces, iptables chains of Kubernetes, CNI or its own, the pods'
 // bridge, the CNI plugins' cached results, the kubelet's links to
-// container logs. It does not look at sysctls (see Sysctls): only their
-// values before the node say what they should be.
+// container logs, the pods' cgroups, the sockets of containerd's killed
+// shims, runc's state of containers gone. It does not look at sysctls (see
+// HostSettings): only their values before the node say what they should
+// be.
 func Leftovers(dir string) []string {
 	var left []string
 	entries, _ := os.ReadDir("/proc")
@@ -295,10 +320,150 @@ func Leftovers(dir string) []string {
 	for _, l := range containerLogs(dir) {
 		left = append(left, "container log link "+l)
 	}
+	for _, d := range podCgroups() {
+		left = append(left, "cgroup "+d)
+	}
+	for _, s := range staleShimSockets() {
+		left = append(left, "containerd shim socket "+s)
+	}
+	for _, s := range staleRuncState() {
+		left = append(left, "runc state "+s)
+	}
+	if fileExists(hostStateFile(dir)) {
+		left = append(left, "the host's settings not put back: "+hostStateFile(dir))
+	}
 	return left
 }
 
-// Sysctls reads the host settings a node changes (the kubelet's
-// overcommit and panic settings, IP forwarding), for a caller to compare
+// HostSettings reads the host settings a node changes (the kubelet's
+// overcommit and panic settings, IP forwarding, kube-proxy's
+// route_localnet, whether /run/netns is a mount), for a caller to compare
 // before and after a node.
-func Sysctls() map[string]string { return readSysctls() }
+func HostSettings() map[string]string {
+	m := readSysctls()
+	m["mount "+netnsDir] = strconv.FormatBool(isMount(netnsDir))
+	return m
+}
+
+// podCgroups lists the kubepods cgroups of every hierarchy (cgroup v1's
+// controllers, and v2's unified one), the deepest first.
+func podCgroups() []string {
+	var dirs []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if fileExists("/sys/fs/cgroup/kubepods") {
+		roots = append(roots, "/sys/fs/cgroup/kubepods")
+	}
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+	}
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return dirs
+}
+
+// removePodCgroups removes the kubepods cgroups once their processes are
+// gone: a cgroup is a directory that rmdir removes when empty.
+func removePodCgroups() {
+	for _, d := range podCgroups() {
+		_ = syscall.Rmdir(d) // best effort: busy until its processes exit
+	}
+}
+
+// shimDir is where containerd's shims listen, whatever its state
+// directory.
+const shimDir = "/run/containerd/s"
+
+// staleShimSockets lists the sockets in shimDir that nothing listens on:
+// those of shims that were killed.
+func staleShimSockets() []string {
+	listening := map[string]bool{}
+	if b, err := os.ReadFile("/proc/net/unix"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 8 {
+				listening[f[7]] = true
+			}
+		}
+	}
+	entries, _ := os.ReadDir(shimDir)
+	var stale []string
+	for _, e := range entries {
+		path := filepath.Join(shimDir, e.Name())
+		if e.Type()&os.ModeSocket != 0 && !listening[path] {
+			stale = append(stale, path)
+		}
+	}
+	return stale
+}
+
+// runcStateRoot is runc's state of containerd's k8s.io containers when no
+// root is configured (nodes before the one that keeps it under its state
+// directory).
+const runcStateRoot = "/run/containerd/runc/k8s.io"
+
+// staleRuncState lists runc's state directories of k8s.io containers
+// whose process is gone.
+func staleRuncState() []string {
+	entries, _ := os.ReadDir(runcStateRoot)
+	var stale []string
+	for _, e := range entries {
+		path := filepath.Join(runcStateRoot, e.Name())
+		var st struct {
+			Pid int `json:"init_process_pid"`
+		}
+		b, err := os.ReadFile(filepath.Join(path, "state.json"))
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Pid > 0 && syscall.Kill(st.Pid, 0) == nil {
+			continue // its container still runs
+		}
+		stale = append(stale, path)
+	}
+	return stale
+}
+
+// removeStale removes paths (files or directories).
+func removeStale(paths []string) {
+	for _, p := range paths {
+		_ = os.RemoveAll(p) // best effort
+	}
+}
+
+// removeCNIChains removes the nat chains the bridge plugin made for the
+// node's pods (each pod's CNI-<hash>, whose rules name the network), also
+// those no rule refers to any more: a pod deleted while the plugin could
+// not run left them.
+func removeCNIChains() {
+	for _, chain := range cniChains() {
+		_ = exec.Command("iptables", "-t", "nat", "-F", chain).Run() // best effort
+		_ = exec.Command("iptables", "-t", "nat", "-X", chain).Run()
+	}
+}
+
+// cniChains lists the nat chains named CNI-* whose rules name the node's
+// network, or that hold no rule at all.
+func cniChains() []string {
+	out, err := exec.Command("iptables", "-t", "nat", "-S").Output()
+	if err != nil {
+		return nil
+	}
+	rules := map[string][]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "CNI-"):
+			rules[f[1]] = rules[f[1]][:0:0]
+		case len(f) > 2 && f[0] == "-A" && strings.HasPrefix(f[1], "CNI-"):
+			rules[f[1]] = append(rules[f[1]], line)
+		}
+	}
+	var chains []string
+	for chain, rs := range rules {
+		if len(rs) == 0 || slices.ContainsFunc(rs, func(r string) bool { return strings.Contains(r, network) }) {
+			chains = append(chains, chain)
+		}
+	}
+	slices.Sort(chains)
+	return chains
+}

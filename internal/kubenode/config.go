@@ -46,7 +46,8 @@ func writeKubeconfig(path, server, ca, cert, key string) error {
 // CAP_SYS_RESOURCE, and without restrict_oom_score_adj every sandbox fails
 // to start. The pods' network namespaces are pinned under the state
 // directory, not /var/run/netns, so that Stop's unmount of dir frees them
-// (and their veth pairs) even when no CNI DEL ever ran.
+// (and their veth pairs) even when no CNI DEL ever ran; runc keeps its
+// containers' state under dir too, not in /run/containerd/runc.
 func containerdConfig(dir, pauseImage string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
@@ -66,10 +67,11 @@ state = %[2]q
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = %[7]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[5]q
     conf_dir = %[6]q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "containerd.sock"), pauseImage, cniBinDir, filepath.Join(dir, "cni"))
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "containerd.sock"), pauseImage, cniBinDir, filepath.Join(dir, "cni"), filepath.Join(dir, "runc"))
 }
 
 // cniConfig attaches pods to a bridge with addresses from PodCIDR, masqueraded

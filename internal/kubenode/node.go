@@ -77,7 +77,7 @@ type Node struct {
 	server         string // the API server's URL
 	saKey          string // the service accounts' signing key
 	procs          []*proc
-	sysctls        map[string]string // what the kubelet and the network change, as they were
+	host           hostState // what the kubelet and the network change, as it was before the node
 }
 
 // proc is a process of the node.
@@ -107,7 +107,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, HostIP: ip, sysctls: readSysctls()}
+	// What an earlier node killed without its Stop left goes first; the
+	// host's state from before any node is recorded (or was, by that
+	// node).
+	host, err := recordHost(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubenode: record the host's settings: %w", err)
+	}
+	n = &Node{cfg: cfg, HostIP: ip, host: host}
 	n.cleanHost()
 	defer func() {
 		if err != nil {
@@ -313,8 +320,9 @@ func (n *Node) waitReady(ctx context.Context) error {
 }
 
 // Stop stops the node's processes, the last started first, and undoes what
-// they changed on the host as far as it can: pods' processes, mounts under
-// Dir, the bridge and kube-proxy's iptables chains.
+// they changed on the host as far as it can: pods' processes and cgroups,
+// mounts under Dir, the bridge, kube-proxy's and CNI's iptables chains,
+// the sysctls they set.
 func (n *Node) Stop() {
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		p := n.procs[i]
@@ -330,7 +338,17 @@ func (n *Node) Stop() {
 	n.procs = nil
 	n.cleanHost()
 	unmountUnder(n.cfg.Dir)
-	restoreSysctls(n.sysctls)
+	_ = restoreHost(n.cfg.Dir) // best effort, as the rest
+}
+
+// Clean undoes on the host what a node in dir, with its binaries in bin,
+// left when it was killed without its Stop: what Stop undoes, so that a
+// new node can start in dir. It is safe when no node ran.
+func Clean(dir, bin string) error {
+	killNaming(dir)
+	cleanHost(dir, bin)
+	unmountUnder(dir)
+	return restoreHost(dir)
 }
 
 // cleanHost removes what a node leaves on the host once its processes are
@@ -339,17 +357,29 @@ func (n *Node) Stop() {
 // the bridge. Start calls it too, for what
 // a node killed without its Stop left behind (one node runs per machine,
 // so none of it belongs to another).
-func (n *Node) cleanHost() {
+func (n *Node) cleanHost() { cleanHost(n.cfg.Dir, n.cfg.Bin) }
+
+// cleanHost is Node.cleanHost for the node in dir with its binaries in
+// bin: also the pods' cgroups, the killed shims' sockets and runc's state
+// of their containers.
+func cleanHost(dir, bin string) {
 	killPods()
 	removePodNetns()
-	if bin := filepath.Join(n.cfg.Bin, "kube-proxy"); fileExists(bin) {
-		_ = exec.Command(bin, "--cleanup").Run() // best effort: its chains may be gone
+	if proxy := filepath.Join(bin, "kube-proxy"); fileExists(proxy) {
+		_ = exec.Command(proxy, "--cleanup").Run() // best effort: its chains may be gone
 	}
 	removeKubeletChains()
 	removePodMasquerade()
+	removeCNIChains()
 	unguardServices()
-	removeContainerLogLinks(n.cfg.Dir)
+	removeContainerLogLinks(dir)
 	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
+	// Killed processes leave their cgroups a moment later.
+	for deadline := time.Now().Add(5 * time.Second); len(podCgroups()) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		removePodCgroups()
+	}
+	removeStale(staleShimSockets())
+	removeStale(staleRuncState())
 }
 
 // PrintLogs writes the tail of every process's log to w, for a failed test.

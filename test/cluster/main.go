@@ -32,6 +32,11 @@ func main() {
 func run(dir, bin, images, ready string) error {
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
 	dir, bin, images = abs(dir), abs(bin), abs(images)
+	// A node killed half-way left its pods, mounts under dir, chains and
+	// settings: undo that first, or dir cannot even be removed.
+	if err := kubenode.Clean(dir, bin); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func TestMain(m *testing.M) {
 // runNode starts the node with make cluster, runs the tests and stops the node
 // with make cluster-down, which must leave the host as it was.
 func runNode(m *testing.M, nodeDir string) int {
-	sysctls := kubenode.Sysctls()
+	sysctls := kubenode.HostSettings()
 	start := time.Now()
 	var err error
 	node, err = startCluster(nodeDir)
@@ -110,20 +110,69 @@ func runNode(m *testing.M, nodeDir string) int {
 		fmt.Fprintf(os.Stderr, "make cluster-down: %v\n%s", err, out)
 		return 1
 	}
+	if !leftNothing(nodeDir, sysctls) {
+		code = 1
+	}
+	if code == 0 && !killedHalfWay(nodeDir, sysctls) {
+		code = 1
+	}
+	return code
+}
+
+// leftNothing reports whether the host is as it was before the node in
+// nodeDir (settings as before), saying what is left on it if not.
+func leftNothing(nodeDir string, before map[string]string) bool {
 	// Processes killed a moment ago may still be on their way out.
 	left := kubenode.Leftovers(nodeDir)
 	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = kubenode.Leftovers(nodeDir) {
 		time.Sleep(200 * time.Millisecond)
 	}
+	ok := true
 	if len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "make cluster-down left on the host:\n  %s\n", strings.Join(left, "\n  "))
-		code = 1
+		ok = false
 	}
-	if after := kubenode.Sysctls(); !maps.Equal(after, sysctls) {
-		fmt.Fprintf(os.Stderr, "make cluster-down left sysctls %v; they were %v\n", after, sysctls)
-		code = 1
+	if after := kubenode.HostSettings(); !maps.Equal(after, before) {
+		fmt.Fprintf(os.Stderr, "make cluster-down left the host's settings %v; they were %v\n", after, before)
+		ok = false
 	}
-	return code
+	return ok
+}
+
+// killedHalfWay kills make cluster's node with SIGKILL once it is Ready
+// with pods running (CoreDNS), as a crash or a cancelled CI job would:
+// a make cluster after it starts a node all the same, and make
+// cluster-down then leaves the host as it was before either.
+func killedHalfWay(nodeDir string, before map[string]string) bool {
+	if _, err := startCluster(nodeDir); err != nil {
+		fmt.Fprintln(os.Stderr, "the node to kill:", err)
+		return false
+	}
+	pid, err := os.ReadFile(nodeDir + ".pid")
+	if err == nil {
+		err = exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kill make cluster's node:", err)
+		return false
+	}
+	start := time.Now()
+	c, err := startCluster(nodeDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make cluster after a node killed half-way:", err)
+		return false
+	}
+	fmt.Fprintf(os.Stderr, "make cluster after a node killed half-way: Ready in %v\n", time.Since(start).Round(time.Millisecond))
+	if _, err := c.Client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "the node started after a killed one does not answer:", err)
+		runMake(nodeDir, "cluster-down")
+		return false
+	}
+	if out, err := runMake(nodeDir, "cluster-down"); err != nil || !strings.Contains(out, "node stopped") {
+		fmt.Fprintf(os.Stderr, "make cluster-down: %v\n%s", err, out)
+		return false
+	}
+	return leftNothing(nodeDir, before)
 }
 
 // startCluster runs make cluster with the node's state in nodeDir and

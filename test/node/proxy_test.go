@@ -102,6 +102,14 @@ func etcdProxyOnANode(t *testing.T) {
 	}
 	t.Logf("the proxy carried %d replicas' %d keep-alive streams, %d watch streams and %d transactions; holders %v",
 		replicas, counts["LeaseKeepAlive"], counts["Watch"], counts["Txn"], holders)
+
+	// The example's pods' lease TTL (baton.dev/lease-ttl).
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			releaseThroughProxy(t, p.Name, 15*time.Second)
+			break
+		}
+	}
 }
 
 // started sums grpc_server_started_total of method in a Prometheus text

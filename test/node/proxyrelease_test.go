@@ -1,0 +1,107 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// releaseThroughProxy measures, through the node's etcd gRPC proxy, how
+// long a lock stays held after its sidecar crashes (SIGKILL: its
+// connections close) and after it freezes (SIGSTOP: they stay open and
+// silent, as in a partition). etcd's proxy renews a lease for as long as
+// it hears from the lease's client within a TTL, and a silent connection
+// keeps it hearing nothing without ending: the chart has the proxy ping
+// its clients (etcd.proxy.keepaliveInterval and keepaliveTimeout) and drop
+// those that do not answer, which ends its renewals. Either way the lock
+// must be free within the lease TTL and the proxy's ping and wait (2s by
+// default), plus a second of polling.
+func releaseThroughProxy(t *testing.T, pod string, ttl time.Duration) {
+	bound := ttl + 2*time.Second + time.Second
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"crash", syscall.SIGKILL}, {"freeze", syscall.SIGSTOP}} {
+		key := "proxy-" + c.name
+		prefix := "/baton/v1/" + proxyDemo + "/locks/" + key + "/"
+		// The holder takes the lock again after each loss, as a worker
+		// would; what is measured is the end of the key the sidecar had.
+		holder := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", proxyDemo, pod, "-c", "worker", "--",
+			"sh", "-c", "while :; do /tools/baton run --key "+key+" --wait 1m -- sleep 600; sleep 1; done")
+		holder.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+		var out bytes.Buffer
+		holder.Stdout, holder.Stderr = &out, &out
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var held string
+		eventually(t, 90*time.Second, "the "+key+" lock held through the proxy", func() error {
+			if held, _, _ = strings.Cut(strings.TrimSpace(etcdKeys(t, prefix)), "\n"); held == "" {
+				return fmt.Errorf("no key under %s; baton run: %s", prefix, out.String())
+			}
+			return nil
+		})
+		pid := sidecarPid(t, pod)
+		if err := syscall.Kill(pid, c.sig); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		eventually(t, 3*ttl, "the "+c.name+"ed sidecar's lock gone from etcd", func() error {
+			if slices.Contains(strings.Fields(etcdKeys(t, prefix)), held) {
+				return fmt.Errorf("%s still there", held)
+			}
+			return nil
+		})
+		took := time.Since(start)
+		if c.sig == syscall.SIGSTOP {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+		t.Logf("through etcd's gRPC proxy, a %s sidecar's lock was free after %v (lease TTL %v)", c.name, took.Round(100*time.Millisecond), ttl)
+		if took > bound {
+			t.Errorf("a %s sidecar's lock stayed held %v through the proxy; want at most %v (the lease TTL, the proxy's ping and wait, a second of polling)", c.name, took, bound)
+		}
+	}
+}
+
+// etcdKeys lists the keys under prefix in the proxy release's etcd, read
+// there with etcdctl.
+func etcdKeys(t *testing.T, prefix string) string {
+	t.Helper()
+	return kubectl(t, "exec", "-n", proxySystem, proxyRelease+"-baton-etcd-0", "-c", "etcd", "--",
+		"etcdctl", "get", "--prefix", "--keys-only", prefix)
+}
+
+// sidecarPid finds, on this host, the process of pod's Baton sidecar: the
+// image's /baton serving, with the pod's name in its environment.
+func sidecarPid(t *testing.T, pod string) int {
+	t.Helper()
+	var found int
+	eventually(t, 30*time.Second, "the sidecar process of "+pod, func() error {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			env := append([]byte{0}, environ...)
+			if strings.HasPrefix(string(cmdline), "/baton\x00serve\x00") && bytes.Contains(env, []byte("\x00POD_NAME="+pod+"\x00")) {
+				found = pid
+				return nil
+			}
+		}
+		return fmt.Errorf("no /baton serve with POD_NAME=%s", pod)
+	})
+	return found
+}
