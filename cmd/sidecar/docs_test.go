@@ -196,22 +196,13 @@ func TestRunbookRenewsTheLock(t *testing.T) {
 	if len(blocks) != 1 {
 		t.Fatalf("the BatonLockNearTTL runbook shows %d shell blocks, want its extend call", len(blocks))
 	}
-	dir, err := os.MkdirTemp("", "baton-runbook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "baton.sock")
-	serveInProcess(t, "--socket", sock, "--data-dir", filepath.Join(dir, "etcd"),
-		"--embedded-client-url", "http://127.0.0.1:0", "--health-addr", "")
-	c := unixClient(sock)
-	if code, body := do(t, c, http.MethodPost, "/v1/locks/nightly/report", `{"owner":"exec-7","ttl":"1m"}`); code != 200 {
-		t.Fatalf("acquire: %d %s", code, body)
-	}
-	_, before := do(t, c, http.MethodGet, "/v1/locks/nightly/report", "")
+	sb := newSandbox(t)
+	c := sb.c
+	sb.do(t, http.MethodPost, "/v1/locks/nightly/report", `{"owner":"exec-7","ttl":"1m"}`)
+	before := sb.do(t, http.MethodGet, "/v1/locks/nightly/report", "")
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", blocks[0])
-	cmd.Env = append(os.Environ(), "BATON_SOCKET="+sock, "KEY=nightly/report", "OWNER=exec-7")
+	cmd.Env = append(sb.env, "KEY=nightly/report", "OWNER=exec-7")
 	out, err := cmd.CombinedOutput()
 	var g struct {
 		Granted   bool      `json:"granted"`
