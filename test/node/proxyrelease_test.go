@@ -15,46 +15,49 @@ import (
 )
 
 // releaseThroughProxy measures, through the node's etcd gRPC proxy, how
-// long a lock stays held after its sidecar crashes (SIGKILL: its
-// connections close) and after it freezes (SIGSTOP: they stay open and
-// silent, as in a partition). etcd's proxy renews a lease for as long as
+// long a lock stays held after its pod is lost (force-deleted: its
+// sidecar is killed and its connections close) and after its sidecar
+// freezes (SIGSTOP: they stay open and silent, as in a partition). etcd's proxy renews a lease for as long as
 // it hears from the lease's client within a TTL, and a silent connection
 // keeps it hearing nothing without ending: the chart has the proxy ping
 // its clients (etcd.proxy.keepaliveInterval and keepaliveTimeout) and drop
 // those that do not answer, which ends its renewals. Either way the lock
 // must be free within the lease TTL and the proxy's ping and wait (2s by
 // default), plus a second of polling.
-func releaseThroughProxy(t *testing.T, pod string, ttl time.Duration) {
+func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 	bound := ttl + 2*time.Second + time.Second
-	for _, c := range []struct {
+	for i, c := range []struct {
 		name string
 		sig  syscall.Signal
-	}{{"crash", syscall.SIGKILL}, {"freeze", syscall.SIGSTOP}} {
-		key := "proxy-" + c.name
+	}{{"lost pod", syscall.SIGKILL}, {"frozen sidecar", syscall.SIGSTOP}} {
+		pod := pods[i]
+		key := "proxy-" + strings.Fields(c.name)[0]
 		prefix := "/baton/v1/" + proxyDemo + "/locks/" + key + "/"
 		// The holder takes the lock again after each loss, as a worker
 		// would; what is measured is the end of the key the sidecar had.
 		holder := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", proxyDemo, pod, "-c", "worker", "--",
 			"sh", "-c", "while :; do /tools/baton run --key "+key+" --wait 1m -- sleep 600; sleep 1; done")
 		holder.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
-		var out bytes.Buffer
-		holder.Stdout, holder.Stderr = &out, &out
 		if err := holder.Start(); err != nil {
 			t.Fatal(err)
 		}
 		var held string
 		eventually(t, 90*time.Second, "the "+key+" lock held through the proxy", func() error {
 			if held, _, _ = strings.Cut(strings.TrimSpace(etcdKeys(t, prefix)), "\n"); held == "" {
-				return fmt.Errorf("no key under %s; baton run: %s", prefix, out.String())
+				return fmt.Errorf("no key under %s", prefix)
 			}
 			return nil
 		})
 		pid := sidecarPid(t, pod)
-		if err := syscall.Kill(pid, c.sig); err != nil {
+		start := time.Now()
+		if c.sig == syscall.SIGKILL {
+			// The pod goes at once, its containers killed, as when its
+			// node is lost: no sidecar comes back to let the lock go.
+			kubectl(t, "delete", "pod", "-n", proxyDemo, pod, "--grace-period=0", "--force")
+		} else if err := syscall.Kill(pid, c.sig); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		eventually(t, 3*ttl, "the "+c.name+"ed sidecar's lock gone from etcd", func() error {
+		eventually(t, 3*ttl, "the "+c.name+"'s lock gone from etcd", func() error {
 			if slices.Contains(strings.Fields(etcdKeys(t, prefix)), held) {
 				return fmt.Errorf("%s still there", held)
 			}
@@ -66,9 +69,9 @@ func releaseThroughProxy(t *testing.T, pod string, ttl time.Duration) {
 		}
 		_ = holder.Process.Kill()
 		_ = holder.Wait()
-		t.Logf("through etcd's gRPC proxy, a %s sidecar's lock was free after %v (lease TTL %v)", c.name, took.Round(100*time.Millisecond), ttl)
+		t.Logf("through etcd's gRPC proxy, a %s's lock was free after %v (lease TTL %v)", c.name, took.Round(100*time.Millisecond), ttl)
 		if took > bound {
-			t.Errorf("a %s sidecar's lock stayed held %v through the proxy; want at most %v (the lease TTL, the proxy's ping and wait, a second of polling)", c.name, took, bound)
+			t.Errorf("a %s's lock stayed held %v through the proxy; want at most %v (the lease TTL, the proxy's ping and wait, a second of polling)", c.name, took, bound)
 		}
 	}
 }
