@@ -103,7 +103,7 @@ func etcdProxyOnANode(t *testing.T) {
 	t.Logf("the proxy carried %d replicas' %d keep-alive streams, %d watch streams and %d transactions; holders %v",
 		replicas, counts["LeaseKeepAlive"], counts["Watch"], counts["Txn"], holders)
 
-	// Two of the example's replicas, at its pods' lease TTL
+	// The example's three replicas, at its pods' lease TTL
 	// (baton.dev/lease-ttl).
 	var running []string
 	for _, p := range pods.Items {
@@ -111,8 +111,8 @@ func etcdProxyOnANode(t *testing.T) {
 			running = append(running, p.Name)
 		}
 	}
-	if len(running) < 2 {
-		t.Fatalf("running replicas %v, want two", running)
+	if len(running) < 3 {
+		t.Fatalf("running replicas %v, want three", running)
 	}
 	releaseThroughProxy(t, running, 15*time.Second)
 }

@@ -15,9 +15,12 @@ import (
 )
 
 // releaseThroughProxy measures, through the node's etcd gRPC proxy, how
-// long a lock stays held after its pod is lost (force-deleted: its
-// sidecar is killed and its connections close) and after its sidecar
-// freezes (SIGSTOP: they stay open and silent, as in a partition). etcd's proxy renews a lease for as long as
+// long a lock held by a baton run stays held after its sidecar crashes
+// (SIGKILL: the kubelet restarts it, and the new sidecar lets go of the
+// hold that died with the old one), after its pod is deleted at once
+// (force: the sidecar is stopped, its connections close) and after its
+// sidecar freezes (SIGSTOP: its connections stay open and silent, as in a
+// partition or on a frozen node). etcd's proxy renews a lease for as long as
 // it hears from the lease's client within a TTL, and a silent connection
 // keeps it hearing nothing without ending: the chart has the proxy ping
 // its clients (etcd.proxy.keepaliveInterval and keepaliveTimeout) and drop
@@ -28,8 +31,8 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 	bound := ttl + 2*time.Second + time.Second
 	for i, c := range []struct {
 		name string
-		sig  syscall.Signal
-	}{{"lost pod", syscall.SIGKILL}, {"frozen sidecar", syscall.SIGSTOP}} {
+		sig  syscall.Signal // 0: delete the pod
+	}{{"crashed sidecar", syscall.SIGKILL}, {"frozen sidecar", syscall.SIGSTOP}, {"deleted pod", 0}} {
 		pod := pods[i]
 		key := "proxy-" + strings.Fields(c.name)[0]
 		prefix := "/baton/v1/" + proxyDemo + "/locks/" + key + "/"
@@ -50,9 +53,7 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 		})
 		pid := sidecarPid(t, pod)
 		start := time.Now()
-		if c.sig == syscall.SIGKILL {
-			// The pod goes at once, its containers killed, as when its
-			// node is lost: no sidecar comes back to let the lock go.
+		if c.sig == 0 {
 			kubectl(t, "delete", "pod", "-n", proxyDemo, pod, "--grace-period=0", "--force")
 		} else if err := syscall.Kill(pid, c.sig); err != nil {
 			t.Fatal(err)
