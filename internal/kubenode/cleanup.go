@@ -2,7 +2,6 @@ package kubenode
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // killPods kills what the node's pods left running once the kubelet and
@@ -268,168 +268,6 @@ func splitRule(rule string) ([]string, error) {
 	return args, nil
 }
 
-// Leftovers lists what a node that kept its state in dir left on the host
-// after it stopped, empty when it undid everything it changed: processes
-// of its pods or naming dir, mounts under dir or of pods' network
-// namespaces, iptables chains of Kubernetes, CNI or its own, the pods'
-// bridge, the CNI plugins' cached results, the kubelet's links to
-// container logs, the pods' cgroups, the sockets of containerd's killed
-// shims, runc's state of containers gone. It does not look at sysctls (see
-// HostSettings): only their values before the node say what they should
-// be.
-func Leftovers(dir string) []string {
-	var left []string
-	entries, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == self {
-			continue
-		}
-		// The state follows the command's name in parentheses, which may
-		// hold any character.
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		i := strings.LastIndex(string(stat), ") ")
-		if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-			continue // gone, or dead and waiting for its parent to reap it
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		cgroup, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "); strings.Contains(args, dir) || strings.Contains(string(cgroup), "/kubepods") {
-			left = append(left, "process "+e.Name()+": "+args)
-		}
-	}
-	for _, m := range mounts() {
-		if m.point == dir || strings.HasPrefix(m.point, dir+"/") || m.podNetns() {
-			left = append(left, "mount "+m.point+" ("+m.fstype+")")
-		}
-	}
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		out, _ := exec.Command("iptables", "-t", table, "-S").Output()
-		for _, rule := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(rule); len(f) == 2 && f[0] == "-N" && (strings.HasPrefix(f[1], "KUBE-") || strings.HasPrefix(f[1], "CNI-") || f[1] == guardChain) {
-				left = append(left, "iptables chain "+table+" "+f[1])
-			}
-		}
-	}
-	if err := exec.Command("ip", "link", "show", bridge).Run(); err == nil {
-		left = append(left, "link "+bridge)
-	}
-	for _, r := range cniResults() {
-		left = append(left, "CNI result "+r)
-	}
-	for _, l := range containerLogs(dir) {
-		left = append(left, "container log link "+l)
-	}
-	for _, d := range podCgroups() {
-		left = append(left, "cgroup "+d)
-	}
-	for _, s := range staleShimSockets() {
-		left = append(left, "containerd shim socket "+s)
-	}
-	for _, s := range staleRuncState() {
-		left = append(left, "runc state "+s)
-	}
-	if fileExists(hostStateFile(dir)) {
-		left = append(left, "the host's settings not put back: "+hostStateFile(dir))
-	}
-	return left
-}
-
-// HostSettings reads the host settings a node changes (the kubelet's
-// overcommit and panic settings, IP forwarding, kube-proxy's
-// route_localnet, whether /run/netns is a mount), for a caller to compare
-// before and after a node.
-func HostSettings() map[string]string {
-	m := readSysctls()
-	m["mount "+netnsDir] = strconv.FormatBool(isMount(netnsDir))
-	return m
-}
-
-// podCgroups lists the kubepods cgroups of every hierarchy (cgroup v1's
-// controllers, and v2's unified one), the deepest first.
-func podCgroups() []string {
-	var dirs []string
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-	if fileExists("/sys/fs/cgroup/kubepods") {
-		roots = append(roots, "/sys/fs/cgroup/kubepods")
-	}
-	for _, root := range roots {
-		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-	}
-	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return dirs
-}
-
-// removePodCgroups removes the kubepods cgroups once their processes are
-// gone: a cgroup is a directory that rmdir removes when empty.
-func removePodCgroups() {
-	for _, d := range podCgroups() {
-		_ = syscall.Rmdir(d) // best effort: busy until its processes exit
-	}
-}
-
-// shimDir is where containerd's shims listen, whatever its state
-// directory.
-const shimDir = "/run/containerd/s"
-
-// staleShimSockets lists the sockets in shimDir that nothing listens on:
-// those of shims that were killed.
-func staleShimSockets() []string {
-	listening := map[string]bool{}
-	if b, err := os.ReadFile("/proc/net/unix"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 8 {
-				listening[f[7]] = true
-			}
-		}
-	}
-	entries, _ := os.ReadDir(shimDir)
-	var stale []string
-	for _, e := range entries {
-		path := filepath.Join(shimDir, e.Name())
-		if e.Type()&os.ModeSocket != 0 && !listening[path] {
-			stale = append(stale, path)
-		}
-	}
-	return stale
-}
-
-// runcStateRoot is runc's state of containerd's k8s.io containers when no
-// root is configured (nodes before the one that keeps it under its state
-// directory).
-const runcStateRoot = "/run/containerd/runc/k8s.io"
-
-// staleRuncState lists runc's state directories of k8s.io containers
-// whose process is gone.
-func staleRuncState() []string {
-	entries, _ := os.ReadDir(runcStateRoot)
-	var stale []string
-	for _, e := range entries {
-		path := filepath.Join(runcStateRoot, e.Name())
-		var st struct {
-			Pid int `json:"init_process_pid"`
-		}
-		b, err := os.ReadFile(filepath.Join(path, "state.json"))
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Pid > 0 && syscall.Kill(st.Pid, 0) == nil {
-			continue // its container still runs
-		}
-		stale = append(stale, path)
-	}
-	return stale
-}
-
-// removeStale removes paths (files or directories).
-func removeStale(paths []string) {
-	for _, p := range paths {
-		_ = os.RemoveAll(p) // best effort
-	}
-}
-
 // removeCNIChains removes the nat chains the bridge plugin made for the
 // node's pods (each pod's CNI-<hash>, whose rules name the network), also
 // those no rule refers to any more: a pod deleted while the plugin could
@@ -466,4 +304,37 @@ func cniChains() []string {
 	}
 	slices.Sort(chains)
 	return chains
+}
+
+// Clean undoes on the host what a node in dir, with its binaries in bin,
+// left when it was killed without its Stop: what Stop undoes, so that a
+// new node can start in dir. It is safe when no node ran.
+func Clean(dir, bin string) error {
+	killNaming(dir)
+	cleanHost(dir, bin)
+	unmountUnder(dir)
+	return restoreHost(dir)
+}
+
+// cleanHost is Node.cleanHost for the node in dir with its binaries in
+// bin: also the pods' cgroups, the killed shims' sockets and runc's state
+// of their containers.
+func cleanHost(dir, bin string) {
+	killPods()
+	removePodNetns()
+	if proxy := filepath.Join(bin, "kube-proxy"); fileExists(proxy) {
+		_ = exec.Command(proxy, "--cleanup").Run() // best effort: its chains may be gone
+	}
+	removeKubeletChains()
+	removePodMasquerade()
+	removeCNIChains()
+	unguardServices()
+	removeContainerLogLinks(dir)
+	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
+	// Killed processes leave their cgroups a moment later.
+	for deadline := time.Now().Add(5 * time.Second); len(podCgroups()) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		removePodCgroups()
+	}
+	removeStale(staleShimSockets())
+	removeStale(staleRuncState())
 }

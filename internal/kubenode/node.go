@@ -341,16 +341,6 @@ func (n *Node) Stop() {
 	_ = restoreHost(n.cfg.Dir) // best effort, as the rest
 }
 
-// Clean undoes on the host what a node in dir, with its binaries in bin,
-// left when it was killed without its Stop: what Stop undoes, so that a
-// new node can start in dir. It is safe when no node ran.
-func Clean(dir, bin string) error {
-	killNaming(dir)
-	cleanHost(dir, bin)
-	unmountUnder(dir)
-	return restoreHost(dir)
-}
-
 // cleanHost removes what a node leaves on the host once its processes are
 // gone: pods' processes and network namespaces, kube-proxy's, the
 // kubelet's and its own iptables chains, the pods' masquerade chains and
@@ -358,29 +348,6 @@ func Clean(dir, bin string) error {
 // a node killed without its Stop left behind (one node runs per machine,
 // so none of it belongs to another).
 func (n *Node) cleanHost() { cleanHost(n.cfg.Dir, n.cfg.Bin) }
-
-// cleanHost is Node.cleanHost for the node in dir with its binaries in
-// bin: also the pods' cgroups, the killed shims' sockets and runc's state
-// of their containers.
-func cleanHost(dir, bin string) {
-	killPods()
-	removePodNetns()
-	if proxy := filepath.Join(bin, "kube-proxy"); fileExists(proxy) {
-		_ = exec.Command(proxy, "--cleanup").Run() // best effort: its chains may be gone
-	}
-	removeKubeletChains()
-	removePodMasquerade()
-	removeCNIChains()
-	unguardServices()
-	removeContainerLogLinks(dir)
-	_ = exec.Command("ip", "link", "delete", bridge).Run() // best effort
-	// Killed processes leave their cgroups a moment later.
-	for deadline := time.Now().Add(5 * time.Second); len(podCgroups()) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		removePodCgroups()
-	}
-	removeStale(staleShimSockets())
-	removeStale(staleRuncState())
-}
 
 // PrintLogs writes the tail of every process's log to w, for a failed test.
 func (n *Node) PrintLogs(w io.Writer, lines int) { PrintLogs(w, n.LogDir(), lines) }

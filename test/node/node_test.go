@@ -163,8 +163,11 @@ func killedHalfWay(nodeDir string, before map[string]string) bool {
 		return false
 	}
 	fmt.Fprintf(os.Stderr, "make cluster after a node killed half-way: Ready in %v\n", time.Since(start).Round(time.Millisecond))
-	if _, err := c.Client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, "the node started after a killed one does not answer:", err)
+	// A kubectl of its own: this process's clients cache the transport,
+	// with the killed node's CA, of a kubeconfig naming the same files.
+	kc := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", c.Kubeconfig, "get", "namespace", "default", "-o", "name")
+	if out, err := kc.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "namespace/default" {
+		fmt.Fprintf(os.Stderr, "the node started after a killed one does not answer: %v: %s\n", err, out)
 		runMake(nodeDir, "cluster-down")
 		return false
 	}
