@@ -61,6 +61,35 @@ func command(t *testing.T, bin string, args ...string) string {
 	return out.String()
 }
 
+// docCommand runs, as written, the command of page (from the repository's
+// root) whose line starts with prefix, against the node, from the
+// repository's root with bin/ holding what make puts there.
+func docCommand(t *testing.T, page, prefix string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			line = strings.TrimPrefix(l, "$ ")
+			break
+		}
+	}
+	if line == "" {
+		t.Fatalf("%s shows no command starting %q", page, prefix)
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", line)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s's %q: %v\n%s", page, line, err, out)
+	}
+	return string(out)
+}
+
 // eventually polls cond every 100ms until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -83,7 +112,7 @@ func TestBatonOnANode(t *testing.T) {
 
 	t.Run("helm install with the default values", func(t *testing.T) {
 		start := time.Now()
-		helm(t, "install", release, chart, "--namespace", system, "--create-namespace", "--wait", "--timeout", "5m")
+		docCommand(t, "docs/kubernetes.md", "$ bin/helm install "+release+" charts/baton --namespace "+system+" ")
 		t.Logf("helm install --wait: %v", time.Since(start).Round(time.Millisecond))
 		pods, err := node.Client.CoreV1().Pods(system).List(ctx, metav1.ListOptions{})
 		if err != nil {
