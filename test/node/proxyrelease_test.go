@@ -2,11 +2,11 @@ package node
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,12 +44,16 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 		if err := holder.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var held string
+		// The holder's key, by its create revision (its fence): a
+		// restarted sidecar resumes its lease, so the next holder's key
+		// may have the same name.
+		var held int64
 		eventually(t, 90*time.Second, "the "+key+" lock held through the proxy", func() error {
-			if held, _, _ = strings.Cut(strings.TrimSpace(etcdKeys(t, prefix)), "\n"); held == "" {
-				return fmt.Errorf("no key under %s", prefix)
+			for _, rev := range etcdKeys(t, prefix) {
+				held = rev
+				return nil
 			}
-			return nil
+			return fmt.Errorf("no key under %s", prefix)
 		})
 		pid := sidecarPid(t, pod)
 		start := time.Now()
@@ -59,8 +63,10 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 			t.Fatal(err)
 		}
 		eventually(t, 3*ttl, "the "+c.name+"'s lock gone from etcd", func() error {
-			if slices.Contains(strings.Fields(etcdKeys(t, prefix)), held) {
-				return fmt.Errorf("%s still there", held)
+			for k, rev := range etcdKeys(t, prefix) {
+				if rev == held {
+					return fmt.Errorf("%s (fence %d) still there", k, held)
+				}
 			}
 			return nil
 		})
@@ -77,12 +83,26 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 	}
 }
 
-// etcdKeys lists the keys under prefix in the proxy release's etcd, read
-// there with etcdctl.
-func etcdKeys(t *testing.T, prefix string) string {
+// etcdKeys reads the keys under prefix in the proxy release's etcd, with
+// etcdctl there: each key's create revision.
+func etcdKeys(t *testing.T, prefix string) map[string]int64 {
 	t.Helper()
-	return kubectl(t, "exec", "-n", proxySystem, proxyRelease+"-baton-etcd-0", "-c", "etcd", "--",
-		"etcdctl", "get", "--prefix", "--keys-only", prefix)
+	out := kubectl(t, "exec", "-n", proxySystem, proxyRelease+"-baton-etcd-0", "-c", "etcd", "--",
+		"etcdctl", "get", "--prefix", "--keys-only", "-w", "json", prefix)
+	var r struct {
+		Kvs []struct {
+			Key            []byte `json:"key"`
+			CreateRevision int64  `json:"create_revision"`
+		} `json:"kvs"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("etcdctl get -w json: %v: %s", err, out)
+	}
+	keys := map[string]int64{}
+	for _, kv := range r.Kvs {
+		keys[string(kv.Key)] = kv.CreateRevision
+	}
+	return keys
 }
 
 // sidecarPid finds, on this host, the process of pod's Baton sidecar: the
