@@ -104,21 +104,28 @@ func (sb *sandbox) do(t *testing.T, method, path, body string) string {
 	return got
 }
 
+// start starts script with bash in the sandbox, in a process group of its
+// own (a signal to -pid reaches what it started), what it prints in out.
+func (sb *sandbox) start(t *testing.T, script string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	c := exec.Command("bash", "-c", script)
+	c.Dir, c.Env = sb.dir, sb.env
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &syncBuffer{}
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return c, out
+}
+
 // run runs cmd in the sandbox with bash after the assignments of the
 // session so far, until it ends (or, with lines > 0, until it printed
 // that many lines, when it is interrupted), calling during once it printed
 // its first line. It returns what it printed and its exit status.
 func (sb *sandbox) run(t *testing.T, vars []string, cmd string, lines int, during func()) (string, int) {
 	t.Helper()
-	script := strings.Join(append(slices.Clone(vars), cmd), "\n")
-	c := exec.Command("bash", "-c", script)
-	c.Dir, c.Env = sb.dir, sb.env
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out syncBuffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
+	c, out := sb.start(t, strings.Join(append(slices.Clone(vars), cmd), "\n"))
 	exited := make(chan struct{})
 	go func() { c.Wait(); close(exited) }()
 	deadline := time.After(60 * time.Second)
@@ -284,12 +291,7 @@ func TestDocSessions(t *testing.T) {
 					continue
 				}
 				if strings.HasSuffix(strings.TrimSpace(strings.Split(c.cmd, "#")[0]), "&") {
-					bg := exec.Command("bash", "-c", strings.Join(append(slices.Clone(vars), c.cmd, "wait"), "\n"))
-					bg.Dir, bg.Env = sb.dir, sb.env
-					bg.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-					if err := bg.Start(); err != nil {
-						t.Fatal(err)
-					}
+					bg, _ := sb.start(t, strings.Join(append(slices.Clone(vars), c.cmd, "wait"), "\n"))
 					background = append(background, bg)
 					waitUntil(t, 10*time.Second, "the background command queued", func() bool {
 						return strings.Contains(sb.do(t, "GET", "/v1/locks?prefix=", ""), `"waiters":1`)
@@ -338,14 +340,7 @@ func TestDocSessions(t *testing.T) {
 // client that is not Baton.
 func etcdctlLock(t *testing.T, sb *sandbox, block string) {
 	t.Helper()
-	c := exec.Command("bash", "-c", strings.TrimSpace(block))
-	c.Dir, c.Env = sb.dir, sb.env
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out syncBuffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
+	c, out := sb.start(t, strings.TrimSpace(block))
 	defer func() {
 		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 		c.Wait()

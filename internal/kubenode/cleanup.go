@@ -30,16 +30,9 @@ func killPods() {
 		}
 		return nil
 	})
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.HasPrefix(filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0]), "containerd-shim") &&
-			strings.Contains(string(cmdline), "k8s.io") {
-			pids = append(pids, pid)
+	for _, p := range processes() {
+		if strings.HasPrefix(p.name(), "containerd-shim") && strings.Contains(p.cmdline, "k8s.io") {
+			pids = append(pids, p.pid)
 		}
 	}
 	for _, pid := range pids {
@@ -52,18 +45,37 @@ func killPods() {
 // (not make, nor the shell that waits for the node, which name it too).
 func killNaming(dir string) {
 	ours := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "containerd"}
+	for _, p := range processes() {
+		if p.pid != os.Getpid() && slices.Contains(ours, p.name()) && strings.Contains(p.cmdline, dir) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL) // gone already is fine
+		}
+	}
+}
+
+// process is a process of the host, as /proc shows it.
+type process struct {
+	pid     int
+	cmdline string // its arguments, each ended by a NUL
+}
+
+// name is the base name of the process's program.
+func (p process) name() string {
+	return filepath.Base(strings.SplitN(p.cmdline, "\x00", 2)[0])
+}
+
+// processes lists the host's processes.
+func processes() []process {
 	entries, _ := os.ReadDir("/proc")
+	var ps []process
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+		if err != nil {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		argv0 := filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0])
-		if slices.Contains(ours, argv0) && strings.Contains(string(cmdline), dir) {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // gone already is fine
-		}
+		ps = append(ps, process{pid: pid, cmdline: string(cmdline)})
 	}
+	return ps
 }
 
 // unmountUnder detaches every mount below dir, the deepest first: the
