@@ -51,6 +51,8 @@ func flagOf(field string) string {
 		return "--scopes"
 	case "mirror.FreeRetention":
 		return "--free-retention"
+	case "mirror.Owner":
+		return "--owner-cluster-role"
 	case "controller.WebhookPort":
 		return "--webhook-port"
 	case "controller.ElectionNamespace", "highwater.Namespace":

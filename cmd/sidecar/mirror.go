@@ -78,6 +78,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.BoolVar(&o.ctl.LeaderElection, "leader-elect", o.ctl.LeaderElection, "elect one leader among the replicas (a Lease); turn off only for a single replica")
 	fs.StringVar(&o.ctl.ElectionNamespace, "leader-election-namespace", o.ctl.ElectionNamespace, "namespace of the election's Lease; default $POD_NAMESPACE or default")
 	fs.StringVar(&o.ctl.Fences.Name, "fences-configmap", o.ctl.Fences.Name, "the ConfigMap, in the leader election's namespace, that keeps the highest etcd revision seen, so that no fence is granted twice after etcd is restored from an older snapshot or loses its data (see docs/reliability.md); empty: none")
+	fs.StringVar(&o.ctl.OwnerClusterRole, "owner-cluster-role", "", "make this ClusterRole the owner of every Lock object, so that deleting it deletes them (the chart gives its controller's: helm uninstall takes the Lock objects with it); the controller needs get on it. Empty: none")
 	fs.StringVar(&o.ctl.HealthAddr, "health-addr", o.ctl.HealthAddr, "TCP address for /healthz and /readyz; empty disables")
 	fs.StringVar(&o.ctl.MetricsAddr, "metrics-addr", o.ctl.MetricsAddr, "TCP address for Prometheus /metrics; empty disables")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")

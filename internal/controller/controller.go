@@ -14,11 +14,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -62,6 +65,11 @@ type Config struct {
 	// goes back in time (package highwater). Its Scopes and RequestTimeout
 	// are the mirror's, its Namespace the election's when empty.
 	Fences *highwater.Config
+	// OwnerClusterRole, when not empty, names the ClusterRole made the
+	// owner of every Lock object (mirror.Config.Owner): the chart gives its
+	// controller's, so that helm uninstall deletes the Lock objects with
+	// it. The controller needs get on it. Default: none.
+	OwnerClusterRole string
 	// Access, when not nil, keeps the chart's etcd's certificates and
 	// users (access.Prepare made it; the etcd client authenticates with
 	// its ClientTLS and was given to it by Connect), and the injector gives
@@ -133,6 +141,13 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	if err := batonv1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if cfg.OwnerClusterRole != "" {
+		owner, err := clusterRoleRef(ctx, kcfg, scheme, cfg.OwnerClusterRole)
+		if err != nil {
+			return err
+		}
+		cfg.Mirror.Owner = owner
+	}
 	metricsAddr := cfg.MetricsAddr
 	if metricsAddr == "" {
 		metricsAddr = "0" // controller-runtime's "off"
@@ -192,6 +207,20 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	}
 	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
 	return mgr.Start(ctx)
+}
+
+// clusterRoleRef reads the ClusterRole name and returns a reference to it
+// as the owner of the Lock objects.
+func clusterRoleRef(ctx context.Context, kcfg *rest.Config, scheme *runtime.Scheme, name string) (*metav1.OwnerReference, error) {
+	c, err := client.New(kcfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	var role rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &role); err != nil {
+		return nil, fmt.Errorf("the ClusterRole %s, owner of the Lock objects (--owner-cluster-role): %w", name, err)
+	}
+	return &metav1.OwnerReference{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole", Name: name, UID: role.UID}, nil
 }
 
 // serveInjector registers the sidecar injector on mgr's webhook server,

@@ -3,6 +3,8 @@ package mirror
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -20,6 +22,11 @@ type Config struct {
 	// RetryInterval is the pause before the etcd watch is opened again
 	// after it failed. Default 1s.
 	RetryInterval time.Duration
+	// Owner, when not nil, is made the owner of every Lock object the
+	// mirror writes, so that deleting it has Kubernetes' garbage collector
+	// delete them all: the chart's controller ClusterRole, which helm
+	// uninstall deletes. A cluster-scoped object. Default: none.
+	Owner *metav1.OwnerReference
 }
 
 // Default returns the documented defaults.
@@ -41,6 +48,8 @@ func (c Config) Validate() error {
 		return config.Invalid("mirror.RequestTimeout", "request timeout %v: must be positive", c.RequestTimeout)
 	case c.RetryInterval <= 0:
 		return config.Invalid("mirror.RetryInterval", "retry interval %v: must be positive", c.RetryInterval)
+	case c.Owner != nil && (c.Owner.UID == "" || c.Owner.Name == "" || c.Owner.Kind == "" || c.Owner.APIVersion == ""):
+		return config.Invalid("mirror.Owner", "owner %+v: want its API version, kind, name and UID", *c.Owner)
 	}
 	return nil
 }

@@ -106,8 +106,8 @@ func startMirrorIn(t *testing.T, rc *rest.Config, cli *clientv3.Client, retentio
 }
 
 // startMirrorWith is startMirrorIn with the manager's options changed by
-// change (when not nil).
-func startMirrorWith(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration, change func(*ctrl.Options)) (stop func()) {
+// change (when not nil) and the mirror's by configure.
+func startMirrorWith(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration, change func(*ctrl.Options), configure ...func(*Config)) (stop func()) {
 	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	if testing.Verbose() {
@@ -131,6 +131,9 @@ func startMirrorWith(t *testing.T, rc *rest.Config, cli *clientv3.Client, retent
 	cfg := Default()
 	cfg.FreeRetention = retention
 	cfg.RetryInterval = 100 * time.Millisecond
+	for _, f := range configure {
+		f(&cfg)
+	}
 	if _, err := Setup(mgr, cfg, cli, OnForceRelease(func() { forceReleases.Add(1) })); err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,9 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		if reason, ok := obj.Annotations[batonv1.AnnotationForceRelease]; ok {
 			return reconcile.Result{}, m.forceRelease(ctx, &obj, cs, reason)
 		}
+		if err := m.adopt(ctx, &obj); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if len(cs) == 0 {
 		if !exists {
@@ -71,6 +74,9 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			Namespace: ref.namespace, Name: ref.name,
 			Labels: map[string]string{batonv1.LabelScope: ref.namespace, batonv1.LabelKey: LabelValue(key)},
 		}}
+		if m.cfg.Owner != nil {
+			obj.OwnerReferences = []metav1.OwnerReference{*m.cfg.Owner}
+		}
 		if err := m.client.Create(ctx, &obj); err != nil {
 			return reconcile.Result{}, fmt.Errorf("create Lock %s/%s for %q: %w", ref.namespace, ref.name, key, err)
 		}

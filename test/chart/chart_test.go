@@ -439,9 +439,19 @@ func TestInstallAndUpgrade(t *testing.T) {
 		{"create", "events.events.k8s.io", "team-a", true},
 		{"get", "secrets", namespace, false},
 		{"create", "pods", "team-a", false},
+		// The owner of the Lock objects, by name only.
+		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-controller", "", true},
+		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-view", "", false},
+		{"list", "clusterroles.rbac.authorization.k8s.io", "", false},
 	} {
 		resource, sub, _ := strings.Cut(c.resource, "/")
-		args := []string{"--kubeconfig", kubeconfig, "auth", "can-i", c.verb, resource, "--namespace", c.namespace, "--as", sa}
+		if sub != "status" { // a name
+			resource, sub = c.resource, ""
+		}
+		args := []string{"--kubeconfig", kubeconfig, "auth", "can-i", c.verb, resource, "--as", sa}
+		if c.namespace != "" {
+			args = append(args, "--namespace", c.namespace)
+		}
 		if sub != "" {
 			args = append(args, "--subresource", sub)
 		}
