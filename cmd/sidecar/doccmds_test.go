@@ -27,7 +27,7 @@ func docBlocks(t *testing.T) []docBlock {
 		t.Fatal(err)
 	}
 	var blocks []docBlock
-	fence := regexp.MustCompile("^```(sh|bash|console|shell)$")
+	fence := regexp.MustCompile("^ *```(sh|bash|console|shell)$") // indented in a list too
 	for _, page := range append([]string{"../../README.md"}, pages...) {
 		b, err := os.ReadFile(page)
 		if err != nil {
@@ -39,7 +39,7 @@ func docBlocks(t *testing.T) []docBlock {
 				continue
 			}
 			start := i
-			for i++; i < len(lines) && lines[i] != "```"; i++ {
+			for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 			}
 			blocks = append(blocks, docBlock{page: strings.TrimPrefix(page, "../../"), line: start + 1,
 				text: strings.Join(lines[start+1:min(i, len(lines))], "\n") + "\n"})
@@ -71,6 +71,16 @@ var docRunners = map[string]string{
 	"$ baton locks watch leader --socket ./baton.sock":                                      "session",
 	"$ baton locks list --socket ./baton.sock":                                              "session",
 	`curl -s --unix-socket "$BATON_SOCKET" -X POST "http://baton/v1/locks/$KEY:extend"`:     "cmd/sidecar TestRunbookRenewsTheLock",
+	// docs/kubernetes.md's, on the test node (test/node's docShell runs
+	// them as written, in one terminal per test).
+	"$ export PATH=$PWD/bin:$PWD/bin/k8s:$PATH":                          "test/node TestBatonOnANode (the install and the example)",
+	"$ make cluster\n":                                                   "test/node TestBatonOnANode (its TestMain makes the node, the test installs with this bin/helm line, make cluster-down ends it)",
+	"$ helm uninstall baton -n baton-system --cascade foreground --wait": "test/node TestBatonOnANode (the uninstall's first command, then all before the proxy's install)",
+	"$ kubectl -n baton-system get daemonset baton-etcd-proxy":           "test/node TestBatonOnANode (etcd's gRPC proxy)",
+	"$ kubectl apply -f config/crd -f config/rbac":                       "test/node TestMirrorByHand",
+	"$ kubectl annotate lock -n team-a deploy-prod-1a7b4df2":             "test/node TestMirrorByHand",
+	"--cluster-name west":                                                "test/node TestMirrorByHand",
+	"$ kubectl apply -f examples/k8s/lockpolicy.yaml":                    "test/node TestMirrorByHand",
 }
 
 // runnerOf returns the entry of docRunners that names b, and how many do.
@@ -85,14 +95,11 @@ func runnerOf(b docBlock) (key, runner string, n int) {
 
 // TestEveryDocBlockIsRun: every shell block of README.md and docs/ is run
 // as written by a test: by TestDocSessions here, or by the test its
-// docRunners entry names, which must exist. Blocks of docs/kubernetes.md
-// are the test node's (not yet run as written: listed apart).
+// docRunners entry names, which must exist (docs/kubernetes.md's by
+// test/node, on a real node).
 func TestEveryDocBlockIsRun(t *testing.T) {
 	used := map[string]bool{}
 	for _, b := range docBlocks(t) {
-		if b.page == "docs/kubernetes.md" {
-			continue // the node's; see the note above
-		}
 		key, runner, n := runnerOf(b)
 		switch {
 		case n == 0:

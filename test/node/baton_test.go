@@ -61,35 +61,6 @@ func command(t *testing.T, bin string, args ...string) string {
 	return out.String()
 }
 
-// docCommand runs, as written, the command of page (from the repository's
-// root) whose line starts with prefix, against the node, from the
-// repository's root with bin/ holding what make puts there.
-func docCommand(t *testing.T, page, prefix string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, page))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			line = strings.TrimPrefix(l, "$ ")
-			break
-		}
-	}
-	if line == "" {
-		t.Fatalf("%s shows no command starting %q", page, prefix)
-	}
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", line)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s's %q: %v\n%s", page, line, err, out)
-	}
-	return string(out)
-}
-
 // eventually polls cond every 100ms until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -110,10 +81,17 @@ func TestBatonOnANode(t *testing.T) {
 	ctx := context.Background()
 	chart := filepath.Join(root, "charts", "baton")
 
-	t.Run("helm install with the default values", func(t *testing.T) {
+	// One terminal for the whole test, as a person's: the install's PATH
+	// export holds for the commands after it.
+	sh := newDocShell(t)
+
+	t.Run("helm install with the default values, and the example, as docs/kubernetes.md shows them", func(t *testing.T) {
 		start := time.Now()
-		docCommand(t, "docs/kubernetes.md", "$ bin/helm install "+release+" charts/baton --namespace "+system+" ")
-		t.Logf("helm install --wait: %v", time.Since(start).Round(time.Millisecond))
+		sh.run(t, "$ export PATH=$PWD/bin:$PWD/bin/k8s:$PATH", map[string]check{
+			"kubectl logs":         linesLike(reportLine),
+			"kubectl get locks -A": table("NAMESPACE", "NAME", "KEY", "PHASE"),
+		})
+		t.Logf("the install and the example: %v", time.Since(start).Round(time.Millisecond))
 		pods, err := node.Client.CoreV1().Pods(system).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -147,6 +125,36 @@ func TestBatonOnANode(t *testing.T) {
 			return nil
 		})
 	})
+
+	t.Run("force release by annotation, as docs/kubernetes.md shows it", func(t *testing.T) {
+		shown := func() (holder, fence string) {
+			out := kubectl(t, "get", "locks", "-n", "baton-demo", "-o", "jsonpath={.items[0].status.phase} {.items[0].status.holder.pod} {.items[0].status.fence}")
+			if f := strings.Fields(out); len(f) == 3 && f[0] == "Held" {
+				return f[1], f[2]
+			}
+			return "", ""
+		}
+		var holder, fence string
+		eventually(t, time.Minute, "the report held", func() error {
+			if holder, fence = shown(); holder == "" {
+				return fmt.Errorf("not held")
+			}
+			return nil
+		})
+		sh.inline(t, "kubectl annotate lock -n baton-demo ")
+		// The next replica in the queue takes it at once, not when the
+		// holder's 20 s run ends.
+		start := time.Now()
+		eventually(t, 15*time.Second, "the report held by the next replica", func() error {
+			if h, f := shown(); h == "" || h == holder || f == fence {
+				return fmt.Errorf("held by %q with fence %s", h, f)
+			}
+			return nil
+		})
+		t.Logf("the force release handed the report on in %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("the README's example", readmeExample)
 
 	shared := filepath.Join(os.TempDir(), fmt.Sprintf("baton-node-shared-%d", os.Getpid()))
 	if err := os.MkdirAll(shared, 0o777); err != nil {
@@ -336,8 +344,6 @@ func TestBatonOnANode(t *testing.T) {
 		return ""
 	}
 
-	t.Run("the README's example", readmeExample)
-
 	t.Run("a Dapr app's replicas take turns through Dapr's lock API", daprExample)
 
 	t.Run("the chart's etcd is a boundary: TLS, client certificates, a user per namespace", etcdIsABoundary)
@@ -395,7 +401,7 @@ func TestBatonOnANode(t *testing.T) {
 		}
 	})
 
-	t.Run("helm uninstall: a held lock reported lost, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
+	t.Run("helm uninstall: a held lock reported lost, the Lock objects go, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
 		// A lock held for as long as etcd lasts: its command cannot end
 		// before etcd does.
@@ -420,10 +426,21 @@ func TestBatonOnANode(t *testing.T) {
 		})
 		// As the README says: --cascade foreground waits for the pods too,
 		// so that an install right after does not meet etcd's old pods.
-		helm(t, "uninstall", release, "--namespace", system, "--cascade", "foreground", "--wait", "--timeout", "5m")
+		// docs/kubernetes.md's command, with its helm and kubectl.
+		sh.one(t, "$ helm uninstall baton -n baton-system")
 		if pods := kubectl(t, "get", "pods", "-n", system, "-o", "name"); pods != "" {
 			t.Errorf("pods left after helm uninstall --cascade foreground --wait: %s", pods)
 		}
+		// The Lock objects go with the release: the garbage collector
+		// deletes them with their owner, the controller's ClusterRole.
+		gone := time.Now()
+		eventually(t, time.Minute, "no Lock objects left", func() error {
+			if out := kubectl(t, "get", "locks", "-A", "-o", "name"); out != "" {
+				return fmt.Errorf("left:\n%s", out)
+			}
+			return nil
+		})
+		t.Logf("the Lock objects were gone %v after helm uninstall returned", time.Since(gone).Round(time.Millisecond))
 		// Once etcd's pods are gone, the lock is reported lost to its
 		// owner, as the README says: baton run says so, stops its command
 		// and exits 70.
@@ -462,7 +479,7 @@ func TestBatonOnANode(t *testing.T) {
 		runs := checkPhases(t, log)
 		last := runs[len(runs)-1]
 		start := time.Now()
-		helm(t, "install", release, chart, "--namespace", system, "--wait", "--timeout", "5m")
+		sh.one(t, "$ bin/helm install baton charts/baton")
 		t.Logf("helm install --wait on the kept volumes: %v", time.Since(start).Round(time.Millisecond))
 		// The app's sidecars, still running, reach the new etcd and the
 		// replicas take turns again, with fences above every earlier one:
@@ -477,10 +494,17 @@ func TestBatonOnANode(t *testing.T) {
 		})
 		// The lock held through the uninstall was reported lost to its
 		// holder: once etcd is back, its lease expires and it is free,
-		// never handed back.
+		// never handed back. A sidecar of the scope lists it no more, and
+		// its Lock object, if the new mirror saw it before it expired,
+		// shows it Free.
 		eventually(t, time.Minute, "the lock lost in the uninstall freed", func() error {
+			cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", appNS, podNames(t)[0], "-c", "worker", "--", "baton", "locks", "list")
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+			if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "held-through-uninstall") {
+				return fmt.Errorf("baton locks list in the scope: %v\n%s", err, out)
+			}
 			out := kubectl(t, "get", "locks", "-n", appNS, "-l", "baton.dev/key=held-through-uninstall", "-o", "jsonpath={.items[*].status.phase}")
-			if strings.TrimSpace(out) != "Free" {
+			if p := strings.TrimSpace(out); p != "Free" && p != "" {
 				return fmt.Errorf("phase %q", out)
 			}
 			return nil
@@ -488,7 +512,10 @@ func TestBatonOnANode(t *testing.T) {
 		t.Logf("the first run after it and the lost lock freed %v after the install began", time.Since(start).Round(time.Millisecond))
 	})
 
-	t.Run("etcd's gRPC proxy on the node carries the sidecars' etcd traffic", etcdProxyOnANode)
+	t.Run("etcd's gRPC proxy on the node carries the sidecars' etcd traffic", func(t *testing.T) {
+		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=0") // its sidecars' etcd is going
+		etcdProxyOnANode(t, sh)
+	})
 }
 
 // runPodLabelled creates a pod with labels that exits at once, hands the

@@ -16,28 +16,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The release installed with etcd's gRPC proxy on the node.
-const (
-	proxyRelease = "relay"
-	proxySystem  = "relay-system"
-	proxyDemo    = "relay-demo"
-)
+// The namespace of the example run through the proxy.
+const proxyDemo = "relay-demo"
 
-// etcdProxyOnANode installs the chart with etcd.proxy on (its own etcd
-// without TLS, as the chart allows it) once the default release is gone,
-// and runs the README's example through it: the sidecars reach etcd
-// through the proxy on their node, which carries their leases' keep-alives,
-// their watches and their transactions, and the controller, which reaches
-// etcd itself, shows their locks.
-func etcdProxyOnANode(t *testing.T) {
+// etcdProxyOnANode uninstalls the default release and removes what it
+// leaves, then installs the chart with etcd.proxy on (its own etcd without
+// TLS, as the chart allows it), both with docs/kubernetes.md's commands as
+// written, and runs the README's example through it: the sidecars reach
+// etcd through the proxy on their node, which carries their leases'
+// keep-alives, their watches and their transactions, and the controller,
+// which reaches etcd itself, shows their locks.
+func etcdProxyOnANode(t *testing.T, sh *docShell) {
 	ctx := context.Background()
-	chart := filepath.Join(root, "charts", "baton")
-	helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "2m")
+	sh.run(t, "$ helm uninstall baton -n baton-system", nil)
 	start := time.Now()
-	helm(t, "install", proxyRelease, chart, "--namespace", proxySystem, "--create-namespace", "--wait", "--timeout", "5m",
-		"--set", "etcd.secure=false", "--set", "etcd.replicas=1", "--set", "controller.replicas=1", "--set", "etcd.proxy.enabled=true")
-	t.Logf("helm install --wait with etcd.proxy: %v", time.Since(start).Round(time.Millisecond))
-	defer helm(t, "uninstall", proxyRelease, "--namespace", proxySystem, "--wait", "--timeout", "2m")
+	sh.run(t, "$ kubectl -n baton-system get daemonset baton-etcd-proxy", nil)
+	defer helm(t, "uninstall", release, "--namespace", system, "--wait", "--timeout", "2m")
+	for _, what := range []string{"daemonset/" + release + "-etcd-proxy", "statefulset/" + release + "-etcd", "deployment/" + release + "-controller"} {
+		kubectl(t, "-n", system, "rollout", "status", what, "--timeout=5m")
+	}
+	t.Logf("helm install with etcd.proxy, until its proxy, etcd and controller were ready: %v", time.Since(start).Round(time.Millisecond))
 
 	b, err := os.ReadFile(filepath.Join(root, "examples", "k8s", "report.yaml"))
 	if err != nil {
@@ -54,7 +52,7 @@ func etcdProxyOnANode(t *testing.T) {
 	defer kubectl(t, "delete", "namespace", proxyDemo, "--wait=false")
 	kubectl(t, "-n", proxyDemo, "rollout", "status", "deploy/report", "--timeout=2m")
 
-	const endpoint = "--etcd-endpoints=http://relay-baton-etcd-proxy.relay-system.svc:23790"
+	const endpoint = "--etcd-endpoints=http://" + release + "-etcd-proxy." + system + ".svc:23790"
 	pods, err := node.Client.CoreV1().Pods(proxyDemo).List(ctx, metav1.ListOptions{LabelSelector: "app=report"})
 	if err != nil {
 		t.Fatal(err)
@@ -89,11 +87,11 @@ func etcdProxyOnANode(t *testing.T) {
 
 	// The proxy served every sidecar's lease keep-alive stream, its
 	// watches and its transactions.
-	proxies, err := node.Client.CoreV1().Pods(proxySystem).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=etcd-proxy"})
+	proxies, err := node.Client.CoreV1().Pods(system).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=etcd-proxy"})
 	if err != nil || len(proxies.Items) != 1 {
 		t.Fatalf("proxy pods on the node: %v (%v), want one", len(proxies.Items), err)
 	}
-	metrics := kubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:23790/proxy/proxy/metrics", proxySystem, proxies.Items[0].Name))
+	metrics := kubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:23790/proxy/proxy/metrics", system, proxies.Items[0].Name))
 	counts := map[string]int{}
 	for method, atLeast := range map[string]int{"LeaseKeepAlive": replicas, "Watch": replicas, "Txn": replicas} {
 		if counts[method] = started(metrics, method); counts[method] < atLeast {

@@ -87,7 +87,7 @@ func releaseThroughProxy(t *testing.T, pods []string, ttl time.Duration) {
 // etcdctl there: each key's create revision.
 func etcdKeys(t *testing.T, prefix string) map[string]int64 {
 	t.Helper()
-	out := kubectl(t, "exec", "-n", proxySystem, proxyRelease+"-baton-etcd-0", "-c", "etcd", "--",
+	out := kubectl(t, "exec", "-n", system, release+"-etcd-0", "-c", "etcd", "--",
 		"etcdctl", "get", "--prefix", "--keys-only", "-w", "json", prefix)
 	var r struct {
 		Kvs []struct {
