@@ -500,12 +500,16 @@ func TestBatonOnANode(t *testing.T) {
 		eventually(t, time.Minute, "the lock lost in the uninstall freed", func() error {
 			cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", appNS, podNames(t)[0], "-c", "worker", "--", "baton", "locks", "list")
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
-			if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "held-through-uninstall") {
-				return fmt.Errorf("baton locks list in the scope: %v\n%s", err, out)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("baton locks list in the scope: %w\n%s", err, out)
 			}
-			out := kubectl(t, "get", "locks", "-n", appNS, "-l", "baton.dev/key=held-through-uninstall", "-o", "jsonpath={.items[*].status.phase}")
-			if p := strings.TrimSpace(out); p != "Free" && p != "" {
-				return fmt.Errorf("phase %q", out)
+			if strings.Contains(string(out), "held-through-uninstall") {
+				return fmt.Errorf("still listed by a sidecar of the scope:\n%s", out)
+			}
+			phase := kubectl(t, "get", "locks", "-n", appNS, "-l", "baton.dev/key=held-through-uninstall", "-o", "jsonpath={.items[*].status.phase}")
+			if p := strings.TrimSpace(phase); p != "Free" && p != "" {
+				return fmt.Errorf("phase %q", phase)
 			}
 			return nil
 		})

@@ -219,7 +219,7 @@ func (s *docShell) step(t *testing.T, st docStep, c check) {
 					if !retry {
 						t.Fatalf("%s's %q printed\n%s\nwhere the page shows\n%s%v", kubePage, st.command, out, st.shown, err)
 					}
-					return fmt.Errorf("%v; it printed\n%s", err, out)
+					return fmt.Errorf("%w; it printed\n%s", err, out)
 				}
 			}
 			return nil
@@ -253,7 +253,7 @@ func (s *docShell) follow(t *testing.T, st docStep, c check) {
 			select {
 			case err := <-done:
 				done <- err
-				return fmt.Errorf("ended (%v) before it printed what the page shows:\n%s%s", err, out.String(), errb.String())
+				return fmt.Errorf("ended (exit %d) before it printed what the page shows:\n%s%s", cmd.ProcessState.ExitCode(), out.String(), errb.String())
 			case <-ctx.Done():
 				return fmt.Errorf("not within 90s; it printed\n%s", out.String())
 			case <-tick.C:

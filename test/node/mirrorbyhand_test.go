@@ -28,8 +28,11 @@ func TestMirrorByHand(t *testing.T) {
 	holds := func(sock, owner string) check {
 		return func(_, _ string) error {
 			out, err := sh.output("bin/baton locks list --socket " + sock)
-			if err != nil || !strings.Contains(out, owner) {
-				return fmt.Errorf("%s not shown holding: %v\n%s", owner, err, out)
+			if err != nil {
+				return fmt.Errorf("baton locks list: %w\n%s", err, out)
+			}
+			if !strings.Contains(out, owner) {
+				return fmt.Errorf("%s not shown holding:\n%s", owner, out)
 			}
 			return nil
 		}
