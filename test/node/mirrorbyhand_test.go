@@ -21,6 +21,10 @@ func TestMirrorByHand(t *testing.T) {
 		}
 		return nil
 	})
+	// The page's commands run "after make build", which writes bin/baton.
+	if out, err := runMake(node.dir, "build"); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
 	sh := newDocShell(t)
 	// kubectl on PATH, as the install's first command puts it.
 	sh.one(t, "$ export PATH=$PWD/bin:$PWD/bin/k8s:$PATH")
