@@ -47,6 +47,8 @@ func flagOf(field string) string {
 		return "--data-dir"
 	case "embedetcd.ClientURL":
 		return "--embedded-client-url"
+	case "embedetcd.History":
+		return "--embedded-history"
 	case "mirror.Scopes":
 		return "--scopes"
 	case "mirror.FreeRetention":

@@ -15,23 +15,28 @@ import (
 
 // validateEmbedded checks the embedded etcd's flags, for a serve without
 // --etcd-endpoints.
-func validateEmbedded(dataDir, clientURL string) error {
-	cfg := embedetcd.Default(dataDir)
-	cfg.ClientURL = clientURL
-	if err := cfg.Validate(); err != nil {
+func validateEmbedded(o embeddedOptions) error {
+	if err := o.config().Validate(); err != nil {
 		return flagError(err)
 	}
 	return nil
 }
 
+// config is the embedded etcd's configuration from the flags.
+func (o embeddedOptions) config() embedetcd.Config {
+	cfg := embedetcd.Default(o.dataDir)
+	cfg.ClientURL, cfg.History = o.clientURL, o.history
+	return cfg
+}
+
 // startEmbedded starts the embedded etcd of a serve without
 // --etcd-endpoints and sets the sidecar's endpoints to it.
 func (sc *sidecar) startEmbedded(ctx context.Context) error {
-	cfg := embedetcd.Default(sc.o.dataDir)
-	cfg.ClientURL, cfg.Logger = sc.o.clientURL, sc.logs.etcdServer
+	cfg := sc.o.embedded.config()
+	cfg.Logger = sc.logs.etcdServer
 	e, err := embedetcd.Start(ctx, cfg)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return usageError{fmt.Errorf("--embedded-client-url %s: the port is in use (another etcd, or another baton serve?): choose another, or join that etcd with --etcd-endpoints: %w", sc.o.clientURL, err)}
+		return usageError{fmt.Errorf("--embedded-client-url %s: the port is in use (another etcd, or another baton serve?): choose another, or join that etcd with --etcd-endpoints: %w", sc.o.embedded.clientURL, err)}
 	}
 	if err != nil {
 		return err
@@ -41,7 +46,7 @@ func (sc *sidecar) startEmbedded(ctx context.Context) error {
 		e.Close()
 	})
 	sc.endpoints = e.Endpoints()
-	abs, _ := filepath.Abs(sc.o.dataDir)
+	abs, _ := filepath.Abs(sc.o.embedded.dataDir)
 	sc.where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(sc.endpoints, ","), abs)
 	return nil
 }

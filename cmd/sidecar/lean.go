@@ -19,7 +19,7 @@ import (
 // errNoEmbedded is the lean build's answer to a serve without etcd.
 var errNoEmbedded = errors.New("--etcd-endpoints: required by this lean build of baton, which has no embedded etcd (the full baton binary starts one)")
 
-func validateEmbedded(string, string) error { return usageError{errNoEmbedded} }
+func validateEmbedded(embeddedOptions) error { return usageError{errNoEmbedded} }
 
 func (sc *sidecar) startEmbedded(context.Context) error { return usageError{errNoEmbedded} }
 

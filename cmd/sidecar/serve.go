@@ -33,9 +33,8 @@ type serveOptions struct {
 	policyFile      string
 	shutdownGrace   time.Duration
 
-	etcd      etcdOptions
-	dataDir   string
-	clientURL string
+	etcd     etcdOptions
+	embedded embeddedOptions
 
 	lease  lease.Config
 	coord  coordinator.Config
@@ -85,12 +84,12 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		healthAddr:    ":8081",
 		logLevel:      "info",
 		maxProcs:      1,
-		dataDir:       "baton-data",
-		clientURL:     "http://127.0.0.1:2379",
-		etcd:          etcdOptions{dialTimeout: 5 * time.Second},
-		lease:         lease.Default(),
-		coord:         coordinator.Default(),
-		server:        server.Default(),
+		// embedetcd.Default's, which the lean build does not link.
+		embedded: embeddedOptions{dataDir: "baton-data", clientURL: "http://127.0.0.1:2379", history: 5 * time.Minute},
+		etcd:     etcdOptions{dialTimeout: 5 * time.Second},
+		lease:    lease.Default(),
+		coord:    coordinator.Default(),
+		server:   server.Default(),
 	}
 	o.coord.Identity = coordinator.Identity{Pod: pod, Namespace: ns, Node: node}
 	if ns != "" {
@@ -128,8 +127,9 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.maxProcs, "max-procs", o.maxProcs, "the most CPUs running the sidecar's Go code at once (GOMAXPROCS); 0 leaves it to Go ($GOMAXPROCS, else the container's CPU limit, else every CPU). Unless set, 0 with the embedded etcd or $GOMAXPROCS")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
-	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "data directory of the embedded etcd")
-	fs.StringVar(&o.clientURL, "embedded-client-url", o.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
+	fs.StringVar(&o.embedded.dataDir, "data-dir", o.embedded.dataDir, "data directory of the embedded etcd")
+	fs.StringVar(&o.embedded.clientURL, "embedded-client-url", o.embedded.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
+	fs.DurationVar(&o.embedded.history, "embedded-history", o.embedded.history, "how long the embedded etcd keeps its keys' past revisions before it compacts them away (etcd's periodic auto-compaction), so that its database stays small; a watcher further behind reads the keys again")
 	o.dapr.addFlags(fs)
 }
 
@@ -154,6 +154,13 @@ func (o *serveOptions) procs(explicit, envSet bool) int {
 		return 0
 	}
 	return o.maxProcs
+}
+
+// embeddedOptions are the flags of the embedded etcd, which a serve
+// without --etcd-endpoints starts (the full build only).
+type embeddedOptions struct {
+	dataDir, clientURL string
+	history            time.Duration
 }
 
 // validate checks every option; each error names its flag.
@@ -224,7 +231,7 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	if len(o.etcd.endpoints) == 0 {
-		return validateEmbedded(o.dataDir, o.clientURL)
+		return validateEmbedded(o.embedded)
 	}
 	return nil
 }
