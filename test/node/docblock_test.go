@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,21 +79,12 @@ func stepsOf(t *testing.T, block []string) []docStep {
 func blockSteps(t *testing.T, page, first string) []docStep {
 	t.Helper()
 	for _, block := range pageBlocks(t, page) {
-		if slicesContainsPrefix(block, first) {
+		if slices.ContainsFunc(block, func(l string) bool { return strings.HasPrefix(l, first) }) {
 			return stepsOf(t, block)
 		}
 	}
 	t.Fatalf("%s has no shell block with the line %q", page, first)
 	return nil
-}
-
-func slicesContainsPrefix(lines []string, prefix string) bool {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // docShell runs the commands of the docs as a person does, in one
