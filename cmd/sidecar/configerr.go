@@ -49,6 +49,16 @@ func flagOf(field string) string {
 		return "--embedded-client-url"
 	case "embedetcd.History":
 		return "--embedded-history"
+	case "embedetcd.Quota":
+		return "--embedded-quota"
+	case "etcdmaint.Interval":
+		return "--etcd-maintenance-interval"
+	case "etcdmaint.FreeRatio":
+		return "--etcd-defrag-free-ratio"
+	case "etcdmaint.MinSize":
+		return "--etcd-defrag-min-size"
+	case "etcdmaint.QuotaRatio":
+		return "--etcd-defrag-quota-ratio"
 	case "mirror.Scopes":
 		return "--scopes"
 	case "mirror.FreeRetention":

@@ -24,7 +24,7 @@ func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 		"server.MaxBodyBytes", "server.ReadHeaderTimeout", "server.IdleTimeout", "server.BodyTimeout", "server.HeartbeatInterval",
 		"embedetcd.PeerURL", "embedetcd.StartTimeout", "embedetcd.TLS", "mirror.RequestTimeout", "mirror.RetryInterval",
 		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity", "access.Resync",
-		"highwater.Interval", "highwater.SaveEvery", "highwater.RequestTimeout",
+		"highwater.Interval", "highwater.SaveEvery", "highwater.RequestTimeout", "etcdmaint.Timeout", "etcdmaint.DefragTimeout",
 	}
 	files, err := filepath.Glob("../../internal/*/*.go")
 	if err != nil {

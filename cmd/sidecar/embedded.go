@@ -10,7 +10,11 @@ import (
 	"strings"
 	"syscall"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/baton-dev/baton/internal/embedetcd"
+	"github.com/baton-dev/baton/internal/etcdmaint"
+	"github.com/baton-dev/baton/internal/metrics"
 )
 
 // validateEmbedded checks the embedded etcd's flags, for a serve without
@@ -19,13 +23,16 @@ func validateEmbedded(o embeddedOptions) error {
 	if err := o.config().Validate(); err != nil {
 		return flagError(err)
 	}
+	if err := o.maint.Validate(); err != nil {
+		return flagError(err)
+	}
 	return nil
 }
 
 // config is the embedded etcd's configuration from the flags.
 func (o embeddedOptions) config() embedetcd.Config {
 	cfg := embedetcd.Default(o.dataDir)
-	cfg.ClientURL, cfg.History = o.clientURL, o.history
+	cfg.ClientURL, cfg.History, cfg.Quota = o.clientURL, o.history, o.quota
 	return cfg
 }
 
@@ -46,6 +53,13 @@ func (sc *sidecar) startEmbedded(ctx context.Context) error {
 		e.Close()
 	})
 	sc.endpoints = e.Endpoints()
+	sc.maintain = func(cli *clientv3.Client) (*etcdmaint.Maintainer, error) {
+		obs, err := metrics.NewEtcd(sc.reg)
+		if err != nil {
+			return nil, err
+		}
+		return etcdmaint.New(cli, sc.o.embedded.maint, sc.log.With("component", "etcd-maintenance"), obs)
+	}
 	abs, _ := filepath.Abs(sc.o.embedded.dataDir)
 	sc.where = fmt.Sprintf("embedded etcd at %s, data in %s", strings.Join(sc.endpoints, ","), abs)
 	return nil

@@ -76,6 +76,10 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"negative shutdown grace", []string{"--shutdown-grace=-1s"}, nil, "--shutdown-grace"},
 		{"shutdown grace too long", []string{"--shutdown-grace=11m"}, nil, "--shutdown-grace"},
 		{"embedded client URL", []string{"--embedded-client-url=ftp://x"}, nil, "--embedded-client-url"},
+		{"embedded quota", []string{"--embedded-quota=1000"}, nil, "--embedded-quota"},
+		{"maintenance interval", []string{"--etcd-maintenance-interval=0s"}, nil, "--etcd-maintenance-interval"},
+		{"defrag ratio", []string{"--etcd-defrag-free-ratio=1.5"}, nil, "--etcd-defrag-free-ratio"},
+		{"maintenance of an etcd of others", []string{"--etcd-endpoints=http://127.0.0.1:1", "--etcd-defrag-min-size=1"}, nil, "only with the embedded etcd"},
 		{"embedded etcd port in use", []string{"--embedded-client-url=http://" + busy, "--data-dir=" + filepath.Join(dir, "etcd"), "--socket=" + filepath.Join(dir, "s.sock"), "--health-addr="}, nil, "--embedded-client-url"},
 		{"socket directory missing", []string{"--socket=" + filepath.Join(dir, "nope", "s.sock"), "--etcd-endpoints=http://127.0.0.1:1", "--health-addr="}, nil, "--socket"},
 		{"log level", []string{"--log-level=loud", "--socket=" + filepath.Join(dir, "s.sock")}, nil, "--log-level"},
@@ -83,6 +87,8 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		{"stray argument", []string{"extra"}, nil, `unexpected argument "extra"`},
 		{"mirror without etcd", []string{"mirror"}, nil, "--etcd-endpoints"},
 		{"mirror bad scope", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--scopes=a/b"}, nil, "--scopes"},
+		{"mirror maintenance rules without maintenance", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--etcd-defrag-free-ratio=0.3"}, nil, "only with --etcd-maintenance"},
+		{"mirror maintenance rules", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--etcd-maintenance", "--etcd-defrag-quota-ratio=2"}, nil, "--etcd-defrag-quota-ratio"},
 		{"mirror retention", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--free-retention=0s"}, nil, "--free-retention"},
 		{"mirror metrics address", []string{"mirror", "--etcd-endpoints=http://127.0.0.1:1", "--metrics-addr=8080"}, nil, "--metrics-addr"},
 		{"mirror managed etcd without names", []string{"mirror", "--etcd-endpoints=https://127.0.0.1:1", "--etcd-ca-secret=ca", "--etcd-server-secret=etcd"}, nil, "--etcd-server-names"},
@@ -363,6 +369,8 @@ func sampleValue(f *pflag.Flag) string {
 		return "7s"
 	case "int", "int64":
 		return "7"
+	case "float64":
+		return "0.7"
 	case "stringSlice":
 		return "[http://a:1]"
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/controller"
+	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/webhook"
 )
 
@@ -30,6 +31,8 @@ type mirrorOptions struct {
 	logLevel     string
 	injectConfig string // empty: no injector
 	access       access.Config
+	maintain     bool             // --etcd-maintenance
+	maint        etcdmaint.Config // its rules
 }
 
 // kubeCommands are the controller's commands, which the lean build leaves
@@ -64,6 +67,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 		ctl:      controller.Default(),
 		logLevel: "info",
 		access:   access.Default(),
+		maint:    etcdmaint.Default(),
 	}
 	if ns := getenv("POD_NAMESPACE"); ns != "" {
 		o.ctl.ElectionNamespace = ns
@@ -92,10 +96,18 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.StringSliceVar(&o.access.ServerNames, "etcd-server-names", nil, "with --etcd-ca-secret: the DNS names and IPs in etcd's certificate, comma-separated")
 	fs.StringVar(&o.access.ClientSecret, "etcd-client-secret", o.access.ClientSecret, "with --etcd-ca-secret: the Secret made in each namespace with injected pods, holding its sidecars' etcd certificate")
 	fs.DurationVar(&o.access.Validity, "etcd-cert-validity", o.access.Validity, "with --etcd-ca-secret: how long issued certificates are valid; each is renewed at two thirds of its life")
+	fs.BoolVar(&o.maintain, "etcd-maintenance", false, "keep etcd (the chart's own; the controller must be its root user): the leader defragments its members by the rules below, one at a time and the leader last, and when etcd is out of space compacts its history, defragments it and disarms the NOSPACE alarm")
+	addMaintFlags(fs, &o.maint, "with --etcd-maintenance, etcd's")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		if o.ctl.Fences.Name == "" {
 			o.ctl.Fences = nil
+		}
+		if f := maintChanged(cmd.Flags()); f != "" && !o.maintain {
+			return usageError{fmt.Errorf("--%s: only with --etcd-maintenance", f)}
+		}
+		if o.maintain {
+			o.ctl.Maintain = &o.maint
 		}
 		if err := o.validate(); err != nil {
 			return usageError{err}

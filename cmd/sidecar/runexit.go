@@ -41,7 +41,7 @@ func refusal(ae *lockapi.Error, o runOptions) error {
 	switch ae.Code {
 	case lockapi.CodeAlreadyRunning, lockapi.CodeWaitTimeout, lockapi.CodeLockDelayed:
 		return exitError{exitHeld, refused(ae, o.wait)}
-	case lockapi.CodeUnavailable, lockapi.CodeEtcdPermissionDenied, lockapi.CodeEtcdRewound:
+	case lockapi.CodeUnavailable, lockapi.CodeEtcdPermissionDenied, lockapi.CodeEtcdRewound, lockapi.CodeEtcdNoSpace, lockapi.CodeEtcdCorrupt:
 		return exitError{exitNoEtcd, ae.Message + " (" + ae.Code + "; nothing was run)"}
 	case lockapi.CodeForbidden:
 		return exitError{exitForbidden, ae.Message + " (forbidden)"}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/policy"
@@ -58,6 +59,9 @@ only. The pod's identity comes from POD_NAME, POD_NAMESPACE and NODE_NAME.`,
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		opts.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		opts.followLeaseTTL(cmd.Flags())
+		if f := maintChanged(cmd.Flags()); f != "" && len(opts.etcd.endpoints) > 0 {
+			return usageError{fmt.Errorf("--%s: only with the embedded etcd (no --etcd-endpoints); an etcd of others is kept by its operators, the chart's by Baton's controller (baton mirror --etcd-maintenance)", f)}
+		}
 		if err := opts.validate(); err != nil {
 			return usageError{err}
 		}
@@ -85,7 +89,7 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		logLevel:      "info",
 		maxProcs:      1,
 		// embedetcd.Default's, which the lean build does not link.
-		embedded: embeddedOptions{dataDir: "baton-data", clientURL: "http://127.0.0.1:2379", history: 5 * time.Minute},
+		embedded: embeddedOptions{dataDir: "baton-data", clientURL: "http://127.0.0.1:2379", history: 5 * time.Minute, quota: 2 << 30, maint: etcdmaint.Default()},
 		etcd:     etcdOptions{dialTimeout: 5 * time.Second},
 		lease:    lease.Default(),
 		coord:    coordinator.Default(),
@@ -130,6 +134,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.embedded.dataDir, "data-dir", o.embedded.dataDir, "data directory of the embedded etcd")
 	fs.StringVar(&o.embedded.clientURL, "embedded-client-url", o.embedded.clientURL, "client URL of the embedded etcd; other sidecars on the machine may join it with --etcd-endpoints")
 	fs.DurationVar(&o.embedded.history, "embedded-history", o.embedded.history, "how long the embedded etcd keeps its keys' past revisions before it compacts them away (etcd's periodic auto-compaction), so that its database stays small; a watcher further behind reads the keys again")
+	fs.Int64Var(&o.embedded.quota, "embedded-quota", o.embedded.quota, "the embedded etcd's space quota in bytes (etcd's --quota-backend-bytes): at it, etcd takes no more writes and no lock is granted until room is made, which the sidecar's maintenance does")
+	addMaintFlags(fs, &o.embedded.maint, "the embedded etcd's (with no --etcd-endpoints)")
 	o.dapr.addFlags(fs)
 }
 
@@ -161,6 +167,8 @@ func (o *serveOptions) procs(explicit, envSet bool) int {
 type embeddedOptions struct {
 	dataDir, clientURL string
 	history            time.Duration
+	quota              int64
+	maint              etcdmaint.Config // its maintenance by the sidecar
 }
 
 // validate checks every option; each error names its flag.

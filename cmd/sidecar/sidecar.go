@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
@@ -62,19 +63,23 @@ type sidecar struct {
 
 	sock, health, metricsL net.Listener
 	reg                    *prometheus.Registry
-	metrics                *metrics.Metrics
-	where                  string // the etcd, for the ready line
-	endpoints              []string
-	cli                    *clientv3.Client
-	history                *etcdstore.History // etcd's revisions as seen: the floor of the fences
-	built                  atomic.Bool        // build is done: the coordinator and the store exist
-	prev                   restart.State
-	keeper                 *lease.Keeper
-	sessions               *etcdstore.Sessions // the keeper's, as the coordinator sees them
-	store                  *etcdstore.Store
-	guard                  *policy.Guard // the lock policy in force
-	coord                  *coordinator.Coordinator
-	api                    *server.Server
+	// maintain makes, for the embedded etcd, its maintainer (maint) on the
+	// sidecar's client; nil for an etcd of others.
+	maintain  func(*clientv3.Client) (*etcdmaint.Maintainer, error)
+	maint     *etcdmaint.Maintainer
+	metrics   *metrics.Metrics
+	where     string // the etcd, for the ready line
+	endpoints []string
+	cli       *clientv3.Client
+	history   *etcdstore.History // etcd's revisions as seen: the floor of the fences
+	built     atomic.Bool        // build is done: the coordinator and the store exist
+	prev      restart.State
+	keeper    *lease.Keeper
+	sessions  *etcdstore.Sessions // the keeper's, as the coordinator sees them
+	store     *etcdstore.Store
+	guard     *policy.Guard // the lock policy in force
+	coord     *coordinator.Coordinator
+	api       *server.Server
 
 	closers []func() // run by close, last first
 }
@@ -152,6 +157,11 @@ func (sc *sidecar) connect(ctx context.Context) error {
 	}
 	sc.cli = cli
 	sc.closers = append(sc.closers, func() { cli.Close() })
+	if sc.maintain != nil {
+		if sc.maint, err = sc.maintain(cli); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -249,6 +259,9 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 		}()
 	}
 	goRun(sc.keeper.Run)
+	if sc.maint != nil {
+		goRun(sc.maint.Run)
+	}
 	goRun(sc.followPolicy)
 	goRun(sc.followFloor)
 	coordCtx, stopCoord := context.WithCancel(runCtx)

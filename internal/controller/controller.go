@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/config"
+	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/highwater"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
@@ -70,6 +72,12 @@ type Config struct {
 	// controller's, so that helm uninstall deletes the Lock objects with
 	// it. The controller needs get on it. Default: none.
 	OwnerClusterRole string
+	// Maintain, when not nil, has the leader keep the etcd (the chart's
+	// own, whose root the controller is): its members defragmented by
+	// these rules, room made and the NOSPACE alarm disarmed when etcd is
+	// out of space (package etcdmaint). Default: none, for an etcd of
+	// others.
+	Maintain *etcdmaint.Config
 	// Access, when not nil, keeps the chart's etcd's certificates and
 	// users (access.Prepare made it; the etcd client authenticates with
 	// its ClientTLS and was given to it by Connect), and the injector gives
@@ -109,6 +117,11 @@ func (c Config) Validate() error {
 	}
 	if c.LeaderElection && c.ElectionNamespace == "" {
 		return config.Invalid("controller.ElectionNamespace", "leader election namespace: required with leader election")
+	}
+	if c.Maintain != nil {
+		if err := c.Maintain.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Fences != nil {
 		return c.fences().Validate()
@@ -195,6 +208,16 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 	if _, err := policysync.Setup(mgr, cli, cfg.Mirror.Scopes, cfg.Mirror.RequestTimeout, policysync.OnWrite(counts.PolicyWritten)); err != nil {
 		return err
 	}
+	if err := setupEtcdKeepers(mgr, cli, cfg); err != nil {
+		return err
+	}
+	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
+	return mgr.Start(ctx)
+}
+
+// setupEtcdKeepers adds what keeps etcd and its fences, as cfg asks: the
+// fences' high-water mark, etcd's credentials, etcd's maintenance.
+func setupEtcdKeepers(mgr ctrl.Manager, cli *clientv3.Client, cfg Config) error {
 	if cfg.Fences != nil {
 		if _, err := highwater.Setup(mgr, cli, cfg.fences()); err != nil {
 			return err
@@ -205,9 +228,34 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 			return err
 		}
 	}
-	log.Info("mirroring", "scopes", cfg.Mirror.Scopes, "leaderElection", cfg.LeaderElection, "injector", cfg.Inject != nil)
-	return mgr.Start(ctx)
+	if cfg.Maintain != nil {
+		return maintain(mgr, cli, *cfg.Maintain)
+	}
+	return nil
 }
+
+// maintain has the leader keep etcd (package etcdmaint), its series on the
+// controller's metrics.
+func maintain(mgr ctrl.Manager, cli *clientv3.Client, cfg etcdmaint.Config) error {
+	obs, err := metrics.NewEtcd(crmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	m, err := etcdmaint.New(cli, cfg, slog.New(logr.ToSlogHandler(mgr.GetLogger().WithName("etcd-maintenance"))), obs)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(leaderRunnable(m.Run))
+}
+
+// leaderRunnable is f, run by the elected leader only.
+type leaderRunnable func(context.Context) error
+
+// Start implements manager.Runnable.
+func (f leaderRunnable) Start(ctx context.Context) error { return f(ctx) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (leaderRunnable) NeedLeaderElection() bool { return true }
 
 // clusterRoleRef reads the ClusterRole name and returns a reference to it
 // as the owner of the Lock objects.

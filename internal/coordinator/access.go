@@ -26,8 +26,8 @@ const (
 
 // checkAccess asks the store whether this sidecar may read and write its
 // scope, at start and again whenever an operation has been refused, until
-// ctx ends. While it may not, the sidecar is not ready and its log says
-// why, naming the user and the keys.
+// ctx ends. While it may not (etcd refuses its user the keys, or an alarm
+// refuses every write), the sidecar is not ready and its log says why.
 func (c *Coordinator) checkAccess(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
@@ -36,23 +36,36 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 		cancel()
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
-			if c.setDenied(err) {
+			if c.setRefused(err) {
 				c.log.Error("etcd refuses this sidecar its scope: not ready until the etcd user's role may read and write its keys",
 					"scope", c.layout.Scope(), "prefix", c.layout.Base(), "err", err)
 			}
 			sleep(ctx, wait)
 			wait = min(2*wait, accessRetryMax)
 			continue
+		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrCorrupt):
+			// Asked every second: the alarm goes as soon as room is made.
+			if c.setRefused(err) {
+				c.log.Error("etcd refuses every write for its alarm: not ready, no lock granted; the locks held go on",
+					"err", err, "held", c.heldCount())
+			}
+			sleep(ctx, accessRetry)
+			continue
 		case err != nil:
 			// etcd out of reach: Ready says so through the session.
 			sleep(ctx, accessRetry)
 			continue
 		}
-		if c.setDenied(nil) {
-			c.log.Info("etcd grants this sidecar its scope", "scope", c.layout.Scope(), "prefix", c.layout.Base())
+		if was := c.setRefusedNil(); was != nil {
+			switch {
+			case errors.Is(was, ErrPermissionDenied):
+				c.log.Info("etcd grants this sidecar its scope", "scope", c.layout.Scope(), "prefix", c.layout.Base())
+			default:
+				c.log.Info("etcd takes writes again: its alarm is gone", "was", was)
+			}
 		}
 		wait = accessRetry
-		for ctx.Err() == nil && c.store.Denied() == nil {
+		for ctx.Err() == nil && c.store.Refused() == nil {
 			sleep(ctx, accessPoll)
 		}
 	}
@@ -64,14 +77,37 @@ func (c *Coordinator) scopePrefixes() []string {
 	return []string{c.layout.Base(), c.layout.OncePrefix(), c.layout.DelayPrefix()}
 }
 
-// setDenied records the store's permission on the scope (nil: allowed)
-// and reports whether it changed.
-func (c *Coordinator) setDenied(err error) bool {
+// setRefused records why etcd refuses the scope and reports whether the
+// reason changed.
+func (c *Coordinator) setRefused(err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	changed := (c.denied == nil) != (err == nil) || (err != nil && err.Error() != c.denied.Error())
-	c.denied = err
+	changed := c.refused == nil || err.Error() != c.refused.Error()
+	c.refused = err
 	return changed
+}
+
+// setRefusedNil records that etcd takes the scope's reads and writes and
+// returns why it did not before, if it did not.
+func (c *Coordinator) setRefusedNil() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := c.refused
+	c.refused = nil
+	return was
+}
+
+// heldCount is the number of locks held here.
+func (c *Coordinator) heldCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.locks {
+		if e.held != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // sleep waits for d or until ctx ends.

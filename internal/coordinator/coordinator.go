@@ -67,7 +67,7 @@ type Coordinator struct {
 	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
-	denied        error         // etcd refuses the scope (checkAccess); nil while allowed
+	refused       error         // why etcd refuses the scope (checkAccess); nil while allowed
 }
 
 // entry is the local state of one lock. All fields are guarded by
@@ -206,13 +206,16 @@ func (c *Coordinator) Ready() error {
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
-	closed, denied := c.closed || c.draining, c.denied
+	closed, refused := c.closed || c.draining, c.refused
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
 	}
-	if denied != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, denied)
+	if errors.Is(refused, ErrNoSpace) {
+		return fmt.Errorf("%w: %w; %s", ErrUnavailable, refused, noSpaceHint)
+	}
+	if refused != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, refused)
 	}
 	if _, err := c.sessions.Current(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

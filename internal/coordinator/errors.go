@@ -265,8 +265,11 @@ func describe(h keyspace.Holder) string {
 }
 
 func unavailable(op string, err error) error {
-	if errors.Is(err, ErrPermissionDenied) {
+	switch {
+	case errors.Is(err, ErrPermissionDenied), errors.Is(err, ErrCorrupt):
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	case errors.Is(err, ErrNoSpace):
+		return fmt.Errorf("%s: %w: %w; %s", op, ErrUnavailable, err, noSpaceHint)
 	}
 	return fmt.Errorf("%s: %w: etcd did not answer: %w", op, ErrUnavailable, err)
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -119,6 +120,9 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	rec.Queued = e.queued
 	c.mu.Unlock()
 	out, err := c.store.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
+	if errors.Is(err, ErrNoSpace) {
+		return c.extendHere(ctx, k, e, h, op, exp, ttl, level, err)
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -47,6 +47,11 @@ type Config struct {
 	// watcher that falls further behind is told its revision was compacted
 	// and reads the keys again, as the sidecars do. Default 5m.
 	History time.Duration
+	// Quota is the member's space quota, in bytes: when its database file
+	// reaches it, etcd raises its NOSPACE alarm and takes no more writes
+	// that add data until room is made (package etcdmaint does it) and the
+	// alarm disarmed. Default 2 GiB, etcd's.
+	Quota int64
 }
 
 // ServerTLS is how the member serves its clients over TLS.
@@ -70,8 +75,12 @@ func Default(dataDir string) Config {
 		Name:         "baton",
 		StartTimeout: 30 * time.Second,
 		History:      DefaultHistory,
+		Quota:        DefaultQuota,
 	}
 }
+
+// DefaultQuota is etcd's own default space quota, 2 GiB.
+const DefaultQuota = 2 << 30
 
 // DefaultHistory is the history the member keeps by default: long enough
 // for any watcher that is not cut off, short enough that a million locks
@@ -122,6 +131,9 @@ func (c Config) Validate() error {
 	if c.History < time.Second {
 		return config.Invalid("embedetcd.History", "history %v: must be at least 1s; etcd keeps every revision of a key for this long, and without a bound its database fills up", c.History)
 	}
+	if c.Quota < 1<<20 {
+		return config.Invalid("embedetcd.Quota", "quota %d bytes: must be at least 1 MiB; an empty etcd database file is already about 20 KiB, and the quota counts the file", c.Quota)
+	}
 	return nil
 }
 
@@ -155,6 +167,7 @@ func Start(ctx context.Context, c Config) (*Etcd, error) {
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = c.History.String()
+	cfg.QuotaBackendBytes = c.Quota
 	if c.TLS != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile,
 			TrustedCAFile: c.TLS.TrustedCAFile, ClientCertAuth: c.TLS.TrustedCAFile != ""}

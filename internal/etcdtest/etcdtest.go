@@ -31,7 +31,11 @@ type Server struct {
 }
 
 // Start starts an etcd in a new temporary directory. Call Close when done.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith(func(*embedetcd.Config) {}) }
+
+// StartWith is Start with the configuration changed by mod: a small space
+// quota, a short history.
+func StartWith(mod func(*embedetcd.Config)) (*Server, error) {
 	dir, err := os.MkdirTemp("", "baton-etcd")
 	if err != nil {
 		return nil, err
@@ -39,6 +43,7 @@ func Start() (*Server, error) {
 	cfg := embedetcd.Default(filepath.Join(dir, "data"))
 	cfg.ClientURL = "unix://" + filepath.Join(dir, "client.sock")
 	cfg.UnsafeNoFsync = true
+	mod(&cfg)
 	s := &Server{Dir: dir, cfg: cfg}
 	if err := s.Restart(); err != nil {
 		os.RemoveAll(dir)

@@ -33,6 +33,15 @@ const (
 	// granted, so no lock is granted until it passes it; the message says
 	// what happened and how to bump etcd's revision.
 	CodeEtcdRewound = "etcd_rewound"
+	// CodeEtcdNoSpace: etcd's NOSPACE alarm is raised (its database
+	// reached its quota): no lock is granted until room is made and the
+	// alarm disarmed, while the locks held go on (extend and release
+	// work).
+	CodeEtcdNoSpace = "etcd_no_space"
+	// CodeEtcdCorrupt: etcd's CORRUPT alarm is raised (a member's data
+	// differs from the others'): etcd serves nothing until an operator
+	// restores it.
+	CodeEtcdCorrupt = "etcd_corrupt"
 	// CodeForbidden: the namespace's lock policy does not let this pod's
 	// ServiceAccount take the key, or force release; the message names
 	// the policies and rules in force.

@@ -34,6 +34,18 @@ var ErrPermissionDenied = errors.New("etcd denied permission")
 // before. Wrapped, it says what happened and what an operator does next.
 var ErrRewound = errors.New("etcd went back in time")
 
+// ErrNoSpace is the error of a write that etcd refused because its NOSPACE
+// alarm is raised: its database reached its space quota, and until room is
+// made (compaction, defragmentation) and the alarm disarmed it takes no
+// write that adds data (a contender key, a lease) while it still serves
+// reads, deletes and the keep-alives of leases granted before.
+var ErrNoSpace = errors.New("etcd is out of space (its NOSPACE alarm is raised)")
+
+// ErrCorrupt is the error of an operation that etcd refused because its
+// CORRUPT alarm is raised: a member's data differs from the others', and
+// the cluster serves nothing until an operator restores it.
+var ErrCorrupt = errors.New("etcd found a member's data corrupt (its CORRUPT alarm is raised)")
+
 // LeaseID names a lease: every key written with it goes when it ends.
 type LeaseID int64
 
@@ -157,12 +169,14 @@ type Store interface {
 	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
 
 	// CheckAccess reports whether this store may read and write every key
-	// under the prefixes, at least one (ErrPermissionDenied when not),
-	// writing nothing.
+	// under the prefixes, at least one, writing nothing:
+	// ErrPermissionDenied when etcd refuses them, ErrNoSpace or ErrCorrupt
+	// while its alarm refuses every write.
 	CheckAccess(ctx context.Context, prefixes ...string) error
-	// Denied returns the last ErrPermissionDenied an operation met since
-	// CheckAccess last succeeded, or nil: a cheap, local check.
-	Denied() error
+	// Refused returns the last ErrPermissionDenied, ErrNoSpace or
+	// ErrCorrupt an operation met since CheckAccess last succeeded, or nil:
+	// a cheap, local check.
+	Refused() error
 
 	// Watch reports the keys deleted under prefix from revision from (0:
 	// from now on), until ctx ends or the watch fails; then the channel is

@@ -6,8 +6,21 @@ import (
 	"strings"
 )
 
+// SetFull makes the store refuse with ErrNoSpace every write that adds
+// data (a key, a record, a lease) and CheckAccess, as etcd does while its
+// NOSPACE alarm is raised, while reads, deletes and watches go on (true);
+// or take writes again (false).
+func (m *Memory) SetFull(full bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.full = full
+}
+
+// errFull is the error of a write refused by SetFull.
+var errFull = fmt.Errorf("%w: the memory store is full", ErrNoSpace)
+
 // Deny makes CheckAccess refuse prefix and every prefix under it, and
-// Denied report it, as etcd does for a user whose role lacks the keys;
+// Refused report it, as etcd does for a user whose role lacks the keys;
 // Deny with denied false grants them again. Other operations are not
 // refused: a test of readiness needs no more.
 func (m *Memory) Deny(prefix string, denied bool) {
@@ -30,6 +43,9 @@ func (m *Memory) CheckAccess(ctx context.Context, prefixes ...string) (err error
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.full {
+		return errFull
+	}
 	for _, prefix := range prefixes {
 		if err := m.deniedLocked(prefix); err != nil {
 			return err
@@ -38,10 +54,13 @@ func (m *Memory) CheckAccess(ctx context.Context, prefixes ...string) (err error
 	return nil
 }
 
-// Denied implements Store.
-func (m *Memory) Denied() error {
+// Refused implements Store: the store is full, or denies a prefix.
+func (m *Memory) Refused() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.full {
+		return errFull
+	}
 	for p := range m.denied {
 		return m.deniedLocked(p)
 	}

@@ -25,6 +25,7 @@ type Memory struct {
 	leases   map[LeaseID]map[string]bool // live leases and the keys they carry
 	lastID   LeaseID
 	down     bool
+	full     bool     // writes that add data are refused (SetFull)
 	history  []Change // the last changes, for watches that resume in the past
 	forgot   int64    // the revision of the last change dropped from history
 	watches  map[*memWatch]bool
@@ -149,7 +150,7 @@ func (m *Memory) Delete(key string, create int64) (Outcome, error) {
 
 // Finish implements Store.
 func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseID, also string) (Outcome, error) {
-	return m.ifHeld(key, create, func() {
+	return m.ifHeld(key, create, true, func() {
 		m.records[record] = []byte(value)
 		delete(m.records, also)
 		m.deleteLocked(key, m.rev)
@@ -158,7 +159,7 @@ func (m *Memory) Finish(key string, create int64, record, value string, _ LeaseI
 
 // DeleteWith implements Store.
 func (m *Memory) DeleteWith(key string, create int64, also string) (Outcome, error) {
-	return m.ifHeld(key, create, func() {
+	return m.ifHeld(key, create, false, func() {
 		delete(m.records, also)
 		m.deleteLocked(key, m.rev)
 	})
@@ -166,15 +167,19 @@ func (m *Memory) DeleteWith(key string, create int64, also string) (Outcome, err
 
 // Mark implements Store.
 func (m *Memory) Mark(key string, create int64, marker, value string) (Outcome, error) {
-	return m.ifHeld(key, create, func() { m.records[marker] = []byte(value) })
+	return m.ifHeld(key, create, true, func() { m.records[marker] = []byte(value) })
 }
 
-// ifHeld applies f at a new revision if key is the one created at create.
-func (m *Memory) ifHeld(key string, create int64, f func()) (Outcome, error) {
+// ifHeld applies f at a new revision if key is the one created at create;
+// puts says f writes data.
+func (m *Memory) ifHeld(key string, create int64, puts bool, f func()) (Outcome, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.down {
+	switch {
+	case m.down:
 		return Outcome{}, ErrDown
+	case puts && m.full:
+		return Outcome{}, errFull
 	}
 	k := m.keys[key]
 	if k == nil || k.Create != create {
@@ -189,8 +194,11 @@ func (m *Memory) ifHeld(key string, create int64, f func()) (Outcome, error) {
 func (m *Memory) Swap(key, old, value string) (Outcome, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.down {
+	switch {
+	case m.down:
 		return Outcome{}, ErrDown
+	case value != "" && m.full:
+		return Outcome{}, errFull
 	}
 	if v, ok := m.records[key]; !ok || string(v) != old {
 		return Outcome{Rev: m.rev}, nil
@@ -217,8 +225,11 @@ func (m *Memory) GrantLease(ctx context.Context, _ time.Duration) (LeaseID, erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.down {
+	switch {
+	case m.down:
 		return 0, ErrDown
+	case m.full:
+		return 0, errFull
 	}
 	m.lastID++
 	m.leases[m.lastID] = map[string]bool{}
@@ -231,6 +242,8 @@ func (m *Memory) checkWrite(p Put) error {
 	switch {
 	case m.down:
 		return ErrDown
+	case m.full:
+		return errFull
 	case m.leases[p.Lease] == nil:
 		return errors.New("memory store: requested lease not found")
 	}

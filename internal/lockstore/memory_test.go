@@ -35,6 +35,7 @@ func TestMemoryConforms(t *testing.T) {
 			mu.Unlock()
 			s.Revoke()
 		},
+		Full: func(t *testing.T, full bool) { m.SetFull(full) },
 	})
 }
 

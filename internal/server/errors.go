@@ -94,6 +94,12 @@ func classified(err error) (int, lockapi.Error) {
 	case errors.Is(err, coordinator.ErrPermissionDenied):
 		body.Code = lockapi.CodeEtcdPermissionDenied
 		return http.StatusServiceUnavailable, body
+	case errors.Is(err, coordinator.ErrNoSpace):
+		body.Code = lockapi.CodeEtcdNoSpace
+		return http.StatusServiceUnavailable, body
+	case errors.Is(err, coordinator.ErrCorrupt):
+		body.Code = lockapi.CodeEtcdCorrupt
+		return http.StatusServiceUnavailable, body
 	case errors.Is(err, coordinator.ErrRewound):
 		body.Code = lockapi.CodeEtcdRewound
 		return http.StatusServiceUnavailable, body

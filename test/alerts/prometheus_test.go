@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/baton-dev/baton/internal/controller"
+	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/pki"
@@ -222,6 +223,10 @@ func startController(t *testing.T, ctx context.Context, endpoints []string) stri
 	// No pod is admitted here: the injector serves, and counts, only.
 	inject.Image, inject.EtcdEndpoints = "baton:test", []string{"http://127.0.0.1:2379"}
 	cfg.Inject = &inject
+	// It keeps the test's etcd, as the chart's controller does its own.
+	maint := etcdmaint.Default()
+	maint.Interval = time.Second
+	cfg.Maintain = &maint
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	go func() { done <- controller.Run(ctx, kcfg, cli, cfg, logr.Discard()) }()

@@ -295,6 +295,7 @@ func TestRenderings(t *testing.T) {
 			"--etcd-ca-external":                                   managed && variant == "cert-manager",
 			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":             external,
 			"--inject-config=/etc/baton/inject/config.yaml":        injecting,
+			"--etcd-maintenance ":                                  !external,
 		} {
 			if strings.Contains(args, want) != on {
 				t.Errorf("controller %s: %v, want %v", want, !on, on)
@@ -378,6 +379,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"sidecar.imagePullSecrets[0]=a b":                   "sidecar.imagePullSecrets",
 		"sidecar.podMonitor.enabled=true":                   "sidecar.podMonitor.enabled needs sidecar.metricsPort",
 		"controller.topologySpreadConstraints[0].maxSkew=1": "controller.topologySpreadConstraints",
+		"prometheusRule.enabled=true":                       "prometheusRule.enabled needs sidecar.metricsPort",
+		"etcd.quota=2147483648":                             "keep it at least twice etcd.quota",
+		"etcd.maintenance.defragFreeRatio=1":                "etcd.maintenance.defragFreeRatio",
 	} {
 		_, err := render(t, "", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -25,7 +25,8 @@ const accessProbe = "\x00access-probe"
 // never holds: etcd checks the permission of every operation of both
 // branches before it evaluates the compare, so a user without read or
 // write access under any of the prefixes is refused, and nothing is
-// written.
+// written. Its write branch costs space, so that etcd refuses it too while
+// its NOSPACE alarm is raised: asked again, it says when the alarm is gone.
 func (s *Store) CheckAccess(ctx context.Context, prefixes ...string) error {
 	var then, els []clientv3.Op
 	for _, prefix := range prefixes {
@@ -38,44 +39,73 @@ func (s *Store) CheckAccess(ctx context.Context, prefixes ...string) error {
 		Else(els...).
 		Commit()
 	if err == nil {
-		s.lastDenied.Store(nil)
+		s.lastRefused.Store(nil)
 	}
-	return s.denied(err, strings.Join(prefixes, `", "`))
+	return s.refusal(err, strings.Join(prefixes, `", "`))
 }
 
-// Denied implements lockstore.Store.
-func (s *Store) Denied() error {
-	if p := s.lastDenied.Load(); p != nil {
+// Refused implements lockstore.Store.
+func (s *Store) Refused() error {
+	if p := s.lastRefused.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// denied is err, wrapped in lockstore.ErrPermissionDenied with the user
-// and the key when etcd refused the user (or asked for one), and
-// remembered for Denied.
-func (s *Store) denied(err error, key string) error {
-	if err == nil {
+// refusal is err, wrapped in lockstore.ErrPermissionDenied with the user
+// and the key when etcd refused the user (or asked for one), or in
+// lockstore.ErrNoSpace or ErrCorrupt when etcd refused it for an alarm,
+// and then remembered for Refused.
+func (s *Store) refusal(err error, key string) error {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if !isDenial(err) {
+	case errors.Is(err, lockstore.ErrPermissionDenied):
+	case isDenial(err):
+		who := "an etcd client without a user (etcd's authentication is on: give it a user or a client certificate)"
+		if s.user != "" {
+			who = fmt.Sprintf("etcd user %q", s.user)
+		}
+		err = fmt.Errorf("%w: %s may not read and write %q: %w", lockstore.ErrPermissionDenied, who, key, err)
+	case alarm(err) != nil:
+		err = alarm(err)
+	default:
 		return err
 	}
-	who := "an etcd client without a user (etcd's authentication is on: give it a user or a client certificate)"
-	if s.user != "" {
-		who = fmt.Sprintf("etcd user %q", s.user)
-	}
-	err = fmt.Errorf("%w: %s may not read and write %q: %w", lockstore.ErrPermissionDenied, who, key, err)
-	s.lastDenied.Store(&err)
+	s.lastRefused.Store(&err)
 	return err
 }
 
+// alarm is err wrapped in lockstore.ErrNoSpace or ErrCorrupt when etcd
+// refused it for its NOSPACE or CORRUPT alarm, else nil.
+func alarm(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, lockstore.ErrNoSpace) || errors.Is(err, lockstore.ErrCorrupt):
+		return err
+	case is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w: %w", lockstore.ErrNoSpace, err)
+	case is(err, rpctypes.ErrCorrupt):
+		return fmt.Errorf("%w: %w", lockstore.ErrCorrupt, err)
+	}
+	return nil
+}
+
 // isDenial reports whether err is etcd refusing a user, or a client
-// without one. A watch that etcd
+// without one.
+func isDenial(err error) bool {
+	return is(err, rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed)
+}
+
+// is reports whether err is one of etcd's errors. A watch that etcd
 // cancels says why only in text (its cancel reason is the gRPC status
 // error's text), so that is read too.
-func isDenial(err error) bool {
-	for _, d := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed} {
+func is(err error, errs ...error) bool {
+	if err == nil {
+		return false
+	}
+	for _, d := range errs {
 		if errors.Is(err, d) || strings.HasSuffix(err.Error(), d.Error()) {
 			return true
 		}

@@ -35,7 +35,7 @@ func TestPermissionDenied(t *testing.T) {
 	if !errors.Is(err, lockstore.ErrPermissionDenied) || !strings.Contains(err.Error(), `"team-a"`) || !strings.Contains(err.Error(), theirs) {
 		t.Fatalf("another prefix: %v; want ErrPermissionDenied naming team-a and %s", err, theirs)
 	}
-	if d := s.Denied(); d == nil {
+	if d := s.Refused(); d == nil {
 		t.Error("Denied is nil after a refusal")
 	}
 	// The probe wrote nothing, anywhere.
@@ -67,8 +67,8 @@ func TestPermissionDenied(t *testing.T) {
 	if err := s.CheckAccess(ctx, theirs); err != nil {
 		t.Fatalf("after the grant: %v", err)
 	}
-	if d := s.Denied(); d != nil {
-		t.Errorf("Denied after an allowed check: %v", d)
+	if d := s.Refused(); d != nil {
+		t.Errorf("Refused after an allowed check: %v", d)
 	}
 	if out, err := s.Try(layout.LockPrefix(k), put); err != nil || !out.OK {
 		t.Errorf("Try after the grant: %+v %v", out, err)

@@ -26,6 +26,19 @@ type lockTxn struct {
 	phase txnPhase // where a batch carries it
 }
 
+// puts reports whether t may write data, which costs etcd space: etcd
+// refuses it while its NOSPACE alarm is raised, and a batch with it.
+func (t lockTxn) puts() bool {
+	for _, ops := range [][]clientv3.Op{t.then, t.els} {
+		for _, op := range ops {
+			if op.IsPut() || op.IsTxn() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // txnPhase is where a lockTxn that reads its lock's line goes in a batch.
 // Operations in one etcd transaction see the ones before them and all take
 // its revision, but etcd evaluates every compare of the transaction, nested
@@ -79,6 +92,8 @@ const maxBatch = 64
 //
 // Every lockTxn of a batch commits or none does: an error (etcd out of
 // reach, a time-out) is each caller's error, as it would have been alone.
+// But while etcd is out of space, the lockTxns that write nothing are
+// committed again without those that do, since alone they would pass.
 type committer struct {
 	kv        clientv3.KV
 	timeout   time.Duration
@@ -199,6 +214,9 @@ func (m *committer) commit(batch []*pendingTxn) {
 		m.commit(batch[half:])
 		return
 	}
+	if is(err, rpctypes.ErrNoSpace) && m.commitFree(batch, err) {
+		return
+	}
 	if err == nil {
 		m.committed(len(batch))
 	}
@@ -214,6 +232,31 @@ func (m *committer) commit(batch []*pendingTxn) {
 		}
 		close(p.done)
 	}
+}
+
+// commitFree answers a batch that etcd refused for want of space, applying
+// none of it: the lockTxns that only read and delete (releases, which make
+// room) are committed again without those that write, which fail with
+// err. It reports false, answering none, when the batch has none of one
+// or of the other.
+func (m *committer) commitFree(batch []*pendingTxn, err error) bool {
+	var free []*pendingTxn
+	for _, p := range batch {
+		if !p.t.puts() {
+			free = append(free, p)
+		}
+	}
+	if len(free) == 0 || len(free) == len(batch) {
+		return false
+	}
+	for _, p := range batch {
+		if p.t.puts() {
+			p.err = err
+			close(p.done)
+		}
+	}
+	m.commit(free)
+	return true
 }
 
 // ordered returns a batch in the order its etcd transaction carries it:

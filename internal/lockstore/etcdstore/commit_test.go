@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
@@ -278,5 +279,38 @@ func TestGroupCommitReadsSeeTheBatch(t *testing.T) {
 	// try saw the lock held, and its refusal names the holder it saw.
 	if tr := outs[2]; tr.OK || tr.First == nil || tr.First.Holder.Owner != "theirs" || tr.First.Create != held[tryLock].Rev {
 		t.Errorf("a try of a lock released in the same transaction: %+v, want refused naming theirs, created at %d", tr, held[tryLock].Rev)
+	}
+}
+
+// TestGroupCommitOutOfSpace: while etcd's NOSPACE alarm is raised, a batch
+// with writes is refused whole, and the releases in it are committed again
+// without them: a holder can always let go, and make room.
+func TestGroupCommitOutOfSpace(t *testing.T) {
+	f := newFixture(t)
+	held, other := f.grant(t), f.grant(t)
+	lock := f.base + "held/"
+	granted := f.try(t, lock, held, "holder")
+	etcdtest.SetNoSpace(t, f.cli, true)
+	t.Cleanup(func() { etcdtest.SetNoSpace(t, f.cli, false) })
+
+	queued, send := hold(t, f.s.commits)
+	var tryErr, delErr error
+	var del lockstore.Outcome
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, tryErr = f.s.Try(f.base+"free/", lockstore.Put{Key: f.base + "free/b", Lease: other, Record: keyspace.Holder{Owner: "b"}})
+	})
+	wg.Go(func() { del, delErr = f.s.Delete(lock+"holder", granted.Rev) })
+	queued(2)
+	send()
+	wg.Wait()
+	if !errors.Is(tryErr, lockstore.ErrNoSpace) {
+		t.Errorf("the try batched with a release: %v, want ErrNoSpace", tryErr)
+	}
+	if delErr != nil || !del.OK {
+		t.Errorf("the release batched with a try: %+v %v, want it applied", del, delErr)
+	}
+	if cs, _, err := f.s.Contenders(context.Background(), f.base, 0); err != nil || len(cs) != 0 {
+		t.Errorf("keys left: %+v %v", cs, err)
 	}
 }

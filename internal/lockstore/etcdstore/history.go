@@ -216,7 +216,7 @@ func bump(floor, last int64) int64 {
 // unless it holds a floor as high already, so that every sidecar of the
 // scope, and the next one to start, refuses the fences at or below it.
 func (s *Store) RaiseFloor(ctx context.Context, key string, floor int64) error {
-	return s.denied(RaiseFloorKey(ctx, s.cli, key, floor, s.commits.timeout), key)
+	return s.refusal(RaiseFloorKey(ctx, s.cli, key, floor, s.commits.timeout), key)
 }
 
 // RaiseFloorKey writes floor into the fence-floor key through cli, each

@@ -57,6 +57,7 @@ func TestEtcdConforms(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		Full: func(t *testing.T, full bool) { etcdtest.SetNoSpace(t, f.cli, full) },
 	})
 }
 

@@ -28,6 +28,9 @@ func NewSessions(keeper *lease.Keeper) *Sessions { return &Sessions{keeper: keep
 func (s *Sessions) Current() (lockstore.Session, error) {
 	ls, err := s.keeper.Current()
 	if err != nil {
+		if a := alarm(err); a != nil {
+			return nil, a
+		}
 		return nil, err
 	}
 	return s.of(ls), nil
@@ -37,6 +40,9 @@ func (s *Sessions) Current() (lockstore.Session, error) {
 func (s *Sessions) Wait(ctx context.Context) (lockstore.Session, error) {
 	ls, err := s.keeper.Wait(ctx)
 	if err != nil {
+		if a := alarm(err); a != nil {
+			return nil, a
+		}
 		return nil, err
 	}
 	return s.of(ls), nil

@@ -18,10 +18,10 @@ import (
 
 // Store is lockstore.Store on an etcd client.
 type Store struct {
-	cli        *clientv3.Client
-	commits    *committer
-	user       string                // the etcd user, for errors (User)
-	lastDenied atomic.Pointer[error] // for Denied
+	cli         *clientv3.Client
+	commits     *committer
+	user        string                // the etcd user, for errors (User)
+	lastRefused atomic.Pointer[error] // for Refused
 }
 
 var _ lockstore.Store = (*Store)(nil)
@@ -62,7 +62,7 @@ func (s *Store) attempt(lock string, p lockstore.Put, cmp clientv3.Cmp, read cli
 		t.els = append(t.els, clientv3.OpGet(p.Gate))
 	}
 	r, err := s.commits.do(t)
-	err = s.denied(err, p.Key)
+	err = s.refusal(err, p.Key)
 	if err != nil || r.succeeded {
 		return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, nil, err
 	}
@@ -104,7 +104,7 @@ func (s *Store) enqueue(lock string, p lockstore.Put, read clientv3.Op) (locksto
 		t.then = append(t.then, clientv3.OpGet(p.Gate))
 	}
 	r, err := s.commits.do(t)
-	err = s.denied(err, p.Key)
+	err = s.refusal(err, p.Key)
 	if err != nil || !r.succeeded {
 		return lockstore.Outcome{Rev: r.revision}, nil, err
 	}
@@ -145,7 +145,7 @@ func (s *Store) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, e
 		cmp = append(cmp, clientv3.Compare(clientv3.ModRevision(p.Key), "=", mod))
 	}
 	r, err := s.commits.do(lockTxn{key: p.Key, cmp: cmp, then: []clientv3.Op{put(p)}})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, p.Key)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, p.Key)
 }
 
 // Delete implements lockstore.Store. It compares the key's create revision,
@@ -156,7 +156,7 @@ func (s *Store) Delete(key string, create int64) (lockstore.Outcome, error) {
 		cmp[0] = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
 	r, err := s.commits.do(lockTxn{key: key, cmp: cmp, then: []clientv3.Op{clientv3.OpDelete(key)}})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, key)
 }
 
 // Finish implements lockstore.Store.
@@ -170,7 +170,7 @@ func (s *Store) Finish(key string, create int64, record, value string, lease loc
 		then = append(then, clientv3.OpDelete(also))
 	}
 	r, err := s.commits.do(lockTxn{key: key, cmp: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)}, then: then})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, record)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, record)
 }
 
 // DeleteWith implements lockstore.Store.
@@ -179,7 +179,7 @@ func (s *Store) DeleteWith(key string, create int64, also string) (lockstore.Out
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)},
 		then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(also)},
 	})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, key)
 }
 
 // Mark implements lockstore.Store.
@@ -188,7 +188,7 @@ func (s *Store) Mark(key string, create int64, marker, value string) (lockstore.
 		cmp:  []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", create)},
 		then: []clientv3.Op{clientv3.OpPut(marker, value)},
 	})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, marker)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, marker)
 }
 
 // Swap implements lockstore.Store.
@@ -198,14 +198,14 @@ func (s *Store) Swap(key, old, value string) (lockstore.Outcome, error) {
 		op = clientv3.OpDelete(key)
 	}
 	r, err := s.commits.do(lockTxn{key: key, cmp: []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", old)}, then: []clientv3.Op{op}})
-	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.denied(err, key)
+	return lockstore.Outcome{OK: r.succeeded, Rev: r.revision}, s.refusal(err, key)
 }
 
 // Read implements lockstore.Store.
 func (s *Store) Read(ctx context.Context, key string) ([]byte, bool, error) {
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
-		return nil, false, s.denied(err, key)
+		return nil, false, s.refusal(err, key)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, false, nil
@@ -226,7 +226,7 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (lockstore.Le
 func (s *Store) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
 	resp, err := s.cli.Get(ctx, lock, clientv3.WithFirstCreate()...)
 	if err != nil {
-		return nil, s.denied(err, lock)
+		return nil, s.refusal(err, lock)
 	}
 	return first(resp.Kvs), nil
 }
@@ -241,7 +241,7 @@ func (s *Store) Ahead(ctx context.Context, lock, key string, create int64) ([]st
 		Then(clientv3.OpGet(lock, append(newestFirst(), clientv3.WithMaxCreateRev(create-1))...)).
 		Commit()
 	if err != nil {
-		return nil, 0, false, s.denied(err, lock)
+		return nil, 0, false, s.refusal(err, lock)
 	}
 	if !resp.Succeeded {
 		return nil, resp.Header.Revision, false, nil
@@ -256,7 +256,7 @@ func (s *Store) Line(ctx context.Context, lock, key string, create int64) ([]loc
 		Then(clientv3.OpGet(lock, append(firstCreatedFirst(), clientv3.WithMaxCreateRev(create-1))...)).
 		Commit()
 	if err != nil {
-		return nil, 0, false, s.denied(err, lock)
+		return nil, 0, false, s.refusal(err, lock)
 	}
 	if !resp.Succeeded {
 		return nil, resp.Header.Revision, false, nil
@@ -268,7 +268,7 @@ func (s *Store) Line(ctx context.Context, lock, key string, create int64) ([]loc
 func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]lockstore.Contender, bool, error) {
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
-		return nil, false, s.denied(err, prefix)
+		return nil, false, s.refusal(err, prefix)
 	}
 	cs := make([]lockstore.Contender, len(resp.Kvs))
 	for i, kv := range resp.Kvs {
@@ -281,7 +281,7 @@ func (s *Store) Contenders(ctx context.Context, prefix string, limit int) ([]loc
 func (s *Store) Holds(ctx context.Context, key string, create int64) (bool, error) {
 	resp, err := s.cli.Get(ctx, key, clientv3.WithKeysOnly())
 	if err != nil {
-		return false, s.denied(err, key)
+		return false, s.refusal(err, key)
 	}
 	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == create, nil
 }

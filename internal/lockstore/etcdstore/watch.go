@@ -30,7 +30,7 @@ func (s *Store) WatchAll(ctx context.Context, prefix string, from int64) <-chan 
 func (s *Store) Snapshot(ctx context.Context, prefix string) ([]lockstore.Contender, int64, error) {
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, s.denied(err, prefix)
+		return nil, 0, s.refusal(err, prefix)
 	}
 	cs := make([]lockstore.Contender, len(resp.Kvs))
 	for i, kv := range resp.Kvs {
@@ -53,7 +53,7 @@ func (s *Store) watch(ctx context.Context, prefix string, from int64, all bool, 
 		defer close(out)
 		for resp := range wch {
 			r, last := responseOf(resp, all)
-			r.Err = s.denied(r.Err, prefix)
+			r.Err = s.refusal(r.Err, prefix)
 			select {
 			case out <- r:
 			case <-ctx.Done():

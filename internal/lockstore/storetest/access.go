@@ -8,8 +8,8 @@ func testCheckAccess(t *testing.T, s *suite) {
 	if err := s.h.Store.CheckAccess(ctx(t), s.base); err != nil {
 		t.Fatalf("CheckAccess: %v", err)
 	}
-	if err := s.h.Store.Denied(); err != nil {
-		t.Errorf("Denied after an allowed check: %v", err)
+	if err := s.h.Store.Refused(); err != nil {
+		t.Errorf("Refused after an allowed check: %v", err)
 	}
 	cs, _, err := s.h.Store.Contenders(ctx(t), s.base, 0)
 	if err != nil {

@@ -24,6 +24,8 @@ type Harness struct {
 	Grant func(t *testing.T) lockstore.LeaseID
 	// Revoke revokes a lease: its keys go.
 	Revoke func(t *testing.T, id lockstore.LeaseID)
+	// Full, when set, raises etcd's NOSPACE alarm (true), or disarms it.
+	Full func(t *testing.T, full bool)
 }
 
 // Run runs the suite on h.
@@ -46,6 +48,7 @@ func Run(t *testing.T, h Harness) {
 		{"FinishWritesTheOutcomeAsItLetsGo", testFinish},
 		{"ConcurrentTriesGrantOne", testConcurrentTries},
 		{"CheckAccessWritesNothing", testCheckAccess},
+		{"OutOfSpaceRefusesWritesNotDeletes", testOutOfSpace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.f(t, &suite{h: h, base: fmt.Sprintf("/storetest/%d/%s/", time.Now().UnixNano(), tc.name)})

@@ -1,0 +1,122 @@
+package etcdmaint
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// Member is what a pass saw of one etcd member.
+type Member struct {
+	// Name and ID are the member's.
+	Name string
+	ID   uint64
+	// Endpoint is the client URL the maintainer asks it at.
+	Endpoint string
+	// Leader says it led the cluster.
+	Leader bool
+	// Size is its database file's size; InUse the part of it in use;
+	// Quota its space quota (--quota-backend-bytes). All in bytes.
+	Size, InUse, Quota int64
+	// Alarms are the alarms raised on it: "NOSPACE", "CORRUPT".
+	Alarms []string
+	// Err is why it could not be asked; the sizes are then unknown.
+	Err error
+}
+
+// Free is the part of the member's file compacted away and not given back.
+func (m Member) Free() int64 { return m.Size - m.InUse }
+
+// Reason is why a member is defragmented.
+type Reason string
+
+// Reasons, as the log and the metrics name them.
+const (
+	// Fragmented: the member's file is at least Config.MinSize, and
+	// Config.FreeRatio of it is free.
+	Fragmented Reason = "fragmented"
+	// NearQuota: the file reached Config.QuotaRatio of the quota, and a
+	// tenth of it is free.
+	NearQuota Reason = "near_quota"
+	// NoSpace: etcd's NOSPACE alarm is raised.
+	NoSpace Reason = "no_space"
+)
+
+// reason says whether m is to be defragmented, and why ("" when not).
+func (c Config) reason(m Member, noSpace bool) Reason {
+	switch {
+	case m.Err != nil:
+		return ""
+	case noSpace:
+		return NoSpace
+	case m.Size >= c.MinSize && float64(m.Free()) >= c.FreeRatio*float64(m.Size):
+		return Fragmented
+	case m.Quota > 0 && float64(m.Size) >= c.QuotaRatio*float64(m.Quota) && m.Free() >= m.Size/10:
+		return NearQuota
+	}
+	return ""
+}
+
+// members asks every member of the cluster for its database's size and
+// alarms, the leader last. A member that does not answer is listed with
+// its error.
+func (m *Maintainer) members(ctx context.Context) ([]Member, error) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	list, err := m.cli.MemberList(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("list etcd's members: %w", err)
+	}
+	alarms, err := m.cli.AlarmList(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("list etcd's alarms: %w", err)
+	}
+	out := make([]Member, 0, len(list.Members))
+	for _, pm := range list.Members {
+		mem := Member{Name: pm.Name, ID: pm.ID}
+		switch {
+		case len(list.Members) == 1:
+			// One member: the client's own endpoint reaches it, whatever
+			// it advertises (the embedded etcd's port may be 0).
+			mem.Endpoint = m.cli.Endpoints()[0]
+		case len(pm.ClientURLs) > 0:
+			mem.Endpoint = pm.ClientURLs[0]
+		default:
+			mem.Err = fmt.Errorf("etcd member %s advertises no client URL (it has not started yet)", pm.Name)
+		}
+		for _, a := range alarms.Alarms {
+			if a.MemberID == pm.ID && a.Alarm != pb.AlarmType_NONE {
+				mem.Alarms = append(mem.Alarms, a.Alarm.String())
+			}
+		}
+		if mem.Err == nil {
+			m.status(ctx, &mem)
+		}
+		out = append(out, mem)
+	}
+	slices.SortStableFunc(out, func(a, b Member) int {
+		switch {
+		case a.Leader == b.Leader:
+			return 0
+		case b.Leader:
+			return -1
+		}
+		return 1
+	})
+	return out, nil
+}
+
+// status reads mem's sizes and whether it leads.
+func (m *Maintainer) status(ctx context.Context, mem *Member) {
+	sctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	st, err := m.cli.Status(sctx, mem.Endpoint)
+	if err != nil {
+		mem.Err = fmt.Errorf("etcd member %s at %s: %w", mem.Name, mem.Endpoint, err)
+		return
+	}
+	mem.Size, mem.InUse, mem.Quota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
+	mem.Leader = st.Leader == st.Header.MemberId
+}
