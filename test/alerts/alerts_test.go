@@ -4,8 +4,8 @@
 // alert's unit tests in rules_test.yaml pass, every alert is tested both
 // firing and quiet, every alert's runbook is a section of
 // docs/operations.md, and every dashboard query parses. With a real
-// Prometheus server (Debian's package) scraping real sidecars and the
-// controller: every dashboard query returns data, every alert evaluates,
+// Prometheus server (Debian's package) scraping real sidecars, the
+// controller and etcd: every dashboard query returns data, every alert evaluates,
 // they read only metrics Baton exports (by Prometheus's parser,
 // bin/promql-names), and BatonLockNearTTL fires.
 package alerts

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/baton-dev/baton/internal/controller"
+	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/etcdmaint"
 	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/kubetest"
@@ -31,13 +32,17 @@ import (
 
 // TestWithPrometheus runs a real Prometheus (Debian's package, $PROMETHEUS
 // or prometheus on $PATH) on loopback with the alerts, scraping two real
-// sidecars and the controller while a workload runs: every query of the
+// sidecars, the controller (which keeps the etcd) and etcd's own metrics
+// while a workload runs: every query of the
 // dashboard returns data, every alert's expression evaluates, every metric
 // they read is one the processes export, and BatonLockNearTTL fires for a
 // lock held past 80% of its ttl.
 func TestWithPrometheus(t *testing.T) {
 	prom := prometheusBin(t)
-	etcd, err := etcdtest.Start()
+	// On TCP, so that Prometheus scrapes its own metrics (on its client
+	// URL), as it does the chart's etcd's (job baton-etcd).
+	etcdAddr := freeAddr(t)
+	etcd, err := etcdtest.StartWith(func(c *embedetcd.Config) { c.ClientURL = "http://" + etcdAddr })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +55,7 @@ func TestWithPrometheus(t *testing.T) {
 		sidecars = append(sidecars, startSidecar(t, pod, etcd.Endpoints()))
 	}
 	ctlAddr := startController(t, ctx, etcd.Endpoints())
-	promAddr := startPrometheus(t, prom, sidecars, ctlAddr)
+	promAddr := startPrometheus(t, prom, sidecars, ctlAddr, etcdAddr)
 	workload(t, ctx, sidecars)
 
 	// A lock held with a ttl of 20s runs past 80% of it 16s later; the
@@ -111,7 +116,7 @@ func TestWithPrometheus(t *testing.T) {
 	for i, selected := range metricNames(t, exprs) {
 		for _, n := range selected {
 			if !exported[n] {
-				t.Errorf("%s reads %s, which none of the sidecars and the controller export", exprs[i], n)
+				t.Errorf("%s reads %s, which none of the sidecars, the controller and etcd export", exprs[i], n)
 			}
 		}
 	}
@@ -262,8 +267,8 @@ func servingCert(t *testing.T) string {
 
 // startPrometheus runs Prometheus with the alerts, scraping the sidecars
 // (labelled with their namespace and pod, as Kubernetes service discovery
-// would) and the controller every second, and returns its address.
-func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAddr string) string {
+// would), the controller and etcd every second, and returns its address.
+func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAddr, etcdAddr string) string {
 	t.Helper()
 	dir := t.TempDir()
 	rules, err := filepath.Abs(rulesFile)
@@ -276,6 +281,7 @@ func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAdd
 		fmt.Fprintf(&b, "      - targets: [%q]\n        labels: {namespace: shop, pod: %s}\n", s.metrics, s.pod)
 	}
 	fmt.Fprintf(&b, "  - job_name: controller\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: baton, pod: controller-0}\n", controllerAddr)
+	fmt.Fprintf(&b, "  - job_name: baton-etcd\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: baton, pod: baton-etcd-0}\n", etcdAddr)
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -283,15 +289,15 @@ func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAdd
 	addr := freeAddr(t)
 	startProcess(t, "prometheus", exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr))
 	// Every target up.
-	waitFor(t, 60*time.Second, "Prometheus scraping the sidecars and the controller", func() error {
+	waitFor(t, 60*time.Second, "Prometheus scraping the sidecars, the controller and etcd", func() error {
 		var res struct {
 			Result []json.RawMessage `json:"result"`
 		}
 		if err := promTry(addr, "/api/v1/query", url.Values{"query": {"up == 1"}}, &res); err != nil {
 			return err
 		}
-		if len(res.Result) != len(sidecars)+1 {
-			return fmt.Errorf("%d of %d targets up", len(res.Result), len(sidecars)+1)
+		if len(res.Result) != len(sidecars)+2 {
+			return fmt.Errorf("%d of %d targets up", len(res.Result), len(sidecars)+2)
 		}
 		return nil
 	})

@@ -21,6 +21,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -359,29 +360,30 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) webh
 func TestBadValuesAreRefused(t *testing.T) {
 	needCluster(t)
 	for set, want := range map[string]string{
-		"etcd.replicas=2":                                   "etcd.replicas",
-		"etcd.secure=maybe":                                 "etcd.secure",
-		"etcd.certValidity=monthly":                         "etcd.certValidity",
-		"sidecar.leaseTTL=soon":                             "sidecar.leaseTTL",
-		"webhook.failurePolicy=Sometimes":                   "webhook.failurePolicy",
-		"etcd.endpoints={etcd:2379}":                        "etcd.endpoints",
-		"controller.replicas=0":                             "controller.replicas",
-		"sidecar.healthPort=70000":                          "sidecar.healthPort",
-		"sidecar.args={default-ttl}":                        "sidecar.args",
-		"sidecar.daprStores={prefix=x}":                     "sidecar.daprStores",
-		"clusterName=East_1":                                "clusterName",
-		"etcd.proxy.enabled=true":                           "etcd.proxy.enabled with the chart's secured etcd",
-		"etcd.proxy.port=0":                                 "etcd.proxy.port",
-		"prometheusRule.ttlUsedRatio=1.5":                   "prometheusRule.ttlUsedRatio",
-		"etcd.tsl.secretName=x":                             "tsl",
-		"nameOverride=Locks":                                "nameOverride",
-		"etcd.priorityClassName=High":                       "etcd.priorityClassName",
-		"sidecar.imagePullSecrets[0]=a b":                   "sidecar.imagePullSecrets",
-		"sidecar.podMonitor.enabled=true":                   "sidecar.podMonitor.enabled needs sidecar.metricsPort",
-		"controller.topologySpreadConstraints[0].maxSkew=1": "controller.topologySpreadConstraints",
-		"prometheusRule.enabled=true":                       "prometheusRule.enabled needs sidecar.metricsPort",
-		"etcd.quota=2147483648":                             "keep it at least twice etcd.quota",
-		"etcd.maintenance.defragFreeRatio=1":                "etcd.maintenance.defragFreeRatio",
+		"etcd.replicas=2":                                             "etcd.replicas",
+		"etcd.secure=maybe":                                           "etcd.secure",
+		"etcd.certValidity=monthly":                                   "etcd.certValidity",
+		"sidecar.leaseTTL=soon":                                       "sidecar.leaseTTL",
+		"webhook.failurePolicy=Sometimes":                             "webhook.failurePolicy",
+		"etcd.endpoints={etcd:2379}":                                  "etcd.endpoints",
+		"controller.replicas=0":                                       "controller.replicas",
+		"sidecar.healthPort=70000":                                    "sidecar.healthPort",
+		"sidecar.args={default-ttl}":                                  "sidecar.args",
+		"sidecar.daprStores={prefix=x}":                               "sidecar.daprStores",
+		"clusterName=East_1":                                          "clusterName",
+		"etcd.proxy.enabled=true":                                     "etcd.proxy.enabled with the chart's secured etcd",
+		"etcd.proxy.port=0":                                           "etcd.proxy.port",
+		"prometheusRule.ttlUsedRatio=1.5":                             "prometheusRule.ttlUsedRatio",
+		"etcd.tsl.secretName=x":                                       "tsl",
+		"nameOverride=Locks":                                          "nameOverride",
+		"etcd.priorityClassName=High":                                 "etcd.priorityClassName",
+		"sidecar.imagePullSecrets[0]=a b":                             "sidecar.imagePullSecrets",
+		"sidecar.podMonitor.enabled=true":                             "sidecar.podMonitor.enabled needs sidecar.metricsPort",
+		"controller.topologySpreadConstraints[0].maxSkew=1":           "controller.topologySpreadConstraints",
+		"prometheusRule.enabled=true":                                 "prometheusRule.enabled needs sidecar.metricsPort",
+		"etcd.podMonitor.enabled=true,etcd.endpoints={http://e:2379}": "etcd.podMonitor.enabled scrapes the chart's own etcd",
+		"etcd.quota=2147483648":                                       "keep it at least twice etcd.quota",
+		"etcd.maintenance.defragFreeRatio=1":                          "etcd.maintenance.defragFreeRatio",
 	} {
 		_, err := render(t, "", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -568,16 +570,21 @@ func TestMonitors(t *testing.T) {
 	needCluster(t)
 	objs := renderObjects(t, filepath.Join("values", "cert-manager.yaml"))
 	sms, pms := find(objs, "ServiceMonitor"), find(objs, "PodMonitor")
-	if len(sms) != 1 || len(pms) != 1 {
-		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one of each", len(sms), len(pms))
+	if len(sms) != 1 || len(pms) != 2 {
+		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one and two (the sidecars', etcd's)", len(sms), len(pms))
 	}
+	checkEtcdPodMonitor(t, objs, pms)
 	var sm monitoringv1.ServiceMonitor
 	strict(t, sms[0], &sm)
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Labels["release"] != "prometheus" {
 		t.Errorf("ServiceMonitor %+v", sm.Spec)
 	}
 	var pm monitoringv1.PodMonitor
-	strict(t, pms[0], &pm)
+	for _, o := range pms {
+		if o["metadata"].(map[string]any)["name"] == "baton-sidecars" {
+			strict(t, o, &pm)
+		}
+	}
 	cfg := webhook.Default()
 	cfg.Image, cfg.EtcdEndpoints, cfg.MetricsPort = "baton:test", []string{"http://etcd:2379"}, 9811
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{webhook.LabelInject: "true"}},
@@ -591,6 +598,32 @@ func TestMonitors(t *testing.T) {
 	}
 	if sel := pm.Spec.Selector.MatchLabels; sel[webhook.LabelInject] != "true" || !pm.Spec.NamespaceSelector.Any || pm.Labels["release"] != "prometheus" {
 		t.Errorf("PodMonitor selects %v in %+v, labels %v", sel, pm.Spec.NamespaceSelector, pm.Labels)
+	}
+}
+
+// checkEtcdPodMonitor: etcd's PodMonitor scrapes its members' metrics
+// port, as job baton-etcd (the etcd alerts' job).
+func checkEtcdPodMonitor(t *testing.T, objs, pms []map[string]any) {
+	t.Helper()
+	var pm monitoringv1.PodMonitor
+	for _, o := range pms {
+		if o["metadata"].(map[string]any)["name"] == "baton-etcd" {
+			strict(t, o, &pm)
+		}
+	}
+	var sts appsv1.StatefulSet
+	strict(t, find(objs, "StatefulSet")[0], &sts)
+	e := pm.Spec.PodMetricsEndpoints
+	if len(e) != 1 || e[0].Port == nil || len(e[0].RelabelConfigs) != 1 || e[0].RelabelConfigs[0].Replacement == nil || *e[0].RelabelConfigs[0].Replacement != "baton-etcd" {
+		t.Fatalf("etcd's PodMonitor endpoints %+v", e)
+	}
+	if !slices.ContainsFunc(sts.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == *e[0].Port }) {
+		t.Errorf("etcd's PodMonitor scrapes port %q, which etcd's container does not name", *e[0].Port)
+	}
+	for k, v := range pm.Spec.Selector.MatchLabels {
+		if sts.Spec.Template.Labels[k] != v {
+			t.Errorf("etcd's PodMonitor selects %v, not etcd's pods (%v)", pm.Spec.Selector.MatchLabels, sts.Spec.Template.Labels)
+		}
 	}
 }
 
@@ -619,4 +652,60 @@ func TestNotesTellTheEtcdAsInstalled(t *testing.T) {
 			t.Errorf("%v: notes\n%s\nwant %q, not %q", c.set, notes, c.want, c.refuse)
 		}
 	}
+}
+
+// TestAntiAffinityFollowsTheNodes: with etcd.antiAffinity auto, helm
+// install against a cluster with as many Ready, schedulable, untainted
+// nodes as etcd members makes them require distinct nodes; with fewer, it
+// lets them share and the notes say what that risks.
+func TestAntiAffinityFollowsTheNodes(t *testing.T) {
+	needCluster(t)
+	kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
+	install := func() (manifest, notes string) {
+		t.Helper()
+		out, err := run(t, helm, "install", "spread", chartDir, "--namespace", namespace, "--kubeconfig", kubeconfig, "--dry-run=server")
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := strings.Index(out, "NOTES:")
+		if at < 0 {
+			t.Fatalf("no notes:\n%s", out)
+		}
+		return out[:at], out[at:]
+	}
+	check := func(when string, hard bool, note string) {
+		t.Helper()
+		manifest, notes := install()
+		if strings.Contains(manifest, "requiredDuringSchedulingIgnoredDuringExecution") != hard {
+			t.Errorf("%s: members require distinct nodes: %v, want %v", when, !hard, hard)
+		}
+		if strings.Contains(notes, "etcd's members may share a node") == hard || !strings.Contains(notes, note) {
+			t.Errorf("%s: notes\n%s\nwant %q", when, notes, note)
+		}
+	}
+	check("no nodes", false, "this cluster has 0 schedulable nodes for 3 members")
+	for i := range 3 {
+		name := fmt.Sprintf("spread-%d", i)
+		node := fmt.Sprintf(`{"apiVersion":"v1","kind":"Node","metadata":{"name":%q}}`, name)
+		file := filepath.Join(t.TempDir(), "node.json")
+		os.WriteFile(file, []byte(node), 0o600)
+		if _, err := run(t, kubectl, "--kubeconfig", kubeconfig, "apply", "-f", file); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { run(t, kubectl, "--kubeconfig", kubeconfig, "delete", "node", name) })
+		if _, err := run(t, kubectl, "--kubeconfig", kubeconfig, "patch", "node", name, "--subresource=status", "--type=merge",
+			"-p", `{"status":{"conditions":[{"type":"Ready","status":"True"}]}}`); err != nil {
+			t.Fatal(err)
+		}
+		// The API server taints a new node not-ready; the node lifecycle
+		// controller, which envtest does not run, lifts it once Ready.
+		if _, err := run(t, kubectl, "--kubeconfig", kubeconfig, "taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("three Ready nodes", true, "")
+	if _, err := run(t, kubectl, "--kubeconfig", kubeconfig, "taint", "node", "spread-2", "dedicated=db:NoSchedule"); err != nil {
+		t.Fatal(err)
+	}
+	check("one of them tainted", false, "this cluster has 2 schedulable nodes for 3 members")
 }

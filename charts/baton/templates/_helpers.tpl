@@ -122,3 +122,30 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* How etcd's members spread over nodes: "hard" (they require distinct
+     nodes) or "soft" (they prefer them). etcd.antiAffinity auto is hard
+     when the cluster has at least etcd.replicas Ready, schedulable nodes
+     without NoSchedule or NoExecute taints, as helm install and upgrade
+     see them (lookup); else soft, and the notes say so. helm template sees
+     no nodes: soft. */}}
+{{- define "baton.etcdAntiAffinity" -}}
+{{- if eq .Values.etcd.antiAffinity "auto" -}}
+{{- if ge (int (include "baton.schedulableNodes" .)) (int .Values.etcd.replicas) }}hard{{ else }}soft{{ end -}}
+{{- else -}}
+{{- .Values.etcd.antiAffinity -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The cluster's Ready, schedulable, untainted nodes, as lookup sees them. */}}
+{{- define "baton.schedulableNodes" -}}
+{{- $n := 0 -}}
+{{- range (lookup "v1" "Node" "" "").items -}}
+{{- $ready := false -}}
+{{- range .status.conditions -}}{{- if and (eq .type "Ready") (eq .status "True") -}}{{- $ready = true -}}{{- end -}}{{- end -}}
+{{- $tainted := false -}}
+{{- range .spec.taints -}}{{- if or (eq .effect "NoSchedule") (eq .effect "NoExecute") -}}{{- $tainted = true -}}{{- end -}}{{- end -}}
+{{- if and $ready (not .spec.unschedulable) (not $tainted) -}}{{- $n = add1 $n -}}{{- end -}}
+{{- end -}}
+{{- $n -}}
+{{- end -}}
