@@ -24,8 +24,10 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	}
 	holding := holdingKeys(c.layout, cs)
 	hold := map[string]bool{}
+	deadline := map[string]time.Time{} // as the state file has it
 	for _, p := range previous {
 		hold[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] = p.Hold
+		deadline[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] = p.ExpiresAt
 	}
 	found := map[string]bool{}
 	var stray []lockstore.Contender
@@ -52,9 +54,16 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 			e = c.slotLocked(k, rec.Owner, rec.Claim)
 		}
 		e.busy = true
+		// The record's deadline, or the state file's when later: an extend
+		// that etcd, out of space, could not write into the record, and that
+		// the owner was told.
+		expires := rec.ExpiresAt
+		if d := deadline[id]; d.After(expires) {
+			expires = d
+		}
 		h := &held{owner: rec.Owner, entry: e, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
-			acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
-		c.holdLocked(e, h, max(time.Until(rec.ExpiresAt), 0), true)
+			acquiredAt: rec.AcquiredAt, expiresAt: expires, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
+		c.holdLocked(e, h, max(time.Until(expires), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.
 		c.contendLocked(e, h.etcdKey, h.fence, ct.Mod, h.lease, rec)

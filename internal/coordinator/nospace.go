@@ -32,9 +32,10 @@ const noSpaceHint = "the locks held go on (their holders may extend and release 
 // and the key is still the holder's: a read says so, and the session's
 // lease that carries it lives on, since etcd takes keep-alives while its
 // alarm is raised. So a hold stream, or a job that extends its lock, keeps
-// it. The record in etcd keeps the deadline it had: other sidecars, watches
-// and Lock objects show that one until an extend that etcd takes, and a
-// sidecar that restarts meanwhile adopts the lock only until then.
+// it. The record in etcd keeps the deadline it had until etcd takes writes
+// again (the record is written then, tried every recordRetry): other
+// sidecars, watches and Lock objects show that one meanwhile, and a
+// sidecar that restarts meanwhile keeps the later one of its state file.
 func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, h *held, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	mine, err := c.store.Holds(tctx, h.etcdKey, h.fence)
@@ -56,9 +57,13 @@ func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, 
 		c.passTurnLocked(e)
 		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, h.owner))
 	}
+	c.recLocked(e) // what etcd has: the record with the deadline before
 	h.expiresAt, h.ttl = exp.UTC(), ttl
 	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
+	// Written into the record once etcd takes writes again, tried every
+	// recordRetry until then.
+	c.publishAfterLocked(e, recordRetry)
 	if level < slog.LevelWarn {
 		level += slog.LevelInfo - slog.LevelDebug // Renew's debug: info; Extend's info: warn
 	}

@@ -38,6 +38,8 @@ func TestOutOfSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	let := key(t, "flow/let-go")
+	a.mustAcquire(t, let, "job")
 	w.full(t, a, true)
 	t.Cleanup(func() { w.full(t, a, false) })
 
@@ -73,13 +75,25 @@ func TestOutOfSpace(t *testing.T) {
 	if !first.Holder.ExpiresAt.Equal(g.ExpiresAt.UTC()) {
 		t.Errorf("the record's deadline = %v, want the one etcd took last, %v", first.Holder.ExpiresAt, g.ExpiresAt)
 	}
-	if _, err := a.c.Release(ctx, held, "job"); err != nil {
+	kept, err := a.c.Extend(ctx, held, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Release(ctx, let, "job"); err != nil {
 		t.Fatalf("release while out of space: %v", err)
 	}
 
 	w.full(t, a, false)
 	for _, s := range []*sidecar{a, b} {
 		waitFor(t, 10*time.Second, "ready once room is made", func() bool { return s.c.Ready() == nil })
+	}
+	// The deadline kept by the sidecar alone is written into the record.
+	waitFor(t, 10*time.Second, "the record's deadline written once room is made", func() bool {
+		f := a.first(t, held)
+		return f != nil && f.Holder.ExpiresAt.Equal(kept.ExpiresAt.UTC())
+	})
+	if _, err := a.c.Release(ctx, held, "job"); err != nil {
+		t.Fatalf("release: %v", err)
 	}
 	g2 := b.mustAcquire(t, other, "late")
 	if g2.Fence <= g.Fence {

@@ -40,12 +40,13 @@ type Config struct {
 	// TLS, when set, serves clients over TLS; ClientURL's scheme must then
 	// be https. Default: none (plain HTTP or a unix socket).
 	TLS *ServerTLS
-	// History is how long the member keeps its keys' past revisions: every
-	// tenth of it, etcd compacts away those older than it (its periodic
-	// auto-compaction), so the history stays about this long at any rate
-	// of locking rather than grows until the space quota is full. A
-	// watcher that falls further behind is told its revision was compacted
-	// and reads the keys again, as the sidecars do. Default 5m.
+	// History is how long the member keeps its keys' past revisions: once
+	// each History, etcd compacts away the revisions older than History
+	// (its periodic auto-compaction), so the history spans between one and
+	// two Histories at any rate of locking rather than grows until the
+	// space quota is full. A watcher that falls further behind is told its
+	// revision was compacted and reads the keys again, as the sidecars do.
+	// Default 5m.
 	History time.Duration
 	// Quota is the member's space quota, in bytes: when its database file
 	// reaches it, etcd raises its NOSPACE alarm and takes no more writes
@@ -84,7 +85,7 @@ const DefaultQuota = 2 << 30
 
 // DefaultHistory is the history the member keeps by default: long enough
 // for any watcher that is not cut off, short enough that a million locks
-// an hour (about 375 bytes of history each) keep about 35 MB of it.
+// an hour (about 500 bytes of history each) keep at most about 85 MB of it.
 const DefaultHistory = 5 * time.Minute
 
 // peerSocket places the peer socket in the data directory, or in the

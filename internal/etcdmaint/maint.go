@@ -161,7 +161,8 @@ func (m *Maintainer) defragment(ctx context.Context, mem Member, why Reason) err
 }
 
 // disarm disarms the NOSPACE alarms once every member's file is under
-// 95% of its quota; else it says the data itself is too large.
+// 95% of its quota (an etcd older than 3.6 does not say its quota: then
+// at once); else it says the data itself is too large.
 func (m *Maintainer) disarm(ctx context.Context) (bool, error) {
 	members, err := m.members(ctx)
 	if err != nil {
@@ -171,7 +172,7 @@ func (m *Maintainer) disarm(ctx context.Context) (bool, error) {
 		if mem.Err != nil {
 			return false, fmt.Errorf("NOSPACE alarm kept: %w", mem.Err)
 		}
-		if float64(mem.Size) >= 0.95*float64(mem.Quota) {
+		if mem.Quota > 0 && float64(mem.Size) >= 0.95*float64(mem.Quota) {
 			return false, fmt.Errorf("NOSPACE alarm kept: etcd member %s holds %d bytes in use after its compaction and defragmentation, its file is %d bytes, "+
 				"at its quota of %d: Baton's data itself fills it; raise etcd's --quota-backend-bytes (the chart's etcd.quota)", mem.Name, mem.InUse, mem.Size, mem.Quota)
 		}

@@ -14,7 +14,7 @@ import (
 type Etcd struct {
 	size, inUse, quota, up *prometheus.GaugeVec
 	alarms                 *prometheus.GaugeVec
-	alarmsSeen, defrags    *prometheus.CounterVec
+	defrags                *prometheus.CounterVec
 }
 
 var _ etcdmaint.Observer = (*Etcd)(nil)
@@ -37,10 +37,7 @@ func NewEtcd(reg prometheus.Registerer) (*Etcd, error) {
 			Name: "baton_etcd_member_up", Help: "1 when the etcd member answered Baton's etcd maintenance's last look, 0 when it did not.",
 		}, member),
 		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_etcd_alarm", Help: "1 for each alarm raised on an etcd member (NOSPACE: it takes no writes; CORRUPT: it serves nothing), as Baton's etcd maintenance last saw them.",
-		}, []string{"member", "alarm"}),
-		alarmsSeen: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_etcd_alarms_seen_total", Help: "Looks of Baton's etcd maintenance that found an alarm raised on an etcd member, by member and alarm (NOSPACE, CORRUPT): it rises while one is raised, and never falls.",
+			Name: "baton_etcd_alarm", Help: "1 while the alarm is raised on the etcd member (NOSPACE: it takes no writes; CORRUPT: it serves nothing), 0 while not, as Baton's etcd maintenance last saw them: from the start of its look that found one to the next.",
 		}, []string{"member", "alarm"}),
 		defrags: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_etcd_defragmentations_total", Help: "Defragmentations of etcd members by Baton's etcd maintenance, by reason (fragmented, near_quota, no_space) and result (ok, failed).",
@@ -53,13 +50,11 @@ func NewEtcd(reg prometheus.Registerer) (*Etcd, error) {
 		}
 		*g = existing.(*prometheus.GaugeVec)
 	}
-	for _, c := range []**prometheus.CounterVec{&e.alarmsSeen, &e.defrags} {
-		existing, err := register(reg, *c)
-		if err != nil {
-			return nil, err
-		}
-		*c = existing.(*prometheus.CounterVec)
+	existing, err := register(reg, e.defrags)
+	if err != nil {
+		return nil, err
 	}
+	e.defrags = existing.(*prometheus.CounterVec)
 	for _, why := range []etcdmaint.Reason{etcdmaint.Fragmented, etcdmaint.NearQuota, etcdmaint.NoSpace} {
 		for _, result := range []string{"ok", "failed"} {
 			e.defrags.WithLabelValues(string(why), result)
@@ -68,10 +63,18 @@ func NewEtcd(reg prometheus.Registerer) (*Etcd, error) {
 	return e, nil
 }
 
-// Saw implements etcdmaint.Observer.
+// Saw implements etcdmaint.Observer. Each member's alarms are series of
+// their own, 0 or 1, and of a member that did not answer too (etcd lists
+// its alarms through the others).
 func (e *Etcd) Saw(members []etcdmaint.Member) {
 	e.alarms.Reset()
 	for _, m := range members {
+		for _, a := range [...]string{"NOSPACE", "CORRUPT"} { // etcd's alarms
+			e.alarms.WithLabelValues(m.Name, a).Set(0)
+		}
+		for _, a := range m.Alarms {
+			e.alarms.WithLabelValues(m.Name, a).Set(1)
+		}
 		if m.Err != nil {
 			e.up.WithLabelValues(m.Name).Set(0)
 			continue
@@ -80,13 +83,6 @@ func (e *Etcd) Saw(members []etcdmaint.Member) {
 		e.size.WithLabelValues(m.Name).Set(float64(m.Size))
 		e.inUse.WithLabelValues(m.Name).Set(float64(m.InUse))
 		e.quota.WithLabelValues(m.Name).Set(float64(m.Quota))
-		for _, a := range [...]string{"NOSPACE", "CORRUPT"} { // etcd's alarms
-			e.alarmsSeen.WithLabelValues(m.Name, a) // at 0, so that an alert on its increase sees the first
-		}
-		for _, a := range m.Alarms {
-			e.alarms.WithLabelValues(m.Name, a).Set(1)
-			e.alarmsSeen.WithLabelValues(m.Name, a).Inc()
-		}
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 )
 
 // TestEtcdSeries: each member's sizes and alarms as the last pass saw
-// them (an alarm gone is no longer a series), a member that did not answer
-// as down, and defragmentations by reason and result.
+// them (an alarm gone is 0), a member that did not answer as down with its
+// alarms, and defragmentations by reason and result.
 func TestEtcdSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e, err := NewEtcd(reg)
@@ -37,7 +37,7 @@ baton_etcd_db_size_bytes{member="etcd-0"} 50
 baton_etcd_member_up{member="etcd-0"} 1
 baton_etcd_member_up{member="etcd-1"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_etcd_db_size_bytes", "baton_etcd_member_up", "baton_etcd_alarm"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_etcd_db_size_bytes", "baton_etcd_member_up"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.ToFloat64(e.defrags.WithLabelValues("no_space", "ok")); n != 1 {
@@ -46,11 +46,12 @@ baton_etcd_member_up{member="etcd-1"} 0
 	if n := testutil.ToFloat64(e.defrags.WithLabelValues("fragmented", "failed")); n != 1 {
 		t.Errorf("failed defragmentations %v, want 1", n)
 	}
-	if n := testutil.ToFloat64(e.alarmsSeen.WithLabelValues("etcd-0", "NOSPACE")); n != 1 {
-		t.Errorf("NOSPACE seen %v times, want 1", n)
+	e.Saw([]etcdmaint.Member{{Name: "etcd-0", Size: 50, InUse: 40, Quota: 1000}, {Name: "etcd-1", Err: errors.New("down"), Alarms: []string{"CORRUPT"}}})
+	if n := testutil.ToFloat64(e.alarms.WithLabelValues("etcd-1", "CORRUPT")); n != 1 {
+		t.Errorf("the CORRUPT alarm of a member that does not answer: %v, want 1", n)
 	}
-	if n := testutil.CollectAndCount(e.alarmsSeen); n != 2 {
-		t.Errorf("%d alarm series, want each alarm of the member that answered, from its first look (2)", n)
+	if n := testutil.CollectAndCount(e.alarms); n != 4 {
+		t.Errorf("%d alarm series, want each alarm of each member (4)", n)
 	}
 	if n := testutil.CollectAndCount(e.defrags); n != 6 {
 		t.Errorf("%d defragmentation series, want every reason and result from the start (6)", n)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,8 +16,9 @@ import (
 
 // TestPrometheusRule: with prometheusRule.enabled the chart installs the
 // alerts of files/alerts.yaml as they are, but for BatonLockNearTTL's
-// threshold, set by prometheusRule.ttlUsedRatio, and with the labels
-// Prometheus selects its rules by; without it, none.
+// threshold, set by prometheusRule.ttlUsedRatio, and etcd's quorum, that
+// of etcd.replicas, and with the labels Prometheus selects its rules by;
+// without it, none. etcd's own alerts come with etcd.podMonitor only.
 func TestPrometheusRule(t *testing.T) {
 	needCluster(t)
 	if rules := find(renderObjects(t, ""), "PrometheusRule"); len(rules) != 0 {
@@ -39,6 +41,15 @@ func TestPrometheusRule(t *testing.T) {
 	if err := sigsyaml.UnmarshalStrict(b, &file); err != nil {
 		t.Fatalf("files/alerts.yaml: %v", err)
 	}
+	manifest, err := render(t, filepath.Join("values", "cert-manager.yaml"), "--set", "etcd.podMonitor.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unscraped monitoringv1.PrometheusRule
+	strict(t, find(objects(t, manifest), "PrometheusRule")[0], &unscraped)
+	if n := len(unscraped.Spec.Groups); n != len(file.Groups)-1 || slices.ContainsFunc(unscraped.Spec.Groups, func(g monitoringv1.RuleGroup) bool { return g.Name == "baton-etcd-members" }) {
+		t.Errorf("without etcd.podMonitor: %d groups, want all but baton-etcd-members", n)
+	}
 	if len(got.Spec.Groups) != len(file.Groups) {
 		t.Fatalf("%d groups, files/alerts.yaml has %d", len(got.Spec.Groups), len(file.Groups))
 	}
@@ -50,8 +61,11 @@ func TestPrometheusRule(t *testing.T) {
 		for j, want := range g.Rules {
 			r := rules[j]
 			wantExpr := want.Expr.String()
-			if want.Alert == "BatonLockNearTTL" {
+			switch want.Alert {
+			case "BatonLockNearTTL":
 				wantExpr = strings.Replace(wantExpr, "> 0.8", "> 0.9", 1)
+			case "BatonEtcdInsufficientMembers": // a quorum of the chart's 3 members
+				wantExpr = strings.Replace(wantExpr, `((count by (namespace) (up{job="baton-etcd"}) + 1) / 2)`, "2", 1)
 			}
 			if r.Alert != want.Alert || r.Expr.String() != wantExpr || r.For == nil != (want.For == nil) ||
 				r.Annotations["summary"] != want.Annotations["summary"] || r.Labels["severity"] != want.Labels["severity"] {

@@ -661,9 +661,9 @@ func TestNotesTellTheEtcdAsInstalled(t *testing.T) {
 func TestAntiAffinityFollowsTheNodes(t *testing.T) {
 	needCluster(t)
 	kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
-	install := func() (manifest, notes string) {
+	install := func(set ...string) (manifest, notes string) {
 		t.Helper()
-		out, err := run(t, helm, "install", "spread", chartDir, "--namespace", namespace, "--kubeconfig", kubeconfig, "--dry-run=server")
+		out, err := run(t, helm, append([]string{"install", "spread", chartDir, "--namespace", namespace, "--kubeconfig", kubeconfig, "--dry-run=server"}, set...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -673,9 +673,9 @@ func TestAntiAffinityFollowsTheNodes(t *testing.T) {
 		}
 		return out[:at], out[at:]
 	}
-	check := func(when string, hard bool, note string) {
+	check := func(when string, hard bool, note string, set ...string) {
 		t.Helper()
-		manifest, notes := install()
+		manifest, notes := install(set...)
 		if strings.Contains(manifest, "requiredDuringSchedulingIgnoredDuringExecution") != hard {
 			t.Errorf("%s: members require distinct nodes: %v, want %v", when, !hard, hard)
 		}
@@ -708,4 +708,10 @@ func TestAntiAffinityFollowsTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("one of them tainted", false, "this cluster has 2 schedulable nodes for 3 members")
+	check("one of them tainted, etcd tolerating it", true, "", "--set", "etcd.tolerations[0].key=dedicated,etcd.tolerations[0].value=db,etcd.tolerations[0].effect=NoSchedule")
+	if _, err := run(t, kubectl, "--kubeconfig", kubeconfig, "label", "node", "spread-0", "spread-1", "disk=ssd"); err != nil {
+		t.Fatal(err)
+	}
+	check("two nodes labelled as etcd's nodeSelector asks", false, "this cluster has 2 schedulable nodes for 3 members",
+		"--set", "etcd.nodeSelector.disk=ssd,etcd.tolerations[0].operator=Exists")
 }

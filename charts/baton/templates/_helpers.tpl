@@ -125,27 +125,51 @@ tolerations:
 
 {{/* How etcd's members spread over nodes: "hard" (they require distinct
      nodes) or "soft" (they prefer them). etcd.antiAffinity auto is hard
-     when the cluster has at least etcd.replicas Ready, schedulable nodes
-     without NoSchedule or NoExecute taints, as helm install and upgrade
-     see them (lookup); else soft, and the notes say so. helm template sees
-     no nodes: soft. */}}
+     when the running StatefulSet's is (an upgrade never loosens it), or
+     when the cluster has at least etcd.replicas nodes etcd can run on
+     (baton.schedulableNodes), as helm install and upgrade see them
+     (lookup); else soft, and the notes say so. helm template sees no
+     cluster: soft. */}}
 {{- define "baton.etcdAntiAffinity" -}}
 {{- if eq .Values.etcd.antiAffinity "auto" -}}
-{{- if ge (int (include "baton.schedulableNodes" .)) (int .Values.etcd.replicas) }}hard{{ else }}soft{{ end -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "baton.etcd" .) -}}
+{{- $running := dig "spec" "template" "spec" "affinity" "podAntiAffinity" "requiredDuringSchedulingIgnoredDuringExecution" list $sts -}}
+{{- if or $running (ge (int (include "baton.schedulableNodes" .)) (int .Values.etcd.replicas)) }}hard{{ else }}soft{{ end -}}
 {{- else -}}
 {{- .Values.etcd.antiAffinity -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The cluster's Ready, schedulable, untainted nodes, as lookup sees them. */}}
+{{/* The nodes etcd can run on, as lookup sees them: Ready, schedulable,
+     with the labels of etcd.nodeSelector, and each NoSchedule or
+     NoExecute taint tolerated by etcd.tolerations. */}}
 {{- define "baton.schedulableNodes" -}}
 {{- $n := 0 -}}
+{{- $sel := .Values.etcd.nodeSelector | default dict -}}
+{{- $tols := .Values.etcd.tolerations | default list -}}
 {{- range (lookup "v1" "Node" "" "").items -}}
+{{- $node := . -}}
+{{- $ok := not (dig "spec" "unschedulable" false $node) -}}
 {{- $ready := false -}}
-{{- range .status.conditions -}}{{- if and (eq .type "Ready") (eq .status "True") -}}{{- $ready = true -}}{{- end -}}{{- end -}}
-{{- $tainted := false -}}
-{{- range .spec.taints -}}{{- if or (eq .effect "NoSchedule") (eq .effect "NoExecute") -}}{{- $tainted = true -}}{{- end -}}{{- end -}}
-{{- if and $ready (not .spec.unschedulable) (not $tainted) -}}{{- $n = add1 $n -}}{{- end -}}
+{{- range (dig "status" "conditions" list $node) -}}{{- if and (eq .type "Ready") (eq .status "True") -}}{{- $ready = true -}}{{- end -}}{{- end -}}
+{{- $ok = and $ok $ready -}}
+{{- $labels := dig "metadata" "labels" dict $node -}}
+{{- range $k, $v := $sel -}}{{- if ne (toString (get $labels $k)) (toString $v) -}}{{- $ok = false -}}{{- end -}}{{- end -}}
+{{- range (dig "spec" "taints" list $node) -}}
+{{- $taint := . -}}
+{{- if or (eq $taint.effect "NoSchedule") (eq $taint.effect "NoExecute") -}}
+{{- $tolerated := false -}}
+{{- range $tols -}}
+{{- $exists := eq (.operator | default "Equal") "Exists" -}}
+{{- $keyOK := or (eq (.key | default "") $taint.key) (and $exists (eq (.key | default "") "")) -}}
+{{- $valueOK := or $exists (eq (toString (.value | default "")) (toString ($taint.value | default ""))) -}}
+{{- $effectOK := or (eq (.effect | default "") "") (eq .effect $taint.effect) -}}
+{{- if and $keyOK $valueOK $effectOK -}}{{- $tolerated = true -}}{{- end -}}
+{{- end -}}
+{{- if not $tolerated -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $ok -}}{{- $n = add1 $n -}}{{- end -}}
 {{- end -}}
 {{- $n -}}
 {{- end -}}
