@@ -80,8 +80,16 @@ func startProc(t *testing.T, socket, scope string, extra ...string) *proc {
 // startBinary starts bin serve, as startProc does.
 func startBinary(t *testing.T, bin, socket, scope string, extra ...string) *proc {
 	t.Helper()
+	return startBinaryOn(t, bin, testEtcd.Endpoints(), socket, scope, true, extra...)
+}
+
+// startBinaryOn starts bin serve on the etcd of endpoints and waits for its
+// ready line or, unless ready, for it to serve its socket (a sidecar that
+// cannot grant yet serves it, not ready).
+func startBinaryOn(t *testing.T, bin string, endpoints []string, socket, scope string, ready bool, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"serve", "--socket", socket, "--scope", scope,
-		"--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","), "--lease-ttl", "2s",
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--lease-ttl", "2s",
 		"--request-timeout", "900ms", "--health-addr", ""}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "POD_NAME="+filepath.Base(socket))
@@ -94,10 +102,10 @@ func startBinary(t *testing.T, bin, socket, scope string, extra ...string) *proc
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan string, 1)
+	readyLine := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		ready <- line
+		readyLine <- line
 		io.Copy(io.Discard, stdout)
 	}()
 	go func() {
@@ -108,8 +116,16 @@ func startBinary(t *testing.T, bin, socket, scope string, extra ...string) *proc
 		cmd.Process.Kill()
 		<-p.exited
 	})
+	if !ready {
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.stderr.String(), `"msg":"listening"`); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not listening; stderr: %s", p.stderr.String())
+			}
+		}
+		return p
+	}
 	select {
-	case line := <-ready:
+	case line := <-readyLine:
 		if !strings.Contains(line, "serving on") {
 			t.Fatalf("first line %q; stderr: %s", line, p.stderr.String())
 		}
