@@ -22,20 +22,14 @@ var _ etcdmaint.Observer = (*Etcd)(nil)
 // NewEtcd registers the maintenance's series on reg, taking over those
 // registered there before (tests run several maintainers in a process).
 func NewEtcd(reg prometheus.Registerer) (*Etcd, error) {
-	member := []string{"member"}
+	member := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"member"})
+	}
 	e := &Etcd{
-		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_etcd_db_size_bytes", Help: "Size of each etcd member's database file, as Baton's etcd maintenance last saw it; etcd's space quota counts it.",
-		}, member),
-		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_etcd_db_size_in_use_bytes", Help: "Part of each etcd member's database file in use; the rest is given back by a defragmentation.",
-		}, member),
-		quota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_etcd_quota_bytes", Help: "Each etcd member's space quota (--quota-backend-bytes): at it, etcd raises its NOSPACE alarm.",
-		}, member),
-		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_etcd_member_up", Help: "1 when the etcd member answered Baton's etcd maintenance's last look, 0 when it did not.",
-		}, member),
+		size:  member("baton_etcd_db_size_bytes", "Size of each etcd member's database file, as Baton's etcd maintenance last saw it; etcd's space quota counts it."),
+		inUse: member("baton_etcd_db_size_in_use_bytes", "Part of each etcd member's database file in use; the rest is given back by a defragmentation."),
+		quota: member("baton_etcd_quota_bytes", "Each etcd member's space quota (--quota-backend-bytes): at it, etcd raises its NOSPACE alarm."),
+		up:    member("baton_etcd_member_up", "1 when the etcd member answered Baton's etcd maintenance's last look, 0 when it did not."),
 		alarms: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "baton_etcd_alarm", Help: "1 while the alarm is raised on the etcd member (NOSPACE: it takes no writes; CORRUPT: it serves nothing), 0 while not, as Baton's etcd maintenance last saw them: from the start of its look that found one to the next.",
 		}, []string{"member", "alarm"}),

@@ -57,18 +57,19 @@ func (s *Store) Refused() error {
 // lockstore.ErrNoSpace or ErrCorrupt when etcd refused it for an alarm,
 // and then remembered for Refused.
 func (s *Store) refusal(err error, key string) error {
+	a := alarm(err)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, lockstore.ErrPermissionDenied):
+	case a != nil:
+		err = a
 	case isDenial(err):
 		who := "an etcd client without a user (etcd's authentication is on: give it a user or a client certificate)"
 		if s.user != "" {
 			who = fmt.Sprintf("etcd user %q", s.user)
 		}
 		err = fmt.Errorf("%w: %s may not read and write %q: %w", lockstore.ErrPermissionDenied, who, key, err)
-	case alarm(err) != nil:
-		err = alarm(err)
 	default:
 		return err
 	}
