@@ -51,6 +51,14 @@ func flagOf(field string) string {
 		return "--embedded-history"
 	case "embedetcd.Quota":
 		return "--embedded-quota"
+	}
+	return controllerFlag(field)
+}
+
+// controllerFlag is flagOf for the fields of the controller's and the
+// etcd keepers' packages.
+func controllerFlag(field string) string {
+	switch field {
 	case "etcdmaint.Interval":
 		return "--etcd-maintenance-interval"
 	case "etcdmaint.FreeRatio":
@@ -59,6 +67,14 @@ func flagOf(field string) string {
 		return "--etcd-defrag-min-size"
 	case "etcdmaint.QuotaRatio":
 		return "--etcd-defrag-quota-ratio"
+	case "etcdmembers.Peers":
+		return "--etcd-members"
+	case "etcdmembers.Selector":
+		return "--etcd-members-selector"
+	case "etcdmembers.Interval":
+		return "--etcd-members-interval"
+	case "etcdmembers.Namespace":
+		return "--leader-election-namespace"
 	case "mirror.Scopes":
 		return "--scopes"
 	case "mirror.FreeRetention":

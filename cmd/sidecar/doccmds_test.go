@@ -78,9 +78,11 @@ var docRunners = map[string]string{
 	"$ helm uninstall baton -n baton-system --cascade foreground --wait": "test/node TestBatonOnANode (the uninstall's first command, then all before the proxy's install)",
 	"$ kubectl -n baton-system get daemonset baton-etcd-proxy":           "test/node TestBatonOnANode (etcd's gRPC proxy)",
 	"$ kubectl apply -f config/crd -f config/rbac":                       "test/node TestMirrorByHand",
-	"$ kubectl annotate lock -n team-a deploy-prod-1a7b4df2":             "test/node TestMirrorByHand",
-	"--cluster-name west":                                                "test/node TestMirrorByHand",
-	"$ kubectl apply -f examples/k8s/lockpolicy.yaml":                    "test/node TestMirrorByHand",
+	// docs/operations.md's, on the test node too.
+	"$ kubectl -n baton-system delete pvc data-baton-etcd-1 --wait=false": "test/node TestBatonOnANode (an etcd member that lost its volume)",
+	"$ kubectl annotate lock -n team-a deploy-prod-1a7b4df2":              "test/node TestMirrorByHand",
+	"--cluster-name west":                             "test/node TestMirrorByHand",
+	"$ kubectl apply -f examples/k8s/lockpolicy.yaml": "test/node TestMirrorByHand",
 }
 
 // runnerOf returns the entry of docRunners that names b, and how many do.

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/controller"
 	"github.com/baton-dev/baton/internal/etcdmaint"
+	"github.com/baton-dev/baton/internal/etcdmembers"
 	"github.com/baton-dev/baton/internal/webhook"
 )
 
@@ -31,14 +32,16 @@ type mirrorOptions struct {
 	logLevel     string
 	injectConfig string // empty: no injector
 	access       access.Config
-	maintain     bool             // --etcd-maintenance
-	maint        etcdmaint.Config // its rules
+	maintain     bool               // --etcd-maintenance
+	maint        etcdmaint.Config   // its rules
+	members      string             // --etcd-members
+	memberCfg    etcdmembers.Config // their keeping
 }
 
 // kubeCommands are the controller's commands, which the lean build leaves
 // out.
 func kubeCommands(getenv func(string) string, stderr io.Writer) []*cobra.Command {
-	return []*cobra.Command{newMirrorCmd(getenv, stderr)}
+	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr)}
 }
 
 func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
@@ -63,11 +66,12 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 		Args: cobra.NoArgs,
 	}
 	o := &mirrorOptions{
-		etcd:     etcdOptions{dialTimeout: 5 * time.Second},
-		ctl:      controller.Default(),
-		logLevel: "info",
-		access:   access.Default(),
-		maint:    etcdmaint.Default(),
+		etcd:      etcdOptions{dialTimeout: 5 * time.Second},
+		ctl:       controller.Default(),
+		logLevel:  "info",
+		access:    access.Default(),
+		maint:     etcdmaint.Default(),
+		memberCfg: etcdmembers.Default(),
 	}
 	if ns := getenv("POD_NAMESPACE"); ns != "" {
 		o.ctl.ElectionNamespace = ns
@@ -98,6 +102,7 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	fs.DurationVar(&o.access.Validity, "etcd-cert-validity", o.access.Validity, "with --etcd-ca-secret: how long issued certificates are valid; each is renewed at two thirds of its life")
 	fs.BoolVar(&o.maintain, "etcd-maintenance", false, "keep etcd (the chart's own; the controller must be its root user): the leader defragments its members by the rules below, one at a time and the leader last, and when etcd is out of space compacts its history, defragments it and disarms the NOSPACE alarm")
 	addMaintFlags(fs, &o.maint, "with --etcd-maintenance, etcd's")
+	addMembersFlags(fs, &o.members, &o.memberCfg)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
 		if o.ctl.Fences.Name == "" {
@@ -108,6 +113,10 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 		}
 		if o.maintain {
 			o.ctl.Maintain = &o.maint
+		}
+		var err error
+		if o.ctl.Members, err = membersConfig(cmd.Flags(), o.members, o.memberCfg, o.ctl.ElectionNamespace); err != nil {
+			return usageError{flagError(err)}
 		}
 		if err := o.validate(); err != nil {
 			return usageError{err}

@@ -32,6 +32,7 @@ import (
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/etcdmaint"
+	"github.com/baton-dev/baton/internal/etcdmembers"
 	"github.com/baton-dev/baton/internal/highwater"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mirror"
@@ -78,6 +79,12 @@ type Config struct {
 	// out of space (package etcdmaint). Default: none, for an etcd of
 	// others.
 	Maintain *etcdmaint.Config
+	// Members, when not nil, has the leader keep the membership of the
+	// chart's etcd, whose root the controller is: it tells a member pod
+	// that starts without data whether to found the cluster or join it,
+	// and replaces a member that lost its data (package etcdmembers).
+	// Default: none.
+	Members *etcdmembers.Config
 	// Access, when not nil, keeps the chart's etcd's certificates and
 	// users (access.Prepare made it; the etcd client authenticates with
 	// its ClientTLS and was given to it by Connect), and the injector gives
@@ -120,6 +127,11 @@ func (c Config) Validate() error {
 	}
 	if c.Maintain != nil {
 		if err := c.Maintain.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Members != nil {
+		if err := c.Members.Validate(); err != nil {
 			return err
 		}
 	}
@@ -216,7 +228,8 @@ func Run(ctx context.Context, kcfg *rest.Config, cli *clientv3.Client, cfg Confi
 }
 
 // setupEtcdKeepers adds what keeps etcd and its fences, as cfg asks: the
-// fences' high-water mark, etcd's credentials, etcd's maintenance.
+// fences' high-water mark, etcd's credentials, its members, its
+// maintenance.
 func setupEtcdKeepers(mgr ctrl.Manager, cli *clientv3.Client, cfg Config) error {
 	if cfg.Fences != nil {
 		if _, err := highwater.Setup(mgr, cli, cfg.fences()); err != nil {
@@ -225,6 +238,15 @@ func setupEtcdKeepers(mgr ctrl.Manager, cli *clientv3.Client, cfg Config) error 
 	}
 	if cfg.Access != nil {
 		if err := cfg.Access.Setup(mgr); err != nil {
+			return err
+		}
+	}
+	if cfg.Members != nil {
+		m, err := etcdmembers.New(cli, mgr.GetClient(), mgr.GetAPIReader(), *cfg.Members, slog.New(logr.ToSlogHandler(mgr.GetLogger().WithName("etcd-members"))))
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(leaderRunnable(m.Run)); err != nil {
 			return err
 		}
 	}

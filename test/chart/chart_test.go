@@ -445,6 +445,11 @@ func TestInstallAndUpgrade(t *testing.T) {
 		{"create", "events.events.k8s.io", "team-a", true},
 		{"get", "secrets", namespace, false},
 		{"create", "pods", "team-a", false},
+		// The chart's etcd's member pods, in its namespace only.
+		{"patch", "pods", namespace, true},
+		{"list", "pods", namespace, true},
+		{"patch", "pods", "team-a", false},
+		{"delete", "pods", namespace, false},
 		// The owner of the Lock objects, by name only.
 		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-controller", "", true},
 		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-view", "", false},
@@ -487,6 +492,10 @@ func TestInstallAndUpgrade(t *testing.T) {
 	// An upgrade cannot switch the running etcd between http and https.
 	if _, err := run(t, helm, append(helmArgs("upgrade"), "--set", "etcd.secure=false")...); err == nil || !strings.Contains(err.Error(), "etcd.secure=false") {
 		t.Errorf("an upgrade turning TLS off a running etcd: %v, want refused naming etcd.secure", err)
+	}
+	// Nor change its number of members.
+	if _, err := run(t, helm, append(helmArgs("upgrade"), "--set", "etcd.replicas=5")...); err == nil || !strings.Contains(err.Error(), "etcd.replicas 5: the running etcd (StatefulSet certs-baton-etcd) has 1") {
+		t.Errorf("an upgrade changing the running etcd's members: %v, want refused naming etcd.replicas", err)
 	}
 }
 

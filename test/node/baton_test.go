@@ -292,6 +292,10 @@ func TestBatonOnANode(t *testing.T) {
 		})
 	})
 
+	t.Run("an etcd member that lost its volume comes back, no lock lost", func(t *testing.T) {
+		memberLostItsVolume(t, sh, log)
+	})
+
 	t.Run("scaled to 0, nothing is held", func(t *testing.T) {
 		start := time.Now()
 		defer func() { t.Logf("scaled to 0 in %v", time.Since(start).Round(time.Millisecond)) }()

@@ -132,8 +132,14 @@ type check func(shown, got string) error
 // next command runs.
 func (s *docShell) run(t *testing.T, first string, checks map[string]check) {
 	t.Helper()
+	s.runPage(t, kubePage, first, checks)
+}
+
+// runPage is run on the shell blocks of page.
+func (s *docShell) runPage(t *testing.T, page, first string, checks map[string]check) {
+	t.Helper()
 	used := map[string]bool{}
-	for _, st := range blockSteps(t, kubePage, first) {
+	for _, st := range blockSteps(t, page, first) {
 		var c check
 		for prefix, f := range checks {
 			if strings.HasPrefix(st.command, prefix) {
@@ -141,7 +147,7 @@ func (s *docShell) run(t *testing.T, first string, checks map[string]check) {
 			}
 		}
 		if st.shown != "" && c == nil {
-			t.Fatalf("%s shows output for %q: the test needs a check for it", kubePage, st.command)
+			t.Fatalf("%s shows output for %q: the test needs a check for it", page, st.command)
 		}
 		s.step(t, st, c)
 	}

@@ -61,9 +61,17 @@ func etcdIsABoundary(t *testing.T) {
 // code and what it printed.
 func runEtcdctl(t *testing.T, name string, args []string) (int, string) {
 	t.Helper()
+	return runEtcdctlIn(t, appNS, "baton-etcd-client", name, args)
+}
+
+// runEtcdctlIn runs etcdctl with args in a pod of namespace ns that mounts
+// the Secret secret at /creds, and returns its exit code and what it
+// printed.
+func runEtcdctlIn(t *testing.T, ns, secret, name string, args []string) (int, string) {
+	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: appNS},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
@@ -72,16 +80,16 @@ func runEtcdctl(t *testing.T, name string, args []string) (int, string) {
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 				VolumeMounts:             []corev1.VolumeMount{{Name: "creds", MountPath: "/creds", ReadOnly: true}},
 			}},
-			Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "baton-etcd-client"}}}},
+			Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}},
 		},
 	}
-	if _, err := node.Client.CoreV1().Pods(appNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := node.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	defer node.Client.CoreV1().Pods(appNS).Delete(ctx, name, metav1.DeleteOptions{})
+	defer node.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	var term *corev1.ContainerStateTerminated
 	eventually(t, time.Minute, name+" done", func() error {
-		p, err := node.Client.CoreV1().Pods(appNS).Get(ctx, name, metav1.GetOptions{})
+		p, err := node.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -92,6 +100,14 @@ func runEtcdctl(t *testing.T, name string, args []string) (int, string) {
 		}
 		return fmt.Errorf("phase %s", p.Status.Phase)
 	})
+	if term.ExitCode == 0 {
+		// A success's output is in its log only.
+		out, err := node.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: "etcdctl"}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("the log of %s: %v", name, err)
+		}
+		return 0, string(out)
+	}
 	return int(term.ExitCode), term.Message
 }
 

@@ -86,6 +86,28 @@ app.kubernetes.io/component: etcd-proxy
 {{- list $etcd (printf "%s.%s.svc" $etcd $ns) (printf "%s.%s.svc.cluster.local" $etcd $ns) (printf "*.%s.%s.svc" $peers $ns) (printf "*.%s.%s.svc.cluster.local" $peers $ns) "localhost" "127.0.0.1" | join "," -}}
 {{- end -}}
 
+{{/* baton.etcdSelector as a label selector string: key=value, comma-separated. */}}
+{{- define "baton.etcdSelectorString" -}}
+{{- $sel := include "baton.etcdSelector" . | fromYaml -}}
+{{- $pairs := list -}}
+{{- range $k := keys $sel | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k (get $sel $k)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/* The chart's etcd's members as its --initial-cluster: name=peer URL, comma-separated. */}}
+{{- define "baton.etcdInitialCluster" -}}
+{{- $name := include "baton.etcd" . -}}
+{{- $peers := include "baton.etcdPeers" . -}}
+{{- $scheme := include "baton.etcdScheme" . -}}
+{{- $members := list -}}
+{{- range $i := until (int .Values.etcd.replicas) -}}
+{{- $members = append $members (printf "%s-%d=%s://%s-%d.%s.%s.svc:2380" $name $i $scheme $name $i $peers $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $members -}}
+{{- end -}}
+
 {{/* The etcd client URLs, comma-separated: the given ones or the chart's etcd. */}}
 {{- define "baton.etcdEndpoints" -}}
 {{- if .Values.etcd.endpoints -}}

@@ -1,0 +1,188 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/baton-dev/baton/internal/etcdmembers"
+	"github.com/baton-dev/baton/internal/pki"
+)
+
+// opsPage is the runbooks' page, whose shell blocks the node runs as
+// written too.
+const opsPage = "docs/operations.md"
+
+// rootCreds is the Secret, in the release's namespace, of a certificate of
+// etcd's root user, which the test issues from the chart's etcd's CA (as
+// any administrator of the namespace can): member list and hashes need it.
+const rootCreds = "node-test-etcd-root"
+
+// etcdctlAsRoot runs etcdctl with args against the chart's etcd as its
+// root user, in a pod of the release's namespace (the members' names
+// resolve there), and returns what it printed; it must succeed.
+func etcdctlAsRoot(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	secrets := node.Client.CoreV1().Secrets(system)
+	if _, err := secrets.Get(ctx, rootCreds, metav1.GetOptions{}); err != nil {
+		ca, err := secrets.Get(ctx, release+"-etcd-ca", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the chart's etcd's CA: %v", err)
+		}
+		c, err := pki.ParseCA(ca.Data["tls.crt"], ca.Data["tls.key"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := c.Issue(pki.Request{CommonName: "root", Client: true, Validity: time.Hour}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := secrets.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: rootCreds},
+			Data:       map[string][]byte{"tls.crt": pair.CertPEM, "tls.key": pair.KeyPEM, "ca.crt": ca.Data["tls.crt"]},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := append([]string{"--endpoints=https://" + release + "-etcd." + system + ".svc:2379", "--cacert=/creds/ca.crt", "--cert=/creds/tls.crt", "--key=/creds/tls.key"}, args...)
+	name := fmt.Sprintf("etcdctl-root-%d", time.Now().UnixNano()%1e9)
+	code, out := runEtcdctlIn(t, system, rootCreds, name, full)
+	if code != 0 {
+		t.Fatalf("etcdctl %s as root: exit %d: %s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+// etcdMembers are etcd's members as etcdctl member list -w json shows them.
+type etcdMembers struct {
+	Members []struct {
+		ID        uint64   `json:"ID"`
+		Name      string   `json:"name"`
+		PeerURLs  []string `json:"peerURLs"`
+		IsLearner bool     `json:"isLearner"`
+	} `json:"members"`
+}
+
+// memberLostItsVolume: under the app's turns, one etcd member's claim and
+// pod are deleted as docs/operations.md shows. The member comes back on a
+// new volume, joins as a learner and is promoted; every member's key-value
+// hash agrees at one revision; no run of the phase is cut short and fences
+// keep growing.
+func memberLostItsVolume(t *testing.T, sh *docShell, phases string) {
+	ctx := context.Background()
+	member := release + "-etcd-1"
+	claim := "data-" + member
+	pvc, err := node.Client.CoreV1().PersistentVolumeClaims(system).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before etcdMembers
+	if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "member", "list", "-w", "json")), &before); err != nil {
+		t.Fatal(err)
+	}
+	runs := checkPhases(t, phases)
+	first := len(runs)
+
+	start := time.Now()
+	sh.runPage(t, opsPage, "$ kubectl -n baton-system delete pvc data-baton-etcd-1", nil)
+	eventually(t, 4*time.Minute, member+" back on a new volume, told to join", func() error {
+		p, err := node.Client.CoreV1().Pods(system).Get(ctx, member, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s := p.Annotations[etcdmembers.StateAnnotation]; s != etcdmembers.StateExisting {
+			return fmt.Errorf("pod %s (phase %s) told %q", p.UID, p.Status.Phase, s)
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			return fmt.Errorf("not ready")
+		}
+		c, err := node.Client.CoreV1().PersistentVolumeClaims(system).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.UID == pvc.UID {
+			return fmt.Errorf("claim %s: still the old one", claim)
+		}
+		return nil
+	})
+	t.Logf("%s was back and ready %v after its claim and pod were deleted", member, time.Since(start).Round(time.Millisecond))
+	var after etcdMembers
+	eventually(t, 2*time.Minute, "three voting members", func() error {
+		if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "member", "list", "-w", "json")), &after); err != nil {
+			return err
+		}
+		if len(after.Members) != 3 {
+			return fmt.Errorf("members %+v", after.Members)
+		}
+		for _, m := range after.Members {
+			if m.IsLearner || m.Name == "" {
+				return fmt.Errorf("member %q (%x) learner %v", m.Name, m.ID, m.IsLearner)
+			}
+			for _, old := range before.Members {
+				if m.Name == member && m.ID == old.ID {
+					return fmt.Errorf("%s kept its old ID %x", member, m.ID)
+				}
+			}
+		}
+		return nil
+	})
+	t.Logf("%s voting again %v after its claim and pod were deleted", member, time.Since(start).Round(time.Millisecond))
+
+	// Every member holds the same keys at one revision.
+	var now struct {
+		Header struct {
+			Revision int64 `json:"revision"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "get", "/", "--prefix", "--keys-only", "--limit=1", "-w", "json")), &now); err != nil || now.Header.Revision == 0 {
+		t.Fatalf("etcd's revision: %+v, %v", now, err)
+	}
+	rev := fmt.Sprint(now.Header.Revision)
+	var hashes map[uint32][]string
+	eventually(t, time.Minute, "the members' hashes agree at revision "+rev, func() error {
+		var got []struct {
+			Endpoint string `json:"Endpoint"`
+			HashKV   struct {
+				Hash uint32 `json:"hash"`
+			} `json:"HashKV"`
+		}
+		if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "endpoint", "hashkv", "--cluster", "--rev="+rev, "-w", "json")), &got); err != nil {
+			return err
+		}
+		hashes = map[uint32][]string{}
+		for _, h := range got {
+			hashes[h.HashKV.Hash] = append(hashes[h.HashKV.Hash], h.Endpoint)
+		}
+		if len(got) != 3 || len(hashes) != 1 {
+			return fmt.Errorf("hashes %v", hashes)
+		}
+		return nil
+	})
+
+	// The app took turns throughout: every run since it began ended as
+	// its owner ended it (none was told its lock was lost), and runs
+	// went on after it.
+	eventually(t, 2*time.Minute, "two runs after the member was back", func() error {
+		if n := len(checkPhases(t, phases)); n < len(runs)+2 {
+			return fmt.Errorf("%d runs, %d before", n, len(runs))
+		}
+		return nil
+	})
+	all := checkPhases(t, phases)
+	for _, r := range all[max(first-1, 0) : len(all)-1] {
+		if r.termed || !r.ended {
+			t.Errorf("%s's run with fence %d was cut short while the member was replaced (ended %v, told lost %v)", r.pod, r.fence, r.ended, r.termed)
+		}
+	}
+}
