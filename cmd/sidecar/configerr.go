@@ -67,6 +67,12 @@ func controllerFlag(field string) string {
 		return "--etcd-defrag-min-size"
 	case "etcdmaint.QuotaRatio":
 		return "--etcd-defrag-quota-ratio"
+	case "etcdbackup.Dir":
+		return "--dir"
+	case "etcdbackup.Every":
+		return "--every"
+	case "etcdbackup.Keep":
+		return "--keep"
 	case "etcdmembers.Peers":
 		return "--etcd-members"
 	case "etcdmembers.Selector":

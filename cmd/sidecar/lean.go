@@ -24,4 +24,4 @@ func validateEmbedded(embeddedOptions) error { return usageError{errNoEmbedded} 
 func (sc *sidecar) startEmbedded(context.Context) error { return usageError{errNoEmbedded} }
 
 // kubeCommands are the controller's commands: none in the lean build.
-func kubeCommands(func(string) string, io.Writer) []*cobra.Command { return nil }
+func kubeCommands(func(string) string, io.Writer, io.Writer) []*cobra.Command { return nil }

@@ -40,8 +40,8 @@ type mirrorOptions struct {
 
 // kubeCommands are the controller's commands, which the lean build leaves
 // out.
-func kubeCommands(getenv func(string) string, stderr io.Writer) []*cobra.Command {
-	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr)}
+func kubeCommands(getenv func(string) string, stdout, stderr io.Writer) []*cobra.Command {
+	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr), newEtcdBackupCmd(getenv, stdout, stderr)}
 }
 
 func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
@@ -166,10 +166,16 @@ func (o *mirrorOptions) validate() error {
 // $KUBECONFIG, the in-cluster service account or ~/.kube/config, the first
 // that is there. With none, the error says what to give, in one line.
 func (o *mirrorOptions) kubeConfig(getenv func(string) string) (*rest.Config, error) {
+	return kubeConfig(o.kubeconfig, getenv)
+}
+
+// kubeConfig is the Kubernetes client configuration of the file explicit,
+// or as mirrorOptions.kubeConfig finds it without.
+func kubeConfig(explicit string, getenv func(string) string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	switch {
-	case o.kubeconfig != "":
-		rules.ExplicitPath = o.kubeconfig
+	case explicit != "":
+		rules.ExplicitPath = explicit
 	case getenv("KUBECONFIG") != "":
 		rules.Precedence = filepath.SplitList(getenv("KUBECONFIG"))
 	case getenv("KUBERNETES_SERVICE_HOST") != "":

@@ -55,7 +55,7 @@ for its own.)`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newRunGuardCmd(stderr), newLocksCmd(getenv, stdout, stderr),
 		newInstallCmd(stdout), newVersionCmd(stdout))
-	root.AddCommand(kubeCommands(getenv, stderr)...)
+	root.AddCommand(kubeCommands(getenv, stdout, stderr)...)
 	wrapArgs(root)
 	return root
 }

@@ -1,10 +1,15 @@
 package access
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/baton-dev/baton/internal/pki"
 )
@@ -52,4 +57,20 @@ func (id *identity) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	}
 	id.cert, id.renewAt = &c, pki.RenewAt(c.Leaf)
 	return id.cert, nil
+}
+
+// RootTLS reads the CA kept in Secret key, which it never makes, and
+// returns the TLS configuration of a client that authenticates as etcd's
+// root user with certificates of it, issued in memory: for the
+// controller's work that runs apart from it (the backups of etcd).
+func RootTLS(ctx context.Context, c client.Reader, key client.ObjectKey, validity time.Duration) (*tls.Config, error) {
+	var s corev1.Secret
+	if err := c.Get(ctx, key, &s); err != nil {
+		return nil, fmt.Errorf("read etcd's CA Secret %s: %w", key, err)
+	}
+	ca, err := pki.ParseCA(s.Data[keyCert], s.Data[keyKey])
+	if err != nil {
+		return nil, fmt.Errorf("etcd's CA Secret %s: %w", key, err)
+	}
+	return ClientTLS(ca, RootUser, validity, time.Now), nil
 }

@@ -1,8 +1,6 @@
 package etcdmembers
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +23,10 @@ const (
 	// GateContainer is the name of the member pod's init container that
 	// runs Gate: the keeper finds a member waiting for its verdict by it.
 	GateContainer = "etcd-gate"
+	// FoundingAnnotation marks the member pods told StateNew by one
+	// founding, until etcd has a quorum: a founding cut short (the
+	// keeper's leader gone half-way) is taken up again.
+	FoundingAnnotation = "baton.dev/etcd-founding"
 	// StateNew founds a new cluster with every member of --initial-cluster.
 	StateNew = "new"
 	// StateExisting joins the running cluster, which the member was added
@@ -53,9 +55,8 @@ func ReadState(annotations string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		key, quoted, ok := strings.Cut(sc.Text(), "=")
+	for line := range strings.Lines(string(b)) {
+		key, quoted, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
 		if !ok || key != StateAnnotation {
 			continue
 		}
@@ -65,7 +66,7 @@ func ReadState(annotations string) (string, error) {
 		}
 		return v, nil
 	}
-	return "", sc.Err()
+	return "", nil
 }
 
 // Gate returns once etcd may start: at once when dataDir holds a member's

@@ -18,8 +18,8 @@ import (
 
 // Keeper gives the verdicts and replaces members: see the package's doc.
 // It runs on the controller's elected leader, as etcd's root user, and
-// needs get, list and patch on the pods of Config.Namespace (the chart's
-// Role <release>-controller-etcd-members).
+// needs list on the pods of Config.Namespace, get and patch on the member
+// pods (the chart's Role <release>-controller-etcd-members).
 type Keeper struct {
 	cfg  Config
 	sel  labels.Selector
@@ -27,8 +27,14 @@ type Keeper struct {
 	kube client.Client // patches pods
 	read client.Reader // lists them, past any cache
 	log  *slog.Logger
+	now  func() time.Time
 	said string // the last waiting message logged, said once
 }
+
+// settle is how long a gate must have run before its member is taken to
+// be without data: a gate that finds data returns at once, but a kubelet
+// may report it running for that moment.
+const settle = 10 * time.Second
 
 // New returns a keeper of the cluster of cli, which must be allowed to
 // change etcd's membership (its root user, or a cluster without
@@ -41,7 +47,7 @@ func New(cli *clientv3.Client, kube client.Client, read client.Reader, cfg Confi
 	if err != nil {
 		return nil, fmt.Errorf("label selector of etcd's member pods %q: %w", cfg.Selector, err)
 	}
-	return &Keeper{cfg: cfg, sel: sel, etcd: cli, kube: kube, read: read, log: log}, nil
+	return &Keeper{cfg: cfg, sel: sel, etcd: cli, kube: kube, read: read, log: log, now: time.Now}, nil
 }
 
 // Run makes a pass at once and every Config.Interval until ctx ends.
@@ -86,7 +92,7 @@ func (k *Keeper) Pass(ctx context.Context) (Report, error) {
 	}
 	var waiting []Peer
 	for _, p := range k.cfg.Peers {
-		if pod := pods[p.Name]; pod != nil && atGate(pod) && pod.Annotations[StateAnnotation] == "" {
+		if pod := pods[p.Name]; pod != nil && k.waits(pod) {
 			waiting = append(waiting, p)
 		}
 	}
@@ -96,16 +102,22 @@ func (k *Keeper) Pass(ctx context.Context) (Report, error) {
 	if err != nil {
 		return k.withoutQuorum(ctx, pods, waiting, err)
 	}
-	k.said = ""
+	if err := k.founded(ctx, pods); err != nil {
+		return nil, err
+	}
 	report := Report{}
-	if err := k.promote(ctx, list.Members, report); err != nil {
+	pending, err := k.promote(ctx, list.Members, report)
+	if err != nil {
 		return report, err
 	}
 	if len(waiting) == 0 {
+		if !pending {
+			k.said = "" // all is well: the next trouble is told again
+		}
 		return report, nil
 	}
 	// One at a time: the next once this one is promoted.
-	return report, k.replace(ctx, pods[waiting[0].Name], waiting[0], list.Members, report)
+	return report, k.replace(ctx, waiting[0], waiting, list.Members, report)
 }
 
 // pods returns the member pods by name, those being deleted left out.
@@ -125,8 +137,21 @@ func (k *Keeper) pods(ctx context.Context) (map[string]*corev1.Pod, error) {
 	return out, nil
 }
 
-// atGate reports whether pod's gate runs: its member has no data and waits
-// for a verdict.
+// waits reports whether pod's member has no data and waits for a verdict:
+// its gate has run for settle, and it was given none.
+func (k *Keeper) waits(pod *corev1.Pod) bool {
+	if pod.Annotations[StateAnnotation] != "" {
+		return false
+	}
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == GateContainer {
+			return s.State.Running != nil && k.now().Sub(s.State.Running.StartedAt.Time) >= settle
+		}
+	}
+	return false
+}
+
+// atGate reports whether pod's gate runs.
 func atGate(pod *corev1.Pod) bool {
 	for _, s := range pod.Status.InitContainerStatuses {
 		if s.Name == GateContainer {
@@ -136,60 +161,37 @@ func atGate(pod *corev1.Pod) bool {
 	return false
 }
 
-// withoutQuorum acts when etcd gave no list of its members (err): a new
-// cluster when every member pod waits at its gate, else nothing.
-func (k *Keeper) withoutQuorum(ctx context.Context, pods map[string]*corev1.Pod, waiting []Peer, err error) (Report, error) {
-	if len(waiting) == 0 {
-		return nil, nil // nothing waits on the keeper; etcd's own alerts tell
-	}
-	if len(waiting) == len(k.cfg.Peers) {
-		report := Report{}
-		for _, p := range waiting {
-			if err := k.tell(ctx, pods[p.Name], StateNew); err != nil {
-				return report, err
-			}
-			report[p.Name] = Founded
-		}
-		k.log.Info("etcd: every member started without data and none answers: founding a new cluster", "members", len(waiting))
-		return report, nil
-	}
-	var started []string
-	for _, p := range k.cfg.Peers {
-		if pod := pods[p.Name]; pod != nil && !atGate(pod) && running(pod) {
-			started = append(started, p.Name)
-		}
-	}
-	if len(started) == 0 {
-		k.sayOnce("etcd: waiting for every member's pod to start before founding the cluster", "waiting", names(waiting), "members", len(k.cfg.Peers))
-		return nil, nil
-	}
-	k.sayOnce("etcd: members lost their data and etcd has no quorum: nothing is changed. Bring the other members back, or restore etcd from a backup (docs/operations.md, \"Restore etcd from a backup\")",
-		"withoutData", names(waiting), "running", started, "err", err)
-	return nil, fmt.Errorf("etcd has no quorum (%w) and %v lost their data", err, names(waiting))
-}
-
-// running reports whether pod's etcd container runs or ran.
-func running(pod *corev1.Pod) bool {
-	for _, s := range pod.Status.ContainerStatuses {
-		if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // replace removes p's old member, adds it back as a learner and tells its
-// pod to join, once every other member is started, votes and answers.
-func (k *Keeper) replace(ctx context.Context, pod *corev1.Pod, p Peer, members []*pb.Member, report Report) error {
+// pod to join, once every other member is started, votes and answers (but
+// those whose pods wait too: etcd refuses a removal that would lose its
+// quorum). Before the removal, which cannot be undone, it makes sure the
+// member is gone: its pod, read again, still waits, and the old member
+// does not answer.
+func (k *Keeper) replace(ctx context.Context, p Peer, waiting []Peer, members []*pb.Member, report Report) error {
 	var old *pb.Member
 	for _, m := range members {
 		if slices.Contains(m.PeerURLs, p.URL) {
 			old = m
 			continue
 		}
+		if slices.ContainsFunc(waiting, func(w Peer) bool { return slices.Contains(m.PeerURLs, w.URL) }) {
+			continue
+		}
 		if why := k.unfit(ctx, m); why != "" {
 			k.sayOnce("etcd: a member lost its data; it is replaced once every other member votes and answers", "member", p.Name, "waitingFor", why)
 			return nil
+		}
+	}
+	pod, err := k.stillWaits(ctx, p.Name)
+	if err != nil || pod == nil {
+		return err
+	}
+	if old != nil && len(old.ClientURLs) > 0 {
+		sctx, scancel := context.WithTimeout(ctx, min(k.cfg.Timeout, 3*time.Second))
+		_, err := k.etcd.Status(sctx, old.ClientURLs[0])
+		scancel()
+		if err == nil {
+			return fmt.Errorf("etcd member %s answers at %s though its pod waits at its gate: not replaced", p.Name, old.ClientURLs[0])
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
@@ -203,13 +205,28 @@ func (k *Keeper) replace(ctx context.Context, pod *corev1.Pod, p Peer, members [
 	if err != nil {
 		return fmt.Errorf("add etcd member %s back as a learner: %w", p.Name, err)
 	}
-	if err := k.tell(ctx, pod, StateExisting); err != nil {
+	if err := k.tell(ctx, pod, map[string]*string{StateAnnotation: ptr(StateExisting)}); err != nil {
 		return err
 	}
 	k.said = ""
 	report[p.Name] = Replaced
 	k.log.Info("etcd: a member lost its data: removed, added back as a learner, told to join", "member", p.Name, "oldID", fmt.Sprintf("%x", old.GetID()), "newID", fmt.Sprintf("%x", added.Member.ID))
 	return nil
+}
+
+// stillWaits reads pod name again, past any cache, and returns it if it
+// still waits for a verdict; nil if not.
+func (k *Keeper) stillWaits(ctx context.Context, name string) (*corev1.Pod, error) {
+	cctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
+	defer cancel()
+	var pod corev1.Pod
+	if err := k.read.Get(cctx, client.ObjectKey{Namespace: k.cfg.Namespace, Name: name}, &pod); err != nil {
+		return nil, fmt.Errorf("read etcd member pod %s again: %w", name, err)
+	}
+	if pod.DeletionTimestamp != nil || !k.waits(&pod) {
+		return nil, nil
+	}
+	return &pod, nil
 }
 
 // unfit says why m cannot carry the cluster while another member is
@@ -229,83 +246,8 @@ func (k *Keeper) unfit(ctx context.Context, m *pb.Member) string {
 	return ""
 }
 
-// promote makes every started learner a voting member; one that has not
-// caught up with the leader yet is promoted at a later pass. The call goes
-// to the leader itself: a follower forwards it to the leader without the
-// caller's identity, which an etcd with authentication refuses ("auth:
-// user name is empty").
-func (k *Keeper) promote(ctx context.Context, members []*pb.Member, report Report) error {
-	var leader string
-	for _, m := range members {
-		if !m.IsLearner || m.Name == "" {
-			continue
-		}
-		if leader == "" {
-			var err error
-			if leader, err = k.leader(ctx, members); err != nil {
-				return fmt.Errorf("promote etcd learner %s: %w", m.Name, err)
-			}
-		}
-		err := k.promoteAt(ctx, leader, m.ID)
-		switch {
-		case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
-			k.log.Debug("etcd: the learner is catching up", "member", m.Name)
-		case err != nil:
-			return fmt.Errorf("promote etcd learner %s at the leader %s: %w", m.Name, leader, err)
-		default:
-			report[m.Name] = Promoted
-			k.log.Info("etcd: the learner caught up and is a voting member again", "member", m.Name)
-		}
-	}
-	return nil
-}
-
-// leader returns the client URL of the member that leads, as the first
-// voting member that answers says.
-func (k *Keeper) leader(ctx context.Context, members []*pb.Member) (string, error) {
-	urls := map[uint64]string{}
-	for _, m := range members {
-		if len(m.ClientURLs) > 0 {
-			urls[m.ID] = m.ClientURLs[0]
-		}
-	}
-	var errs []error
-	for _, m := range members {
-		if m.IsLearner || len(m.ClientURLs) == 0 {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
-		st, err := k.etcd.Status(cctx, m.ClientURLs[0])
-		cancel()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if u := urls[st.Leader]; u != "" {
-			return u, nil
-		}
-	}
-	return "", fmt.Errorf("no member names a leader: %w", errors.Join(errs...))
-}
-
-// promoteAt asks the member at endpoint to promote learner id.
-func (k *Keeper) promoteAt(ctx context.Context, endpoint string, id uint64) error {
-	conn, err := k.etcd.Dial(endpoint)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
-	defer cancel()
-	_, err = pb.NewClusterClient(conn).MemberPromote(cctx, &pb.MemberPromoteRequest{ID: id})
-	if err != nil {
-		return rpctypes.Error(err)
-	}
-	return nil
-}
-
-// tell gives pod the verdict.
-func (k *Keeper) tell(ctx context.Context, pod *corev1.Pod, state string) error {
+// tell sets (or, for nil, removes) annotations of pod.
+func (k *Keeper) tell(ctx context.Context, pod *corev1.Pod, annotations map[string]*string) error {
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
 	defer cancel()
 	// Optimistic: a pod changed since it was read is looked at again.
@@ -313,12 +255,20 @@ func (k *Keeper) tell(ctx context.Context, pod *corev1.Pod, state string) error 
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[StateAnnotation] = state
+	for key, v := range annotations {
+		if v == nil {
+			delete(pod.Annotations, key)
+		} else {
+			pod.Annotations[key] = *v
+		}
+	}
 	if err := k.kube.Patch(cctx, pod, patch); err != nil {
-		return fmt.Errorf("tell etcd member pod %s %s=%s: %w", pod.Name, StateAnnotation, state, err)
+		return fmt.Errorf("annotate etcd member pod %s: %w", pod.Name, err)
 	}
 	return nil
 }
+
+func ptr(s string) *string { return &s }
 
 // sayOnce logs msg unless it was the last said.
 func (k *Keeper) sayOnce(msg string, args ...any) {

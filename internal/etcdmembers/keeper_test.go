@@ -59,10 +59,12 @@ func (k *kube) namespace(t *testing.T) {
 	}
 }
 
-// gated and started are a member pod's states as its kubelet reports
-// them: its gate waits, or etcd runs past it.
+// A member pod's states as its kubelet reports them: its gate waits (for
+// a minute), its gate has just started, etcd runs past it, or nothing
+// has started yet.
 const (
 	gated   = "gated"
+	gating  = "gating"
 	started = "started"
 	pending = "pending"
 )
@@ -101,8 +103,12 @@ func (k *kube) status(t *testing.T, name, state string) {
 	}
 	now := metav1.Now()
 	switch state {
-	case gated:
-		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: GateContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	case gated, gating:
+		at := metav1.NewTime(now.Add(-time.Minute))
+		if state == gating {
+			at = now
+		}
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: GateContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}}}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
 	case started:
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: GateContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
@@ -118,11 +124,31 @@ func (k *kube) status(t *testing.T, name, state string) {
 // state is the verdict on pod name.
 func (k *kube) state(t *testing.T, name string) string {
 	t.Helper()
+	return k.annotation(t, name, StateAnnotation)
+}
+
+// annotation is pod name's annotation key.
+func (k *kube) annotation(t *testing.T, name, key string) string {
+	t.Helper()
 	var p corev1.Pod
 	if err := k.c.Get(context.Background(), client.ObjectKey{Namespace: k.ns, Name: name}, &p); err != nil {
 		t.Fatal(err)
 	}
-	return p.Annotations[StateAnnotation]
+	return p.Annotations[key]
+}
+
+// annotate sets pod name's annotations.
+func (k *kube) annotate(t *testing.T, name string, kv map[string]string) {
+	t.Helper()
+	var p corev1.Pod
+	if err := k.c.Get(context.Background(), client.ObjectKey{Namespace: k.ns, Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	p.Annotations = kv
+	if err := k.c.Patch(context.Background(), &p, patch); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (k *kube) keeper(t *testing.T, cli *clientv3.Client, peers []Peer) *Keeper {

@@ -22,6 +22,7 @@ func TestKeeper(t *testing.T) {
 		run func(*testing.T, *kube)
 	}{
 		{"found", foundsANewCluster},
+		{"refound", takesUpAFoundingCutShort},
 		{"noquorum", nothingChangesWithoutQuorum},
 		{"replace", replacesAMemberThatLostItsData},
 	} {
@@ -59,6 +60,12 @@ func foundsANewCluster(t *testing.T, k *kube) {
 	if r, err := kp.Pass(ctx); err != nil || len(r) != 0 {
 		t.Fatalf("a pass while a member's pod has not started: %v, %v", r, err)
 	}
+	// A gate that has just started may be one that finds data and
+	// returns: it is not taken to wait yet.
+	k.status(t, "etcd-2", gating)
+	if r, err := kp.Pass(ctx); err != nil || len(r) != 0 {
+		t.Fatalf("a pass while a member's gate has just started: %v, %v", r, err)
+	}
 	for _, n := range []string{"etcd-0", "etcd-1"} {
 		if s := k.state(t, n); s != "" {
 			t.Fatalf("%s told %q before every member's pod waits", n, s)
@@ -69,9 +76,30 @@ func foundsANewCluster(t *testing.T, k *kube) {
 	if err != nil || len(r) != 3 {
 		t.Fatalf("a pass with every member at its gate: %v, %v", r, err)
 	}
+	founding := k.annotation(t, "etcd-0", FoundingAnnotation)
 	for _, n := range []string{"etcd-0", "etcd-1", "etcd-2"} {
-		if s := k.state(t, n); s != StateNew || r[n] != Founded {
-			t.Errorf("%s told %q (%q), want new", n, s, r[n])
+		if s := k.state(t, n); s != StateNew || r[n] != Founded || founding == "" || k.annotation(t, n, FoundingAnnotation) != founding {
+			t.Errorf("%s told %q (%q), want new, of the founding %q", n, s, r[n], founding)
+		}
+	}
+}
+
+// takesUpAFoundingCutShort: a founding that told one member pod new (its
+// etcd runs, alone) before the keeper's leader went is finished by the
+// next pass, and only with pods of that founding or waiting.
+func takesUpAFoundingCutShort(t *testing.T, k *kube) {
+	kp := k.keeper(t, deadEtcd(t), fakePeers(t))
+	k.pod(t, "etcd-0", started)
+	k.annotate(t, "etcd-0", map[string]string{StateAnnotation: StateNew, FoundingAnnotation: "f1"})
+	k.pod(t, "etcd-1", gated)
+	k.pod(t, "etcd-2", gated)
+	r, err := kp.Pass(context.Background())
+	if err != nil || len(r) != 2 {
+		t.Fatalf("a pass after a founding cut short: %v, %v", r, err)
+	}
+	for _, n := range []string{"etcd-1", "etcd-2"} {
+		if s, f := k.state(t, n), k.annotation(t, n, FoundingAnnotation); s != StateNew || f != "f1" {
+			t.Errorf("%s told %q of the founding %q; want new of f1", n, s, f)
 		}
 	}
 }
@@ -84,8 +112,10 @@ func nothingChangesWithoutQuorum(t *testing.T, k *kube) {
 	k.pod(t, "etcd-0", started)
 	k.pod(t, "etcd-1", gated)
 	k.pod(t, "etcd-2", started)
-	if r, err := kp.Pass(context.Background()); err == nil || len(r) != 0 {
-		t.Fatalf("a pass without quorum: %v, %v; want an error and nothing done", r, err)
+	// etcd-0's mark of a founding long over: it counts for nothing.
+	k.annotate(t, "etcd-0", map[string]string{StateAnnotation: StateNew})
+	if r, err := kp.Pass(context.Background()); err != nil || len(r) != 0 {
+		t.Fatalf("a pass without quorum: %v, %v; want nothing done", r, err)
 	}
 	if s := k.state(t, "etcd-1"); s != "" {
 		t.Fatalf("etcd-1 told %q without quorum", s)
@@ -107,8 +137,13 @@ func replacesAMemberThatLostItsData(t *testing.T, k *kube) {
 	cli = withAuth(t, cli, ms)
 	kp := k.keeper(t, cli, peers)
 	ctx := context.Background()
+	// The founding's mark goes once etcd has a quorum.
+	k.annotate(t, "etcd-0", map[string]string{StateAnnotation: StateNew, FoundingAnnotation: "f1"})
 	if r, err := kp.Pass(ctx); err != nil || len(r) != 0 {
 		t.Fatalf("a pass on a healthy cluster: %v, %v", r, err)
+	}
+	if f := k.annotation(t, "etcd-0", FoundingAnnotation); f != "" {
+		t.Fatalf("the founding's mark %q left on a cluster with a quorum", f)
 	}
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
 	if err != nil {
@@ -136,7 +171,12 @@ func replacesAMemberThatLostItsData(t *testing.T, k *kube) {
 	if err := os.RemoveAll(ms[2].dir); err != nil {
 		t.Fatal(err)
 	}
-	k.pod(t, "etcd-2", gated)
+	// Its pod's gate has just started: it may find data; nothing yet.
+	k.pod(t, "etcd-2", gating)
+	if r, err := kp.Pass(ctx); err != nil || len(r) != 0 {
+		t.Fatalf("a pass while etcd-2's gate has just started: %v, %v", r, err)
+	}
+	k.status(t, "etcd-2", gated)
 	until(t, 30*time.Second, "etcd-2 told to join", func() error { _, err := kp.Pass(ctx); return err },
 		func() bool { return k.state(t, "etcd-2") == StateExisting })
 	list, err := cli.MemberList(ctx)

@@ -55,7 +55,8 @@ type Config struct {
 	// cluster's names at DNSServiceIP, as every cluster does.
 	DNSImage string
 	// Volumes is how many PersistentVolumes of VolumeSize the node offers
-	// through its default StorageClass. Default 8 of 2Gi.
+	// through its default StorageClass. Default 12 of 10Gi (directories: the
+	// size is what the claims see, not disk taken).
 	Volumes    int
 	VolumeSize string
 	// Ready bounds the wait for the node to be Ready. Default 2 minutes.
@@ -98,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		cfg.Ready = 2 * time.Minute
 	}
 	if cfg.Volumes == 0 {
-		cfg.Volumes, cfg.VolumeSize = 8, "2Gi"
+		cfg.Volumes, cfg.VolumeSize = 12, "10Gi"
 	}
 	if err := preflight(cfg); err != nil {
 		return nil, err

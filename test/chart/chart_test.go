@@ -213,6 +213,22 @@ func find(objs []map[string]any, kind string) []map[string]any {
 	return out
 }
 
+// component returns the objects of kind whose pods are of component (the
+// label app.kubernetes.io/component of their template): etcd's
+// StatefulSet and its backups' are both StatefulSets.
+func component(objs []map[string]any, kind, name string) []map[string]any {
+	var out []map[string]any
+	for _, o := range find(objs, kind) {
+		tmpl, _ := o["spec"].(map[string]any)["template"].(map[string]any)
+		md, _ := tmpl["metadata"].(map[string]any)
+		labels, _ := md["labels"].(map[string]any)
+		if labels["app.kubernetes.io/component"] == name {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func TestLint(t *testing.T) {
 	needCluster(t)
 	for _, v := range variants(t) {
@@ -280,13 +296,14 @@ func TestRenderings(t *testing.T) {
 		if want := variant == "cert-manager"; want != (len(etcdCerts) == 2) {
 			t.Errorf("cert-manager Certificates for etcd: %v", etcdCerts)
 		}
-		if sts := find(objs, "StatefulSet"); external == (len(sts) == 1) {
+		if sts := component(objs, "StatefulSet", "etcd"); external == (len(sts) == 1) {
 			t.Errorf("%d etcd StatefulSets with external etcd %v", len(sts), external)
 		}
 		etcd := "baton-etcd"
 		if variant == "scheduling" { // nameOverride: locks
 			etcd = "baton-locks-etcd"
 		}
+		checkBackups(t, objs, etcd, external, managed)
 		args := fmt.Sprint(deployments[0])
 		for want, on := range map[string]bool{
 			"--etcd-endpoints=https://" + etcd + ".baton.svc:2379": managed,
@@ -297,6 +314,7 @@ func TestRenderings(t *testing.T) {
 			"--etcd-cacert=/etc/baton/etcd-tls/ca.crt":             external,
 			"--inject-config=/etc/baton/inject/config.yaml":        injecting,
 			"--etcd-maintenance ":                                  !external,
+			"--etcd-members=" + etcd + "-0=":                       !external,
 		} {
 			if strings.Contains(args, want) != on {
 				t.Errorf("controller %s: %v, want %v", want, !on, on)
@@ -445,11 +463,13 @@ func TestInstallAndUpgrade(t *testing.T) {
 		{"create", "events.events.k8s.io", "team-a", true},
 		{"get", "secrets", namespace, false},
 		{"create", "pods", "team-a", false},
-		// The chart's etcd's member pods, in its namespace only.
-		{"patch", "pods", namespace, true},
+		// The chart's etcd's member pods, by name, in its namespace only.
+		{"patch", "pods/certs-baton-etcd-0", namespace, true},
+		{"get", "pods/certs-baton-etcd-0", namespace, true},
 		{"list", "pods", namespace, true},
-		{"patch", "pods", "team-a", false},
-		{"delete", "pods", namespace, false},
+		{"patch", "pods/certs-baton-controller-x", namespace, false},
+		{"patch", "pods/certs-baton-etcd-0", "team-a", false},
+		{"delete", "pods/certs-baton-etcd-0", namespace, false},
 		// The owner of the Lock objects, by name only.
 		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-controller", "", true},
 		{"get", "clusterroles.rbac.authorization.k8s.io/certs-baton-view", "", false},
@@ -544,7 +564,7 @@ func TestSchedulingKnobs(t *testing.T) {
 			t.Errorf("%s %v: want a name from nameOverride", o["kind"], md["name"])
 		}
 	}
-	workloads := append(find(objs, "Deployment"), find(objs, "StatefulSet")...)
+	workloads := append(find(objs, "Deployment"), component(objs, "StatefulSet", "etcd")...)
 	if len(workloads) != 2 {
 		t.Fatalf("%d workloads, want the controller's and etcd's", len(workloads))
 	}
@@ -621,7 +641,7 @@ func checkEtcdPodMonitor(t *testing.T, objs, pms []map[string]any) {
 		}
 	}
 	var sts appsv1.StatefulSet
-	strict(t, find(objs, "StatefulSet")[0], &sts)
+	strict(t, component(objs, "StatefulSet", "etcd")[0], &sts)
 	e := pm.Spec.PodMetricsEndpoints
 	if len(e) != 1 || e[0].Port == nil || len(e[0].RelabelConfigs) != 1 || e[0].RelabelConfigs[0].Replacement == nil || *e[0].RelabelConfigs[0].Replacement != "baton-etcd" {
 		t.Fatalf("etcd's PodMonitor endpoints %+v", e)

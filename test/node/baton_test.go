@@ -292,6 +292,10 @@ func TestBatonOnANode(t *testing.T) {
 		})
 	})
 
+	t.Run("etcd's backups: the first by itself, one more by hand, as docs/operations.md shows", func(t *testing.T) {
+		etcdBackups(t, sh)
+	})
+
 	t.Run("an etcd member that lost its volume comes back, no lock lost", func(t *testing.T) {
 		memberLostItsVolume(t, sh, log)
 	})

@@ -1,0 +1,56 @@
+//go:build !lean
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestEtcdBackupOnceAndList: etcd-backup --once writes a snapshot and says
+// which, --keep deletes the oldest, --list shows what is kept; what cannot
+// work is refused with exit 2 naming the flag.
+func TestEtcdBackupOnceAndList(t *testing.T) {
+	dir := t.TempDir()
+	ep := testEtcd.Endpoints()[0]
+	var names []string
+	for range 2 {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"etcd-backup", "--once", "--etcd-endpoints=" + ep, "--dir=" + dir, "--keep=1"}, env(nil), &out, &errb); code != 0 {
+			t.Fatalf("etcd-backup --once: exit %d: %s%s", code, out.String(), errb.String())
+		}
+		f := strings.Fields(out.String())
+		if len(f) < 2 || f[0] != "wrote" || !strings.HasPrefix(f[1], "db-") {
+			t.Fatalf("etcd-backup --once printed %q", out.String())
+		}
+		names = append(names, f[1])
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"etcd-backup", "--list", "--dir=" + dir}, env(map[string]string{"BATON_KEEP": "1"}), &out, &errb); code != 0 {
+		t.Fatalf("etcd-backup --list: exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "FILE") || !strings.HasPrefix(lines[1], names[1]) {
+		t.Fatalf("etcd-backup --list:\n%s\nwant the newest, %s, alone", out.String(), names[1])
+	}
+
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--once", "--list", "--dir=" + dir}, "--once and --list"},
+		{[]string{"--once", "--etcd-endpoints=" + ep}, "--dir"},
+		{[]string{"--once", "--dir=" + dir}, "--etcd-endpoints"},
+		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep + "," + ep}, "--etcd-endpoints: give one"},
+		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep, "--keep=0"}, "--keep"},
+		{[]string{"--dir=" + dir, "--etcd-endpoints=" + ep, "--every=0s"}, "--every"},
+		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep, "--etcd-ca-secret=ca", "--etcd-username=u"}, "--etcd-ca-secret"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append([]string{"etcd-backup"}, c.args...), env(nil), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("etcd-backup %v: exit %d, %q; want 2 naming %s", c.args, code, errb.String(), c.says)
+		}
+	}
+}
