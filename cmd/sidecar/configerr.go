@@ -73,6 +73,14 @@ func controllerFlag(field string) string {
 		return "--every"
 	case "etcdbackup.Keep":
 		return "--keep"
+	case "etcdbackup.Snapshot":
+		return "--snapshot"
+	case "etcdbackup.DataDir":
+		return "--data-dir"
+	case "etcdbackup.Member":
+		return "--name"
+	case "etcdbackup.RevisionBump":
+		return "--revision-bump"
 	case "etcdmembers.Peers":
 		return "--etcd-members"
 	case "etcdmembers.Selector":

@@ -5,8 +5,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/etcdmembers"
 )
 
 // TestEtcdBackupOnceAndList: etcd-backup --once writes a snapshot and says
@@ -52,5 +56,43 @@ func TestEtcdBackupOnceAndList(t *testing.T) {
 		if code := run(context.Background(), append([]string{"etcd-backup"}, c.args...), env(nil), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.says) {
 			t.Errorf("etcd-backup %v: exit %d, %q; want 2 naming %s", c.args, code, errb.String(), c.says)
 		}
+	}
+}
+
+// TestEtcdRestore: etcd-restore restores the newest snapshot of a backup
+// directory into a data directory and says at which revision etcd starts;
+// it refuses what cannot work, naming the flag.
+func TestEtcdRestore(t *testing.T) {
+	backups, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"etcd-backup", "--once", "--etcd-endpoints=" + testEtcd.Endpoints()[0], "--dir=" + backups}, env(nil), &out, &errb); code != 0 {
+		t.Fatalf("etcd-backup --once: exit %d: %s", code, errb.String())
+	}
+	snap := strings.Fields(out.String())[1]
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--data-dir=" + data, "--name=m0", "--peer-url=http://127.0.0.1:2380"}, 2, "--snapshot or --backups"},
+		{[]string{"--backups=" + backups, "--snapshot=x", "--data-dir=" + data, "--name=m0", "--peer-url=http://127.0.0.1:2380"}, 2, "--snapshot or --backups"},
+		{[]string{"--backups=" + backups, "--data-dir=" + data, "--peer-url=http://127.0.0.1:2380"}, 2, "--name"},
+		{[]string{"--backups=" + backups, "--data-dir=" + data, "--name=m0", "--peer-url=http://127.0.0.1:2380", "--revision-bump=0"}, 2, "--revision-bump"},
+		{[]string{"--backups=" + t.TempDir(), "--data-dir=" + data, "--name=m0", "--peer-url=http://127.0.0.1:2380"}, 1, "no snapshot there"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append([]string{"etcd-restore"}, c.args...), env(nil), &out, &errb); code != c.code || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("etcd-restore %v: exit %d, %q; want %d saying %s", c.args, code, errb.String(), c.code, c.says)
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"etcd-restore", "--backups=" + backups, "--data-dir=" + data, "--name=m0", "--peer-url=http://127.0.0.1:2380"}, env(nil), &out, &errb); code != 0 {
+		t.Fatalf("etcd-restore: exit %d: %s", code, errb.String())
+	}
+	if !regexp.MustCompile(`^restored ` + regexp.QuoteMeta(snap+" into "+data) + ` as the member m0: etcd starts at revision 1\d{9}, alone`).MatchString(out.String()) {
+		t.Fatalf("etcd-restore printed %q", out.String())
+	}
+	if has, err := etcdmembers.HasData(data); err != nil || !has {
+		t.Fatalf("no etcd data after the restore: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ type mirrorOptions struct {
 // kubeCommands are the controller's commands, which the lean build leaves
 // out.
 func kubeCommands(getenv func(string) string, stdout, stderr io.Writer) []*cobra.Command {
-	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr), newEtcdBackupCmd(getenv, stdout, stderr)}
+	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr), newEtcdBackupCmd(getenv, stdout, stderr), newEtcdRestoreCmd(stdout)}
 }
 
 func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {

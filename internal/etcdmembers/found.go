@@ -31,7 +31,8 @@ func (k *Keeper) withoutQuorum(ctx context.Context, pods map[string]*corev1.Pod,
 		}
 		report := Report{}
 		for _, p := range waiting {
-			if err := k.tell(ctx, pods[p.Name], map[string]*string{StateAnnotation: ptr(StateNew), FoundingAnnotation: &founding}); err != nil {
+			all := initialCluster(k.cfg.Peers)
+			if err := k.tell(ctx, pods[p.Name], map[string]*string{StateAnnotation: ptr(StateNew), ClusterAnnotation: &all, FoundingAnnotation: &founding}); err != nil {
 				return report, err
 			}
 			report[p.Name] = Founded

@@ -20,6 +20,12 @@ const (
 	// reads it into ETCD_INITIAL_CLUSTER_STATE (empty, etcd's default,
 	// when the member has data: etcd then ignores it).
 	StateAnnotation = "baton.dev/etcd-initial-state"
+	// ClusterAnnotation, with StateAnnotation, is the member's
+	// --initial-cluster (name=peer URL, comma-separated), read into
+	// ETCD_INITIAL_CLUSTER: every member for a new cluster, etcd's members
+	// with the member added back for one that joins (etcd refuses a join
+	// whose list is not its own).
+	ClusterAnnotation = "baton.dev/etcd-initial-cluster"
 	// GateContainer is the name of the member pod's init container that
 	// runs Gate: the keeper finds a member waiting for its verdict by it.
 	GateContainer = "etcd-gate"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -205,7 +206,8 @@ func (k *Keeper) replace(ctx context.Context, p Peer, waiting []Peer, members []
 	if err != nil {
 		return fmt.Errorf("add etcd member %s back as a learner: %w", p.Name, err)
 	}
-	if err := k.tell(ctx, pod, map[string]*string{StateAnnotation: ptr(StateExisting)}); err != nil {
+	cluster := joining(added.Members, added.Member.ID, p.Name)
+	if err := k.tell(ctx, pod, map[string]*string{StateAnnotation: ptr(StateExisting), ClusterAnnotation: &cluster}); err != nil {
 		return err
 	}
 	k.said = ""
@@ -269,6 +271,31 @@ func (k *Keeper) tell(ctx context.Context, pod *corev1.Pod, annotations map[stri
 }
 
 func ptr(s string) *string { return &s }
+
+// initialCluster is peers as etcd's --initial-cluster.
+func initialCluster(peers []Peer) string {
+	parts := make([]string, len(peers))
+	for i, p := range peers {
+		parts[i] = p.Name + "=" + p.URL
+	}
+	return strings.Join(parts, ",")
+}
+
+// joining is the --initial-cluster of member id, named name, which was
+// just added to members: what etcdctl member add prints.
+func joining(members []*pb.Member, id uint64, name string) string {
+	var parts []string
+	for _, m := range members {
+		n := m.Name
+		if m.ID == id {
+			n = name
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, n+"="+u)
+		}
+	}
+	return strings.Join(parts, ",")
+}
 
 // sayOnce logs msg unless it was the last said.
 func (k *Keeper) sayOnce(msg string, args ...any) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,19 +261,11 @@ func (m *member) stop() {
 // cluster starts three members with state new.
 func cluster(t *testing.T) ([]*member, []Peer, *clientv3.Client) {
 	t.Helper()
-	dir, certs := t.TempDir(), newCerts(t)
-	var ms []*member
-	var peers []Peer
+	ms, peers := members(t)
 	var endpoints []string
-	for i := range 3 {
-		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), peer: freeURL(t), client: "https" + strings.TrimPrefix(freeURL(t), "http"), certs: certs}
-		ms = append(ms, m)
-		peers = append(peers, Peer{Name: m.name, URL: m.peer})
-		endpoints = append(endpoints, m.client)
-	}
 	for _, m := range ms {
 		m.start(t, initialCluster(peers), StateNew)
-		t.Cleanup(m.stop)
+		endpoints = append(endpoints, m.client)
 	}
 	for _, m := range ms {
 		select {
@@ -281,7 +274,31 @@ func cluster(t *testing.T) ([]*member, []Peer, *clientv3.Client) {
 			t.Fatalf("etcd member %s not ready in 30s", m.name)
 		}
 	}
-	return ms, peers, rootClient(t, certs, endpoints...)
+	return ms, peers, rootClient(t, ms[0].certs, endpoints...)
+}
+
+// members makes three members, started by none, stopped when t ends.
+func members(t *testing.T) ([]*member, []Peer) {
+	t.Helper()
+	dir, certs := t.TempDir(), newCerts(t)
+	var ms []*member
+	var peers []Peer
+	for i := range 3 {
+		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), peer: freeURL(t), client: "https" + strings.TrimPrefix(freeURL(t), "http"), certs: certs}
+		t.Cleanup(m.stop)
+		ms = append(ms, m)
+		peers = append(peers, Peer{Name: m.name, URL: m.peer})
+	}
+	return ms, peers
+}
+
+// sameCluster reports whether two --initial-cluster values name the same
+// members, in any order.
+func sameCluster(a, b string) bool {
+	pa, pb := strings.Split(a, ","), strings.Split(b, ",")
+	slices.Sort(pa)
+	slices.Sort(pb)
+	return slices.Equal(pa, pb)
 }
 
 // until runs pass until done says so, for up to d.

@@ -25,6 +25,7 @@ func TestKeeper(t *testing.T) {
 		{"refound", takesUpAFoundingCutShort},
 		{"noquorum", nothingChangesWithoutQuorum},
 		{"replace", replacesAMemberThatLostItsData},
+		{"grow", growsOneMemberBackToThree},
 	} {
 		t.Run(c.ns, func(t *testing.T) {
 			kn := &kube{c: k.c, ns: c.ns}
@@ -80,6 +81,9 @@ func foundsANewCluster(t *testing.T, k *kube) {
 	for _, n := range []string{"etcd-0", "etcd-1", "etcd-2"} {
 		if s := k.state(t, n); s != StateNew || r[n] != Founded || founding == "" || k.annotation(t, n, FoundingAnnotation) != founding {
 			t.Errorf("%s told %q (%q), want new, of the founding %q", n, s, r[n], founding)
+		}
+		if c := k.annotation(t, n, ClusterAnnotation); c != initialCluster(kp.cfg.Peers) {
+			t.Errorf("%s told to found %q; want every member", n, c)
 		}
 	}
 }
@@ -201,7 +205,11 @@ func replacesAMemberThatLostItsData(t *testing.T, k *kube) {
 	// now reaches a follower only: the promotion must go to the leader
 	// all the same, since a follower forwards it without the caller's
 	// identity, which etcd refuses.
-	ms[2].start(t, initialCluster(peers), StateExisting)
+	joinAs := k.annotation(t, "etcd-2", ClusterAnnotation)
+	if !sameCluster(joinAs, initialCluster(peers)) {
+		t.Errorf("etcd-2 told to join as %q; want the three members, %q", joinAs, initialCluster(peers))
+	}
+	ms[2].start(t, joinAs, StateExisting)
 	k.status(t, "etcd-2", started)
 	fkp := k.keeper(t, rootClient(t, ms[0].certs, follower(t, cli, ms[:2]).client), peers)
 	until(t, 60*time.Second, "etcd-2 promoted", func() error { _, err := fkp.Pass(ctx); return err }, func() bool {
@@ -301,14 +309,58 @@ func follower(t *testing.T, cli *clientv3.Client, ms []*member) *member {
 	return nil
 }
 
-// initialCluster is peers as etcd's --initial-cluster.
-func initialCluster(peers []Peer) string {
-	s := ""
-	for i, p := range peers {
-		if i > 0 {
-			s += ","
-		}
-		s += p.Name + "=" + p.URL
+// growsOneMemberBackToThree: etcd restored from a snapshot into one
+// member's volume runs alone; the other members' pods start on new, empty
+// volumes. The keeper adds them back one at a time, each told to join with
+// the members etcd has then, and promotes each: three voting members hold
+// what the one restored did.
+func growsOneMemberBackToThree(t *testing.T, k *kube) {
+	ms, peers := members(t)
+	ms[0].start(t, peers[0].Name+"="+peers[0].URL, StateNew)
+	select {
+	case <-ms[0].e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the restored member not ready in 30s")
 	}
-	return s
+	cli := withAuth(t, rootClient(t, ms[0].certs, ms[0].client), ms[:1])
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "/restored", "x"); err != nil {
+		t.Fatal(err)
+	}
+	k.pod(t, "etcd-0", started)
+	k.pod(t, "etcd-1", gated)
+	k.pod(t, "etcd-2", gated)
+	kp := k.keeper(t, cli, peers)
+	for i := 1; i < 3; i++ {
+		name := peers[i].Name
+		until(t, 60*time.Second, name+" told to join", func() error { _, err := kp.Pass(ctx); return err },
+			func() bool { return k.state(t, name) == StateExisting })
+		joinAs := k.annotation(t, name, ClusterAnnotation)
+		if want := initialCluster(peers[:i+1]); !sameCluster(joinAs, want) {
+			t.Fatalf("%s told to join as %q; want %q", name, joinAs, want)
+		}
+		if i == 1 && k.state(t, "etcd-2") != "" {
+			t.Fatal("etcd-2 told to join before etcd-1 was a voting member")
+		}
+		ms[i].start(t, joinAs, StateExisting)
+		k.status(t, name, started)
+		until(t, 60*time.Second, name+" promoted", func() error { _, err := kp.Pass(ctx); return err }, func() bool {
+			l, err := cli.MemberList(ctx)
+			if err != nil || len(l.Members) != i+1 {
+				return false
+			}
+			for _, m := range l.Members {
+				if m.IsLearner || m.Name == "" {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for _, m := range ms {
+		got, err := rootClient(t, m.certs, m.client).Get(ctx, "/restored", clientv3.WithSerializable())
+		if err != nil || len(got.Kvs) != 1 {
+			t.Errorf("member %s holds %+v, %v; want the restored key", m.name, got, err)
+		}
+	}
 }

@@ -300,6 +300,10 @@ func TestBatonOnANode(t *testing.T) {
 		memberLostItsVolume(t, sh, log)
 	})
 
+	t.Run("etcd restored from a backup under the app, as docs/operations.md shows", func(t *testing.T) {
+		etcdRestored(t, sh, log)
+	})
+
 	t.Run("scaled to 0, nothing is held", func(t *testing.T) {
 		start := time.Now()
 		defer func() { t.Logf("scaled to 0 in %v", time.Since(start).Round(time.Millisecond)) }()
@@ -471,9 +475,17 @@ func TestBatonOnANode(t *testing.T) {
 				t.Errorf("Secrets labelled baton.dev/etcd-credentials after uninstall: %q; want %s among them, as docs/kubernetes.md says", left, want)
 			}
 		}
+		// etcd's volumes and its backups' stay.
 		pvcs, err := node.Client.CoreV1().PersistentVolumeClaims(system).List(ctx, metav1.ListOptions{})
-		if err != nil || len(pvcs.Items) != 3 {
-			t.Errorf("etcd's PVCs after uninstall: %d (%v), want the 3 kept", len(pvcs.Items), err)
+		var kept []string
+		if err == nil {
+			for _, p := range pvcs.Items {
+				kept = append(kept, p.Name)
+			}
+		}
+		slices.Sort(kept)
+		if want := []string{"backups-" + release + "-etcd-backup-0", "data-" + release + "-etcd-0", "data-" + release + "-etcd-1", "data-" + release + "-etcd-2"}; err != nil || !slices.Equal(kept, want) {
+			t.Errorf("PVCs after uninstall: %v (%v), want %v kept", kept, err, want)
 		}
 		// No webhook: a labelled pod is created without a sidecar.
 		runPodLabelled(t, appNS, "after-uninstall", map[string]string{"baton.dev/inject": "true"}, func(p *corev1.Pod) {

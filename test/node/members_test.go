@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/baton-dev/baton/internal/etcdbackup"
 	"github.com/baton-dev/baton/internal/etcdmembers"
 	"github.com/baton-dev/baton/internal/pki"
 )
@@ -28,10 +29,10 @@ const opsPage = "docs/operations.md"
 // any administrator of the namespace can): member list and hashes need it.
 const rootCreds = "node-test-etcd-root"
 
-// etcdctlAsRoot runs etcdctl with args against the chart's etcd as its
+// tryEtcdctlAsRoot runs etcdctl with args against the chart's etcd as its
 // root user, in a pod of the release's namespace (the members' names
-// resolve there), and returns what it printed; it must succeed.
-func etcdctlAsRoot(t *testing.T, args ...string) string {
+// resolve there), and returns what it printed, or why it failed.
+func tryEtcdctlAsRoot(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx := context.Background()
 	secrets := node.Client.CoreV1().Secrets(system)
@@ -59,7 +60,17 @@ func etcdctlAsRoot(t *testing.T, args ...string) string {
 	name := fmt.Sprintf("etcdctl-root-%d", time.Now().UnixNano()%1e9)
 	code, out := runEtcdctlIn(t, system, rootCreds, name, full)
 	if code != 0 {
-		t.Fatalf("etcdctl %s as root: exit %d: %s", strings.Join(args, " "), code, out)
+		return "", fmt.Errorf("etcdctl %s as root: exit %d: %s", strings.Join(args, " "), code, out)
+	}
+	return out, nil
+}
+
+// etcdctlAsRoot is tryEtcdctlAsRoot, which must succeed.
+func etcdctlAsRoot(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := tryEtcdctlAsRoot(t, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -123,7 +134,12 @@ func memberLostItsVolume(t *testing.T, sh *docShell, phases string) {
 	t.Logf("%s was back and ready %v after its claim and pod were deleted", member, time.Since(start).Round(time.Millisecond))
 	var after etcdMembers
 	eventually(t, 2*time.Minute, "three voting members", func() error {
-		if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "member", "list", "-w", "json")), &after); err != nil {
+		out, err := tryEtcdctlAsRoot(t, "member", "list", "-w", "json")
+		if err != nil {
+			return err
+		}
+		after = etcdMembers{} // see votingMembers
+		if err := json.Unmarshal([]byte(out), &after); err != nil {
 			return err
 		}
 		if len(after.Members) != 3 {
@@ -143,36 +159,7 @@ func memberLostItsVolume(t *testing.T, sh *docShell, phases string) {
 	})
 	t.Logf("%s voting again %v after its claim and pod were deleted", member, time.Since(start).Round(time.Millisecond))
 
-	// Every member holds the same keys at one revision.
-	var now struct {
-		Header struct {
-			Revision int64 `json:"revision"`
-		} `json:"header"`
-	}
-	if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "get", "/", "--prefix", "--keys-only", "--limit=1", "-w", "json")), &now); err != nil || now.Header.Revision == 0 {
-		t.Fatalf("etcd's revision: %+v, %v", now, err)
-	}
-	rev := fmt.Sprint(now.Header.Revision)
-	var hashes map[uint32][]string
-	eventually(t, time.Minute, "the members' hashes agree at revision "+rev, func() error {
-		var got []struct {
-			Endpoint string `json:"Endpoint"`
-			HashKV   struct {
-				Hash uint32 `json:"hash"`
-			} `json:"HashKV"`
-		}
-		if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "endpoint", "hashkv", "--cluster", "--rev="+rev, "-w", "json")), &got); err != nil {
-			return err
-		}
-		hashes = map[uint32][]string{}
-		for _, h := range got {
-			hashes[h.HashKV.Hash] = append(hashes[h.HashKV.Hash], h.Endpoint)
-		}
-		if len(got) != 3 || len(hashes) != 1 {
-			return fmt.Errorf("hashes %v", hashes)
-		}
-		return nil
-	})
+	hashesAgree(t)
 
 	// The app took turns throughout: every run since it began ended as
 	// its owner ended it (none was told its lock was lost), and runs
@@ -218,4 +205,129 @@ func etcdBackups(t *testing.T, sh *docShell) {
 		once: linesLike(wroteLine),
 		"kubectl -n baton-system exec baton-etcd-backup-0 -- /baton-controller etcd-backup --list": table(),
 	})
+}
+
+// hashesAgree checks that every member of the chart's etcd holds the same
+// keys at one revision (etcdctl endpoint hashkv --cluster --rev).
+func hashesAgree(t *testing.T) {
+	t.Helper()
+	var now struct {
+		Header struct {
+			Revision int64 `json:"revision"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(etcdctlAsRoot(t, "get", "/", "--prefix", "--keys-only", "--limit=1", "-w", "json")), &now); err != nil || now.Header.Revision == 0 {
+		t.Fatalf("etcd's revision: %+v, %v", now, err)
+	}
+	rev := fmt.Sprint(now.Header.Revision)
+	eventually(t, time.Minute, "the members' hashes agree at revision "+rev, func() error {
+		var got []struct {
+			Endpoint string `json:"Endpoint"`
+			HashKV   struct {
+				Hash uint32 `json:"hash"`
+			} `json:"HashKV"`
+		}
+		out, err := tryEtcdctlAsRoot(t, "endpoint", "hashkv", "--cluster", "--rev="+rev, "-w", "json")
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			return err
+		}
+		hashes := map[uint32][]string{}
+		for _, h := range got {
+			hashes[h.HashKV.Hash] = append(hashes[h.HashKV.Hash], h.Endpoint)
+		}
+		if len(got) != 3 || len(hashes) != 1 {
+			return fmt.Errorf("hashes %v", hashes)
+		}
+		return nil
+	})
+}
+
+// votingMembers waits until etcd has want voting members, all started.
+func votingMembers(t *testing.T, d time.Duration, want int) etcdMembers {
+	t.Helper()
+	var l etcdMembers
+	eventually(t, d, fmt.Sprintf("%d voting members", want), func() error {
+		out, err := tryEtcdctlAsRoot(t, "member", "list", "-w", "json")
+		if err != nil {
+			return err
+		}
+		// A fresh value: JSON leaves what it omits (isLearner when false)
+		// as an earlier answer set it.
+		l = etcdMembers{}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			return err
+		}
+		if len(l.Members) != want {
+			return fmt.Errorf("members %+v", l.Members)
+		}
+		for _, m := range l.Members {
+			if m.IsLearner || m.Name == "" {
+				return fmt.Errorf("member %q (%x) learner %v", m.Name, m.ID, m.IsLearner)
+			}
+		}
+		return nil
+	})
+	return l
+}
+
+// restoredLine is what etcd-restore prints.
+var restoredLine = regexp.MustCompile(`^restored db-\d{8}T\d{6}Z-r\d+\.db into /var/lib/etcd/data as the member baton-etcd-0: etcd starts at revision \d{10,}, alone; the other members join it$`)
+
+// etcdRestored: a snapshot taken, the app's turns go on past it, and then
+// etcd is restored from it as docs/operations.md shows, under the app. The
+// run cut short by the restore was told its lock was lost before any run
+// after it started; every run after the restore has a fence above every
+// one before (bumped past them); etcd has its three voting members again,
+// their hashes agreeing.
+func etcdRestored(t *testing.T, sh *docShell, phases string) {
+	kubectl(t, "-n", system, "exec", release+"-etcd-backup-0", "--", "/baton-controller", "etcd-backup", "--once")
+	taken := len(checkPhases(t, phases))
+	eventually(t, 2*time.Minute, "two runs after the snapshot", func() error {
+		if n := len(checkPhases(t, phases)); n < taken+2 {
+			return fmt.Errorf("%d runs, %d when it was taken", n, taken)
+		}
+		return nil
+	})
+	start := time.Now()
+	sh.runPage(t, opsPage, "$ kubectl -n baton-system scale statefulset baton-etcd baton-etcd-backup --replicas=0", map[string]check{
+		"kubectl -n baton-system logs job/baton-etcd-restore": linesLike(restoredLine),
+	})
+	t.Logf("the restore's commands took %v", time.Since(start).Round(time.Millisecond))
+	votingMembers(t, 4*time.Minute, 3)
+	t.Logf("etcd had its three voting members again %v after the restore began", time.Since(start).Round(time.Millisecond))
+	hashesAgree(t)
+
+	var cut run
+	eventually(t, 3*time.Minute, "a run after the restore", func() error {
+		runs := checkPhases(t, phases)
+		for i, r := range runs {
+			if r.fence > etcdbackup.DefaultRevisionBump {
+				if i == 0 {
+					return fmt.Errorf("no run before the restore")
+				}
+				cut = runs[i-1]
+				return nil
+			}
+		}
+		return fmt.Errorf("none above the bump yet")
+	})
+	t.Logf("the first run after the restore started %v after it began", time.Since(start).Round(time.Millisecond))
+	t.Logf("the last run before the restore, %s's with fence %d: ended %v, told its lock was lost %v", cut.pod, cut.fence, cut.ended, cut.termed)
+	if !cut.ended && !cut.termed {
+		t.Errorf("%s's run with fence %d, the last before the restore, neither ended nor was told its lock was lost", cut.pod, cut.fence)
+	}
+	if cut.termed {
+		b, err := os.ReadFile(phases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		term := strings.Index(string(b), fmt.Sprintf("term %s %d\n", cut.pod, cut.fence))
+		after := regexp.MustCompile(`(?m)^start \S+ \d{10,}$`).FindIndex(b)
+		if term < 0 || after == nil || term > after[0] {
+			t.Errorf("%s was told its lock (fence %d) was lost after a run of the restored etcd started:\n%s", cut.pod, cut.fence, b)
+		}
+	}
 }
