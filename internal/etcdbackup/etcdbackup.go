@@ -7,7 +7,9 @@
 package etcdbackup
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -251,6 +253,11 @@ func syncDir(dir string) error {
 // revisions may have been deletions that compaction dropped), or 1, an
 // etcd's first, when it holds neither.
 func Revision(path string) (int64, error) {
+	// Only a whole file is opened: bbolt maps the file and reads its
+	// pages in place, and a page past the end of one cut short faults.
+	if err := Verify(path); err != nil {
+		return 0, err
+	}
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
 	if err != nil {
 		return 0, err
@@ -274,6 +281,37 @@ func Revision(path string) (int64, error) {
 	})
 	// An etcd that holds no key yet is at revision 1.
 	return max(rev, 1), err
+}
+
+// Verify checks that path is a whole snapshot as etcd streams it: its
+// database, whose size is a multiple of 512, and the database's SHA-256
+// after it.
+func Verify(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := info.Size() - sha256.Size
+	if size <= 0 || size%512 != 0 {
+		return fmt.Errorf("%s is not a whole etcd snapshot: %d bytes, not a database and its SHA-256 (cut short?)", path, info.Size())
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, size); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(f, want); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if !bytes.Equal(h.Sum(nil), want) {
+		return fmt.Errorf("%s is not a whole etcd snapshot: its SHA-256 does not match its content", path)
+	}
+	return nil
 }
 
 // mainRevision reads the main revision at the head of an etcd revision key

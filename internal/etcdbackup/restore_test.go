@@ -57,16 +57,20 @@ func TestRestoreBumpsAndReplaces(t *testing.T) {
 	peer := freeURL(t)
 	rc := RestoreConfig{Snapshot: snap, DataDir: data, Name: "m0", PeerURL: peer, RevisionBump: DefaultRevisionBump}
 
-	// Cut short: refused, the old data left.
-	short := filepath.Join(t.TempDir(), "short.db")
+	// Cut short, at a page or anywhere, or one byte changed: refused,
+	// the old data left.
 	whole, _ := os.ReadFile(snap)
-	if err := os.WriteFile(short, whole[:len(whole)/2], 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bad := rc
-	bad.Snapshot = short
-	if _, err := Restore(bad, zap.NewNop()); err == nil {
-		t.Fatal("a snapshot cut in half restored")
+	flipped := append([]byte(nil), whole...)
+	flipped[len(flipped)/3] ^= 0xff
+	for what, b := range map[string][]byte{"cut at a page": whole[:len(whole)/2/4096*4096], "cut anywhere": whole[:len(whole)/2+7], "one byte changed": flipped} {
+		bad := rc
+		bad.Snapshot = filepath.Join(t.TempDir(), "bad.db")
+		if err := os.WriteFile(bad.Snapshot, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Restore(bad, zap.NewNop()); err == nil {
+			t.Fatalf("a snapshot %s restored", what)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(data, "old")); err != nil {
 		t.Fatalf("a refused restore touched the data: %v", err)
