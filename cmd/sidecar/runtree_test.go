@@ -100,7 +100,12 @@ func TestRunStopsEveryProcess(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		// Queued once baton run holds the lock (its command runs), not
+		// after a time a loaded machine may outlast.
+		waitUntil(t, 10*time.Second, "the grandchild's first write", func() bool {
+			_, err := os.Stat(out("max"))
+			return err == nil
+		})
 		granted, release := grantAfter(t, c, "tree/max")
 		defer release()
 		if code := exitOf(t, cmd.Wait()); code != exitLost || !strings.Contains(errb.String(), "max_hold") {
