@@ -3,7 +3,6 @@ package etcdbackup
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,17 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-)
 
-func freeURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
+	"github.com/baton-dev/baton/internal/etcdtest"
+)
 
 // TestRestoreBumpsAndReplaces: a snapshot restored over a member's data
 // directory replaces what was there; etcd started on it holds the
@@ -54,7 +45,7 @@ func TestRestoreBumpsAndReplaces(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "old"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	peer := freeURL(t)
+	peer := etcdtest.FreeURL(t)
 	rc := RestoreConfig{Snapshot: snap, DataDir: data, Name: "m0", PeerURL: peer, RevisionBump: DefaultRevisionBump}
 
 	// Cut short, at a page or anywhere, or one byte changed: refused,
@@ -90,7 +81,7 @@ func TestRestoreBumpsAndReplaces(t *testing.T) {
 	ec := embed.NewConfig()
 	ec.Name, ec.Dir = "m0", data
 	pu, _ := url.Parse(peer)
-	cu, _ := url.Parse(freeURL(t))
+	cu, _ := url.Parse(etcdtest.FreeURL(t))
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	ec.InitialCluster = "m0=" + peer

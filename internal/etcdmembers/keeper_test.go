@@ -163,17 +163,6 @@ func (k *kube) keeper(t *testing.T, cli *clientv3.Client, peers []Peer) *Keeper 
 	return kp
 }
 
-// freeURL is an http URL on a free port of the loopback.
-func freeURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
-
 // testCerts are the members' TLS files (one serving certificate for all,
 // as the chart's) and the root user's client TLS.
 type testCerts struct {
@@ -284,7 +273,7 @@ func members(t *testing.T) ([]*member, []Peer) {
 	var ms []*member
 	var peers []Peer
 	for i := range 3 {
-		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), peer: freeURL(t), client: "https" + strings.TrimPrefix(freeURL(t), "http"), certs: certs}
+		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), peer: etcdtest.FreeURL(t), client: "https" + strings.TrimPrefix(etcdtest.FreeURL(t), "http"), certs: certs}
 		t.Cleanup(m.stop)
 		ms = append(ms, m)
 		peers = append(peers, Peer{Name: m.name, URL: m.peer})

@@ -10,6 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/etcdtest"
 )
 
 // TestKeeper runs the keeper against a real kube-apiserver, on pods whose
@@ -38,7 +40,7 @@ func TestKeeper(t *testing.T) {
 // deadEtcd is a client of an etcd that is not there.
 func deadEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{freeURL(t)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdtest.FreeURL(t)}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func deadEtcd(t *testing.T) *clientv3.Client {
 }
 
 func fakePeers(t *testing.T) []Peer {
-	return []Peer{{"etcd-0", freeURL(t)}, {"etcd-1", freeURL(t)}, {"etcd-2", freeURL(t)}}
+	return []Peer{{"etcd-0", etcdtest.FreeURL(t)}, {"etcd-1", etcdtest.FreeURL(t)}, {"etcd-2", etcdtest.FreeURL(t)}}
 }
 
 // foundsANewCluster: while etcd has no quorum, the member pods are told

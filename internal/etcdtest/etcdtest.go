@@ -210,3 +210,15 @@ func leakedGoroutines(d time.Duration) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// FreeURL is an http URL on a port of the loopback free when asked: for
+// an etcd member a test starts itself.
+func FreeURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
