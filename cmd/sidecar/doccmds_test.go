@@ -82,6 +82,7 @@ var docRunners = map[string]string{
 	"$ kubectl -n baton-system delete pvc data-baton-etcd-1 --wait=false":                        "test/node TestBatonOnANode (an etcd member that lost its volume)",
 	"$ kubectl -n baton-system exec baton-etcd-backup-0 -- /baton-controller etcd-backup --once": "test/node TestBatonOnANode (etcd's backups)",
 	"$ kubectl -n baton-system scale statefulset baton-etcd baton-etcd-backup --replicas=0":      "test/node TestBatonOnANode (etcd restored from a backup)",
+	"$ kubectl -n baton-system get pods -l app.kubernetes.io/component=etcd-backup":              "test/node TestBatonOnANode (etcd's backups: BatonEtcdBackupMissing's runbook)",
 	"$ kubectl annotate lock -n team-a deploy-prod-1a7b4df2":                                     "test/node TestMirrorByHand",
 	"--cluster-name west":                             "test/node TestMirrorByHand",
 	"$ kubectl apply -f examples/k8s/lockpolicy.yaml": "test/node TestMirrorByHand",

@@ -3,17 +3,26 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/baton-dev/baton/internal/access"
 	"github.com/baton-dev/baton/internal/etcdbackup"
+	"github.com/baton-dev/baton/internal/server"
 )
 
 // backupOptions is everything `baton etcd-backup` is configured with.
@@ -24,6 +33,7 @@ type backupOptions struct {
 	namespace  string // of the CA Secret
 	cfg        etcdbackup.Config
 	once, list bool
+	metrics    string // --metrics-addr
 	logLevel   string
 }
 
@@ -41,8 +51,10 @@ exits; --list lists those kept. etcdutl snapshot restore reads them
 
 A snapshot needs etcd's root: with --etcd-ca-secret the command signs in
 as root with a certificate of the chart's etcd's CA, read from that Secret
-(the controller's service account may read it). Every flag can also be set
-by an environment variable (--keep by BATON_KEEP).`,
+(the controller's service account may read it). With --metrics-addr it
+serves Prometheus's /metrics: when the newest snapshot was taken, and the
+snapshots that failed (the alert BatonEtcdBackupMissing reads them). Every
+flag can also be set by an environment variable (--keep by BATON_KEEP).`,
 		Args: cobra.NoArgs,
 	}
 	o := &backupOptions{etcd: etcdOptions{dialTimeout: 5 * time.Second}, cfg: etcdbackup.Default(), logLevel: "info", namespace: getenv("POD_NAMESPACE")}
@@ -57,6 +69,7 @@ by an environment variable (--keep by BATON_KEEP).`,
 	fs.StringVar(&o.caSecret, "etcd-ca-secret", "", "sign in as etcd's root user with a certificate of the CA in this Secret (the chart's etcd's); empty: with the --etcd-* credentials")
 	fs.StringVar(&o.namespace, "etcd-secrets-namespace", o.namespace, "namespace of --etcd-ca-secret; default $POD_NAMESPACE")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file, with --etcd-ca-secret; default: $KUBECONFIG, in-cluster, ~/.kube/config")
+	fs.StringVar(&o.metrics, "metrics-addr", "", "TCP address for Prometheus /metrics while snapshots are taken on the schedule, e.g. :8080; empty disables")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.etcd.password = getenv("BATON_ETCD_PASSWORD")
@@ -85,6 +98,13 @@ func (o *backupOptions) validate() error {
 		return errors.New("--etcd-ca-secret: the command makes its own etcd credentials; give no --etcd-cacert, --etcd-cert or --etcd-username with it")
 	case o.caSecret != "" && o.namespace == "":
 		return errors.New("--etcd-secrets-namespace: required with --etcd-ca-secret outside a pod")
+	case o.metrics != "" && o.once:
+		return errors.New("--metrics-addr: serves the schedule's metrics; --once takes one snapshot and exits")
+	}
+	if o.metrics != "" {
+		if _, _, err := net.SplitHostPort(o.metrics); err != nil {
+			return fmt.Errorf("--metrics-addr %q: want host:port, e.g. :8080", o.metrics)
+		}
 	}
 	if err := o.etcd.validate(); err != nil {
 		return err
@@ -132,7 +152,7 @@ func runBackups(cmd *cobra.Command, o *backupOptions, getenv func(string) string
 	}
 	defer cli.Close()
 	if !o.once {
-		return etcdbackup.Run(ctx, cli, o.cfg, logs.log)
+		return scheduleBackups(ctx, cli, o, logs.log)
 	}
 	start := time.Now()
 	b, deleted, err := etcdbackup.Take(ctx, cli, o.cfg, start)
@@ -145,4 +165,34 @@ func runBackups(cmd *cobra.Command, o *backupOptions, getenv func(string) string
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+// scheduleBackups runs the schedule, serving its metrics on --metrics-addr.
+func scheduleBackups(ctx context.Context, cli *clientv3.Client, o *backupOptions, log *slog.Logger) error {
+	if o.metrics == "" {
+		return etcdbackup.Run(ctx, cli, o.cfg, log, nil)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs, err := etcdbackup.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", o.metrics)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(ctx, srv, l, time.Second) }()
+	err = etcdbackup.Run(ctx, cli, o.cfg, log, obs)
+	stop()
+	if serr := <-served; serr != nil && err == nil {
+		err = fmt.Errorf("--metrics-addr: %w", serr)
+	}
+	return err
 }

@@ -5,10 +5,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/etcdmembers"
 )
@@ -51,11 +55,54 @@ func TestEtcdBackupOnceAndList(t *testing.T) {
 		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep, "--keep=0"}, "--keep"},
 		{[]string{"--dir=" + dir, "--etcd-endpoints=" + ep, "--every=0s"}, "--every"},
 		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep, "--etcd-ca-secret=ca", "--etcd-username=u"}, "--etcd-ca-secret"},
+		{[]string{"--once", "--dir=" + dir, "--etcd-endpoints=" + ep, "--metrics-addr=:8080"}, "--metrics-addr"},
+		{[]string{"--dir=" + dir, "--etcd-endpoints=" + ep, "--metrics-addr=8080"}, "--metrics-addr"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), append([]string{"etcd-backup"}, c.args...), env(nil), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.says) {
 			t.Errorf("etcd-backup %v: exit %d, %q; want 2 naming %s", c.args, code, errb.String(), c.says)
 		}
+	}
+}
+
+// TestEtcdBackupMetrics: on its schedule, etcd-backup serves when the
+// newest snapshot was taken, its revision and the snapshots taken.
+func TestEtcdBackupMetrics(t *testing.T) {
+	addr := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"etcd-backup", "--etcd-endpoints=" + testEtcd.Endpoints()[0], "--dir=" + t.TempDir(), "--every=1h", "--metrics-addr=" + addr}, env(nil), &out, &errb)
+	}()
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(body, `baton_etcd_backups_total{result="ok"} 1`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("after 10s, /metrics:\n%s\nthe command's log:\n%s", body, errb.String())
+		}
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+		}
+	}
+	for _, want := range []string{`baton_etcd_backups_total{result="failed"} 0`, "baton_etcd_backup_interval_seconds 3600", "baton_etcd_backups_kept 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %q:\n%s", want, body)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^baton_etcd_backup_last_success_timestamp_seconds (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no baton_etcd_backup_last_success_timestamp_seconds:\n%s", body)
+	}
+	if at, err := strconv.ParseFloat(m[1], 64); err != nil || time.Since(time.Unix(int64(at), 0)) > time.Minute {
+		t.Errorf("the last backup at %s, want about now", m[1])
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("etcd-backup ended with exit %d: %s", code, errb.String())
 	}
 }
 

@@ -105,7 +105,8 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 // TestRunTakesOnSchedule: Run takes a snapshot at once into an empty
 // directory and every Every after, keeping Keep, and two Takes at once
 // (one asked for by hand) both write whole snapshots; a Run started again
-// beside a fresh snapshot takes none before Every has passed.
+// beside a fresh snapshot takes none before Every has passed. Its observer
+// hears each snapshot, and the newest kept when it starts again.
 func TestRunTakesOnSchedule(t *testing.T) {
 	cli, _ := srv.Client(t)
 	cfg := Default()
@@ -113,7 +114,8 @@ func TestRunTakesOnSchedule(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cli, cfg, log) }()
+	obs := &recorder{}
+	go func() { done <- Run(ctx, cli, cfg, log, obs) }()
 	byHand := make(chan error, 1)
 	go func() {
 		_, _, err := Take(context.Background(), cli, cfg, time.Now().Add(-time.Hour))
@@ -139,10 +141,17 @@ func TestRunTakesOnSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := List(cfg.Dir)
+	if len(obs.started) != 1 || len(obs.took) < 3 || obs.failed != 0 {
+		t.Fatalf("the observer heard: started %q, took %d, failed %d; want started once, 3 or more taken, none failed", obs.started, len(obs.took), obs.failed)
+	}
+	if last := obs.took[len(obs.took)-1]; last.Name != before[0].Name || last.Revision != before[0].Revision || obs.kept != 3 {
+		t.Fatalf("the observer heard %+v last, %d kept; the newest is %+v, of 3", last, obs.kept, before[0])
+	}
 
 	cfg.Every = time.Hour
 	ctx, cancel = context.WithCancel(context.Background())
-	go func() { done <- Run(ctx, cli, cfg, log) }()
+	obs = &recorder{}
+	go func() { done <- Run(ctx, cli, cfg, log, obs) }()
 	time.Sleep(500 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
@@ -151,4 +160,29 @@ func TestRunTakesOnSchedule(t *testing.T) {
 	if after, _ := List(cfg.Dir); len(after) != len(before) || after[0].Name != before[0].Name {
 		t.Fatalf("a Run restarted beside a fresh snapshot took one: %+v, before %+v", after, before)
 	}
+	if len(obs.started) != 1 || obs.started[0] != before[0].Name || obs.kept != 3 {
+		t.Fatalf("a Run restarted told its observer %q, %d kept; want the newest kept, %s, of 3", obs.started, obs.kept, before[0].Name)
+	}
 }
+
+// recorder is an Observer that remembers what it heard; Run calls it from
+// one goroutine, and the test reads it after Run has returned.
+type recorder struct {
+	started []string // the newest kept's name, "" for none
+	took    []Backup
+	kept    int
+	failed  int
+}
+
+func (r *recorder) Started(_ time.Duration, newest *Backup, kept int) {
+	name := ""
+	if newest != nil {
+		name = newest.Name
+	}
+	r.started, r.kept = append(r.started, name), kept
+}
+
+func (r *recorder) Took(b Backup, _ time.Duration, kept int) {
+	r.took, r.kept = append(r.took, b), kept
+}
+func (r *recorder) Failed(error) { r.failed++ }

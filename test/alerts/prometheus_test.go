@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,7 +57,8 @@ func TestWithPrometheus(t *testing.T) {
 		sidecars = append(sidecars, startSidecar(t, pod, etcd.Endpoints()))
 	}
 	ctlAddr := startController(t, ctx, etcd.Endpoints())
-	promAddr := startPrometheus(t, prom, sidecars, ctlAddr, etcdAddr)
+	backupAddr := startBackups(t, etcd.Endpoints())
+	promAddr := startPrometheus(t, prom, sidecars, map[string]string{"controller": ctlAddr, "baton-etcd": etcdAddr, "baton-etcd-backup": backupAddr})
 	workload(t, ctx, sidecars)
 
 	// A lock held with a ttl of 20s runs past 80% of it 16s later; the
@@ -106,8 +109,15 @@ func TestWithPrometheus(t *testing.T) {
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			exprs = append(exprs, r.Expr)
-			var res struct{}
+			var res struct {
+				Result []json.RawMessage `json:"result"`
+			}
 			promGet(t, promAddr, "/api/v1/query", url.Values{"query": {r.Expr}}, &res) // fails on an error
+			// The backups, scraped and written an instant ago, are not
+			// missing: its job and series are the ones it selects.
+			if r.Alert == "BatonEtcdBackupMissing" && len(res.Result) != 0 {
+				t.Errorf("BatonEtcdBackupMissing's expression holds with a backup just written: %s", res.Result)
+			}
 		}
 	}
 	for _, q := range panels {
@@ -116,7 +126,7 @@ func TestWithPrometheus(t *testing.T) {
 	for i, selected := range metricNames(t, exprs) {
 		for _, n := range selected {
 			if !exported[n] {
-				t.Errorf("%s reads %s, which none of the sidecars, the controller and etcd export", exprs[i], n)
+				t.Errorf("%s reads %s, which none of the sidecars, the controller, etcd and the backups export", exprs[i], n)
 			}
 		}
 	}
@@ -265,10 +275,20 @@ func servingCert(t *testing.T) string {
 	return dir
 }
 
+// startBackups runs the chart's scheduled etcd backups, and returns their
+// metrics address.
+func startBackups(t *testing.T, endpoints []string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	startProcess(t, "etcd-backup", exec.Command(batonBin, "etcd-backup", "--etcd-endpoints", endpoints[0], "--dir", t.TempDir(), "--every", "1h", "--metrics-addr", addr))
+	return addr
+}
+
 // startPrometheus runs Prometheus with the alerts, scraping the sidecars
 // (labelled with their namespace and pod, as Kubernetes service discovery
-// would), the controller and etcd every second, and returns its address.
-func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAddr, etcdAddr string) string {
+// would) and the other processes by job (the controller, etcd, the
+// backups) every second, and returns its address.
+func startPrometheus(t *testing.T, bin string, sidecars []sidecar, jobs map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	rules, err := filepath.Abs(rulesFile)
@@ -280,8 +300,9 @@ func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAdd
 	for _, s := range sidecars {
 		fmt.Fprintf(&b, "      - targets: [%q]\n        labels: {namespace: shop, pod: %s}\n", s.metrics, s.pod)
 	}
-	fmt.Fprintf(&b, "  - job_name: controller\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: baton, pod: controller-0}\n", controllerAddr)
-	fmt.Fprintf(&b, "  - job_name: baton-etcd\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: baton, pod: baton-etcd-0}\n", etcdAddr)
+	for _, job := range slices.Sorted(maps.Keys(jobs)) {
+		fmt.Fprintf(&b, "  - job_name: %s\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: baton, pod: %s-0}\n", job, jobs[job], job)
+	}
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -289,15 +310,15 @@ func startPrometheus(t *testing.T, bin string, sidecars []sidecar, controllerAdd
 	addr := freeAddr(t)
 	startProcess(t, "prometheus", exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr))
 	// Every target up.
-	waitFor(t, 60*time.Second, "Prometheus scraping the sidecars, the controller and etcd", func() error {
+	waitFor(t, 60*time.Second, "Prometheus scraping the sidecars, the controller, etcd and the backups", func() error {
 		var res struct {
 			Result []json.RawMessage `json:"result"`
 		}
 		if err := promTry(addr, "/api/v1/query", url.Values{"query": {"up == 1"}}, &res); err != nil {
 			return err
 		}
-		if len(res.Result) != len(sidecars)+2 {
-			return fmt.Errorf("%d of %d targets up", len(res.Result), len(sidecars)+2)
+		if len(res.Result) != len(sidecars)+len(jobs) {
+			return fmt.Errorf("%d of %d targets up", len(res.Result), len(sidecars)+len(jobs))
 		}
 		return nil
 	})

@@ -18,7 +18,8 @@ import (
 // alerts of files/alerts.yaml as they are, but for BatonLockNearTTL's
 // threshold, set by prometheusRule.ttlUsedRatio, and etcd's quorum, that
 // of etcd.replicas, and with the labels Prometheus selects its rules by;
-// without it, none. etcd's own alerts come with etcd.podMonitor only.
+// without it, none. etcd's own alerts come with etcd.podMonitor only, the
+// backups' with etcd.backup.podMonitor only.
 func TestPrometheusRule(t *testing.T) {
 	needCluster(t)
 	if rules := find(renderObjects(t, ""), "PrometheusRule"); len(rules) != 0 {
@@ -49,6 +50,15 @@ func TestPrometheusRule(t *testing.T) {
 	strict(t, find(objects(t, manifest), "PrometheusRule")[0], &unscraped)
 	if n := len(unscraped.Spec.Groups); n != len(file.Groups)-1 || slices.ContainsFunc(unscraped.Spec.Groups, func(g monitoringv1.RuleGroup) bool { return g.Name == "baton-etcd-members" }) {
 		t.Errorf("without etcd.podMonitor: %d groups, want all but baton-etcd-members", n)
+	}
+	manifest, err = render(t, filepath.Join("values", "cert-manager.yaml"), "--set", "etcd.backup.podMonitor.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noBackups monitoringv1.PrometheusRule
+	strict(t, find(objects(t, manifest), "PrometheusRule")[0], &noBackups)
+	if n := len(noBackups.Spec.Groups); n != len(file.Groups)-1 || slices.ContainsFunc(noBackups.Spec.Groups, func(g monitoringv1.RuleGroup) bool { return g.Name == "baton-etcd-backups" }) {
+		t.Errorf("without etcd.backup.podMonitor: %d groups, want all but baton-etcd-backups", n)
 	}
 	if len(got.Spec.Groups) != len(file.Groups) {
 		t.Fatalf("%d groups, files/alerts.yaml has %d", len(got.Spec.Groups), len(file.Groups))

@@ -378,30 +378,31 @@ func checkInjectConfig(t *testing.T, objs []map[string]any, variant string) webh
 func TestBadValuesAreRefused(t *testing.T) {
 	needCluster(t)
 	for set, want := range map[string]string{
-		"etcd.replicas=2":                                             "etcd.replicas",
-		"etcd.secure=maybe":                                           "etcd.secure",
-		"etcd.certValidity=monthly":                                   "etcd.certValidity",
-		"sidecar.leaseTTL=soon":                                       "sidecar.leaseTTL",
-		"webhook.failurePolicy=Sometimes":                             "webhook.failurePolicy",
-		"etcd.endpoints={etcd:2379}":                                  "etcd.endpoints",
-		"controller.replicas=0":                                       "controller.replicas",
-		"sidecar.healthPort=70000":                                    "sidecar.healthPort",
-		"sidecar.args={default-ttl}":                                  "sidecar.args",
-		"sidecar.daprStores={prefix=x}":                               "sidecar.daprStores",
-		"clusterName=East_1":                                          "clusterName",
-		"etcd.proxy.enabled=true":                                     "etcd.proxy.enabled with the chart's secured etcd",
-		"etcd.proxy.port=0":                                           "etcd.proxy.port",
-		"prometheusRule.ttlUsedRatio=1.5":                             "prometheusRule.ttlUsedRatio",
-		"etcd.tsl.secretName=x":                                       "tsl",
-		"nameOverride=Locks":                                          "nameOverride",
-		"etcd.priorityClassName=High":                                 "etcd.priorityClassName",
-		"sidecar.imagePullSecrets[0]=a b":                             "sidecar.imagePullSecrets",
-		"sidecar.podMonitor.enabled=true":                             "sidecar.podMonitor.enabled needs sidecar.metricsPort",
-		"controller.topologySpreadConstraints[0].maxSkew=1":           "controller.topologySpreadConstraints",
-		"prometheusRule.enabled=true":                                 "prometheusRule.enabled needs sidecar.metricsPort",
-		"etcd.podMonitor.enabled=true,etcd.endpoints={http://e:2379}": "etcd.podMonitor.enabled scrapes the chart's own etcd",
-		"etcd.quota=2147483648":                                       "keep it at least twice etcd.quota",
-		"etcd.maintenance.defragFreeRatio=1":                          "etcd.maintenance.defragFreeRatio",
+		"etcd.replicas=2":                                               "etcd.replicas",
+		"etcd.secure=maybe":                                             "etcd.secure",
+		"etcd.certValidity=monthly":                                     "etcd.certValidity",
+		"sidecar.leaseTTL=soon":                                         "sidecar.leaseTTL",
+		"webhook.failurePolicy=Sometimes":                               "webhook.failurePolicy",
+		"etcd.endpoints={etcd:2379}":                                    "etcd.endpoints",
+		"controller.replicas=0":                                         "controller.replicas",
+		"sidecar.healthPort=70000":                                      "sidecar.healthPort",
+		"sidecar.args={default-ttl}":                                    "sidecar.args",
+		"sidecar.daprStores={prefix=x}":                                 "sidecar.daprStores",
+		"clusterName=East_1":                                            "clusterName",
+		"etcd.proxy.enabled=true":                                       "etcd.proxy.enabled with the chart's secured etcd",
+		"etcd.proxy.port=0":                                             "etcd.proxy.port",
+		"prometheusRule.ttlUsedRatio=1.5":                               "prometheusRule.ttlUsedRatio",
+		"etcd.tsl.secretName=x":                                         "tsl",
+		"nameOverride=Locks":                                            "nameOverride",
+		"etcd.priorityClassName=High":                                   "etcd.priorityClassName",
+		"sidecar.imagePullSecrets[0]=a b":                               "sidecar.imagePullSecrets",
+		"sidecar.podMonitor.enabled=true":                               "sidecar.podMonitor.enabled needs sidecar.metricsPort",
+		"controller.topologySpreadConstraints[0].maxSkew=1":             "controller.topologySpreadConstraints",
+		"prometheusRule.enabled=true":                                   "prometheusRule.enabled needs sidecar.metricsPort",
+		"etcd.podMonitor.enabled=true,etcd.endpoints={http://e:2379}":   "etcd.podMonitor.enabled scrapes the chart's own etcd",
+		"etcd.backup.podMonitor.enabled=true,etcd.backup.enabled=false": "etcd.backup.podMonitor.enabled scrapes the backups of the chart's own etcd",
+		"etcd.quota=2147483648":                                         "keep it at least twice etcd.quota",
+		"etcd.maintenance.defragFreeRatio=1":                            "etcd.maintenance.defragFreeRatio",
 	} {
 		_, err := render(t, "", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -599,10 +600,11 @@ func TestMonitors(t *testing.T) {
 	needCluster(t)
 	objs := renderObjects(t, filepath.Join("values", "cert-manager.yaml"))
 	sms, pms := find(objs, "ServiceMonitor"), find(objs, "PodMonitor")
-	if len(sms) != 1 || len(pms) != 2 {
-		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one and two (the sidecars', etcd's)", len(sms), len(pms))
+	if len(sms) != 1 || len(pms) != 3 {
+		t.Fatalf("%d ServiceMonitors and %d PodMonitors, want one and three (the sidecars', etcd's, the backups')", len(sms), len(pms))
 	}
-	checkEtcdPodMonitor(t, objs, pms)
+	checkPodMonitor(t, objs, pms, "baton-etcd", "etcd", "baton-etcd")
+	checkPodMonitor(t, objs, pms, "baton-etcd-backup", "etcd-backup", "baton-etcd-backup")
 	var sm monitoringv1.ServiceMonitor
 	strict(t, sms[0], &sm)
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Labels["release"] != "prometheus" {
@@ -630,28 +632,33 @@ func TestMonitors(t *testing.T) {
 	}
 }
 
-// checkEtcdPodMonitor: etcd's PodMonitor scrapes its members' metrics
-// port, as job baton-etcd (the etcd alerts' job).
-func checkEtcdPodMonitor(t *testing.T, objs, pms []map[string]any) {
+// checkPodMonitor: the PodMonitor name scrapes the metrics port of the
+// StatefulSet of component comp, as job (the job its alerts select), and
+// selects that StatefulSet's pods.
+func checkPodMonitor(t *testing.T, objs, pms []map[string]any, name, comp, job string) {
 	t.Helper()
 	var pm monitoringv1.PodMonitor
 	for _, o := range pms {
-		if o["metadata"].(map[string]any)["name"] == "baton-etcd" {
+		if o["metadata"].(map[string]any)["name"] == name {
 			strict(t, o, &pm)
 		}
 	}
 	var sts appsv1.StatefulSet
-	strict(t, component(objs, "StatefulSet", "etcd")[0], &sts)
+	sets := component(objs, "StatefulSet", comp)
+	if len(sets) != 1 {
+		t.Fatalf("%d StatefulSets of component %s, want one", len(sets), comp)
+	}
+	strict(t, sets[0], &sts)
 	e := pm.Spec.PodMetricsEndpoints
-	if len(e) != 1 || e[0].Port == nil || len(e[0].RelabelConfigs) != 1 || e[0].RelabelConfigs[0].Replacement == nil || *e[0].RelabelConfigs[0].Replacement != "baton-etcd" {
-		t.Fatalf("etcd's PodMonitor endpoints %+v", e)
+	if len(e) != 1 || e[0].Port == nil || len(e[0].RelabelConfigs) != 1 || e[0].RelabelConfigs[0].Replacement == nil || *e[0].RelabelConfigs[0].Replacement != job {
+		t.Fatalf("%s's PodMonitor endpoints %+v, want one relabelled job %s", comp, e, job)
 	}
 	if !slices.ContainsFunc(sts.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == *e[0].Port }) {
-		t.Errorf("etcd's PodMonitor scrapes port %q, which etcd's container does not name", *e[0].Port)
+		t.Errorf("%s's PodMonitor scrapes port %q, which its container does not name", comp, *e[0].Port)
 	}
 	for k, v := range pm.Spec.Selector.MatchLabels {
 		if sts.Spec.Template.Labels[k] != v {
-			t.Errorf("etcd's PodMonitor selects %v, not etcd's pods (%v)", pm.Spec.Selector.MatchLabels, sts.Spec.Template.Labels)
+			t.Errorf("%s's PodMonitor selects %v, not its pods (%v)", comp, pm.Spec.Selector.MatchLabels, sts.Spec.Template.Labels)
 		}
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +209,37 @@ func etcdBackups(t *testing.T, sh *docShell) {
 		once: linesLike(wroteLine),
 		"kubectl -n baton-system exec baton-etcd-backup-0 -- /baton-controller etcd-backup --list": table(),
 	})
+	// BatonEtcdBackupMissing's runbook: its commands find the pod and its
+	// backups' log lines.
+	sh.runPage(t, opsPage, "$ kubectl -n baton-system get pods -l app.kubernetes.io/component=etcd-backup", nil)
+	// What the alert reads, from the pod's port metrics: the scheduled
+	// backup, taken minutes ago at most (one tried before etcd answered
+	// may have failed first).
+	pod, err := node.Client.CoreV1().Pods(system).Get(context.Background(), release+"-etcd-backup-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + net.JoinHostPort(pod.Status.PodIP, "8080") + "/metrics")
+	if err != nil {
+		t.Fatalf("the backup pod's metrics: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`baton_etcd_backups_total{result="ok"} 1`, "baton_etcd_backup_interval_seconds 3600"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the backup pod's metrics have no %q:\n%s", want, body)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^baton_etcd_backup_last_success_timestamp_seconds (\S+)$`).FindStringSubmatch(string(body))
+	if m == nil {
+		t.Fatalf("no baton_etcd_backup_last_success_timestamp_seconds:\n%s", body)
+	}
+	if at, err := strconv.ParseFloat(m[1], 64); err != nil || time.Since(time.Unix(int64(at), 0)) > 10*time.Minute {
+		t.Errorf("the last scheduled backup at %s, want minutes ago at most", m[1])
+	}
 }
 
 // hashesAgree checks that every member of the chart's etcd holds the same
