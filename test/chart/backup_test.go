@@ -35,9 +35,12 @@ func checkBackups(t *testing.T, objs []map[string]any, etcd string, external, ma
 	if managed {
 		scheme = "https"
 	}
-	if strings.Join(c.Command, " ") != "/baton-controller etcd-backup" || env["BATON_ETCD_ENDPOINTS"] != scheme+"://"+etcd+".baton.svc:2379" ||
-		env["BATON_DIR"] != "/backups" || env["BATON_EVERY"] == "" || env["BATON_KEEP"] == "" {
-		t.Errorf("backup container: %v %v", c.Command, env)
+	// Its metrics address is an argument: the environment is that of
+	// `kubectl exec ... etcd-backup --once` too, which refuses one.
+	if strings.Join(c.Command, " ") != "/baton-controller etcd-backup --metrics-addr=:8080" || env["BATON_ETCD_ENDPOINTS"] != scheme+"://"+etcd+".baton.svc:2379" ||
+		env["BATON_DIR"] != "/backups" || env["BATON_EVERY"] == "" || env["BATON_KEEP"] == "" || env["BATON_METRICS_ADDR"] != "" ||
+		len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("backup container: %v %v, ports %+v", c.Command, env, c.Ports)
 	}
 	if (env["BATON_ETCD_CA_SECRET"] == etcd+"-ca") != managed {
 		t.Errorf("backup's BATON_ETCD_CA_SECRET %q with the chart's secured etcd %v", env["BATON_ETCD_CA_SECRET"], managed)

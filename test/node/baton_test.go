@@ -413,6 +413,10 @@ func TestBatonOnANode(t *testing.T) {
 		}
 	})
 
+	t.Run("etcd out of space under the app: grants refused by name, pods not ready, a hold kept, the controller repairs it, fences growing", func(t *testing.T) {
+		etcdOutOfSpace(t, chart, log, podNames)
+	})
+
 	t.Run("helm uninstall: a held lock reported lost, the Lock objects go, the CRD and etcd's volumes stay, new pods get no sidecar", func(t *testing.T) {
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
 		// A lock held for as long as etcd lasts: its command cannot end

@@ -1,0 +1,430 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/pki"
+)
+
+// The quota the out-of-space scenario lowers etcd's to, so that a test can
+// fill it: 64 MiB, far above what the app's turns keep in use.
+const (
+	smallQuota = 64 << 20
+	fillerKeys = "/node-test/filler/"
+)
+
+// etcdOutOfSpace: etcd's quota lowered by a helm upgrade (which rolls its
+// members and the controller under the app), then filled to it with data
+// that is not Baton's while the app takes turns and a hold stream holds a
+// lock. etcd raises its NOSPACE alarm: the sidecars refuse grants with
+// etcd_no_space and turn not ready, the controller's metrics raise
+// baton_etcd_alarm (what BatonEtcdAlarm reads), and the hold stream keeps
+// its lock through renewals etcd refuses. The data in use fills the quota,
+// so the alarm stays until, as docs/operations.md says, what is not
+// Baton's is deleted; then the controller compacts, defragments and
+// disarms by itself, the pods turn ready, and every grant's fence is above
+// every one before. On the way, the churn of the app's turns so far has
+// left etcd's database small.
+func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T) []string) {
+	ctx := context.Background()
+	start := time.Now()
+	helm(t, "upgrade", release, chart, "--namespace", system, "--reuse-values",
+		"--set", fmt.Sprintf("etcd.quota=%d", smallQuota), "--set", "etcd.maintenance.interval=10s", "--wait", "--timeout", "5m")
+	t.Logf("helm upgrade to a quota of %d MiB, etcd's members rolled under the app: %v", smallQuota>>20, time.Since(start).Round(time.Millisecond))
+	cli := rootClient(t)
+	st := endpointStatus(t, cli)
+	if st.DbSizeQuota != smallQuota {
+		t.Fatalf("etcd's quota %d after the upgrade, want %d", st.DbSizeQuota, smallQuota)
+	}
+	// Bounded under churn: every run of the phase so far was a grant and a
+	// release, with the other tests' locks, member replacements and a
+	// restore among them.
+	runs := checkPhases(t, phases)
+	t.Logf("after %d runs of the phase and the tests before: etcd's database file %.1f MiB, %.1f MiB in use, revision %d",
+		len(runs), mib(st.DbSize), mib(st.DbSizeInUse), st.Header.Revision)
+	if st.DbSize > 32<<20 || st.DbSizeInUse > 16<<20 {
+		t.Errorf("etcd's database %d bytes, %d in use, after the app's churn: want under 32 MiB and 16 MiB", st.DbSize, st.DbSizeInUse)
+	}
+
+	pods := appPods(t)
+	hold, holdOut, heldFence, holdEnded := holdThrough(t, pods[0])
+	defer hold.Process.Kill()
+	filled, lastRev := fill(t, cli)
+	alarmAt := time.Now()
+	t.Logf("etcd took %.1f MiB of filler before NOSPACE stayed (last at revision %d)", mib(filled), lastRev)
+	if !hasAlarm(t, cli) {
+		t.Fatal("etcd refused a write for space but lists no NOSPACE alarm")
+	}
+
+	// A grant is refused, by name; every app pod's sidecar turns not ready.
+	code, out := batonIn(t, pods[len(pods)-1], "run", "--key", "nospace/probe", "--", "true")
+	if code != 74 || !strings.Contains(out, "etcd_no_space") {
+		t.Errorf("baton run while etcd is out of space: exit %d, %s; want 74 and etcd_no_space", code, out)
+	}
+	eventually(t, time.Minute, "every app pod not ready", func() error {
+		for _, p := range pods {
+			if podReady(t, appNS, p) {
+				return fmt.Errorf("%s still ready", p)
+			}
+		}
+		return nil
+	})
+	t.Logf("every app pod was not ready %v after the alarm", time.Since(alarmAt).Round(time.Millisecond))
+	eventually(t, time.Minute, "the controller's baton_etcd_alarm NOSPACE at 1", func() error {
+		return controllerSeries(t, regexp.MustCompile(`(?m)^baton_etcd_alarm\{alarm="NOSPACE",member="[^"]+"\} 1$`))
+	})
+	// The hold stream's renewals (every 2 s for its 6 s ttl) are refused
+	// for space: it holds its lock all the same, for three ttls and more.
+	select {
+	case err := <-holdEnded:
+		t.Fatalf("the hold stream's baton run ended while etcd was out of space (%v): %s", err, holdOut.String())
+	case <-time.After(time.Until(alarmAt.Add(20 * time.Second))):
+	}
+	if strings.Contains(holdOut.String(), "lost") {
+		t.Fatalf("the hold stream's baton run lost its lock while etcd was out of space: %s", holdOut.String())
+	}
+	if fences := lockFences(t, cli, "nospace/held"); len(fences) != 1 || fences[0] != heldFence {
+		t.Fatalf("the held lock's keys have fences %v, want the one granted, %d", fences, heldFence)
+	}
+	// docs/operations.md: "delete what is not Baton's". The controller's
+	// next pass compacts, defragments every member and disarms.
+	if _, err := cli.Delete(ctx, fillerKeys, clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete the filler while etcd is out of space: %v", err)
+	}
+	deleted := time.Now()
+	eventually(t, 2*time.Minute, "the NOSPACE alarm disarmed", func() error {
+		if hasAlarm(t, cli) {
+			return errors.New("still raised")
+		}
+		return nil
+	})
+	t.Logf("the controller disarmed NOSPACE %v after the filler was deleted (maintenance every 10s)", time.Since(deleted).Round(time.Millisecond))
+	eventually(t, time.Minute, "every app pod ready again", func() error {
+		for _, p := range pods {
+			if !podReady(t, appNS, p) {
+				return fmt.Errorf("%s not ready", p)
+			}
+		}
+		return nil
+	})
+	t.Logf("every app pod was ready again %v after the filler was deleted", time.Since(deleted).Round(time.Millisecond))
+	if st := endpointStatus(t, cli); float64(st.DbSize) >= 0.5*smallQuota {
+		t.Errorf("etcd's database file %d bytes after the maintenance, half the quota or more: not defragmented", st.DbSize)
+	}
+
+	// The hold ends as its command does: its lock was never lost.
+	if code, out := batonIn(t, pods[0], "sh", "-c", "echo > /tmp/nospace-done"); code != 0 {
+		t.Fatalf("end the held command: exit %d: %s", code, out)
+	}
+	select {
+	case err := <-holdEnded:
+		if err != nil || strings.Contains(holdOut.String(), "lost") {
+			t.Errorf("the hold through the alarm: %v, %s; want exit 0, its lock never lost", err, holdOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the held command did not end: %s", holdOut.String())
+	}
+	// Fences keep growing: a grant now is above the filler's revisions,
+	// and so is the app's next run.
+	code, out = batonIn(t, pods[len(pods)-1], "run", "--key", "nospace/probe", "--", "sh", "-c", `echo "fence $BATON_FENCE"`)
+	m := regexp.MustCompile(`fence (\d+)`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("baton run after the alarm: exit %d, %s", code, out)
+	}
+	if f, _ := strconv.ParseInt(m[1], 10, 64); f <= lastRev || f <= heldFence {
+		t.Errorf("a grant after the alarm has fence %d, not above the filler's revision %d and the held lock's %d", f, lastRev, heldFence)
+	}
+	eventually(t, time.Minute, "a run of the phase after the alarm", func() error {
+		for _, r := range checkPhases(t, phases) {
+			if r.fence > lastRev {
+				return nil
+			}
+		}
+		return fmt.Errorf("none above fence %d", lastRev)
+	})
+}
+
+// holdThrough starts baton run in pod holding the lock nospace/held with a
+// ttl of 6s through a hold stream, its command waiting for the file
+// /tmp/nospace-done, and returns it, what it prints, its fence, and a
+// channel that gets its end.
+func holdThrough(t *testing.T, pod string) (*exec.Cmd, *syncBuffer, int64, <-chan error) {
+	t.Helper()
+	hold := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "exec", "-n", appNS, pod, "-c", "worker", "--",
+		"baton", "run", "--key", "nospace/held", "--owner", "held", "--ttl", "6s", "--",
+		"sh", "-c", `echo "held $BATON_FENCE"; while [ ! -e /tmp/nospace-done ]; do sleep 1; done`)
+	hold.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+	out := &syncBuffer{}
+	hold.Stdout, hold.Stderr = out, out
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- hold.Wait() }()
+	var fence int64
+	eventually(t, 30*time.Second, "the lock nospace/held held", func() error {
+		m := regexp.MustCompile(`held (\d+)`).FindStringSubmatch(out.String())
+		if m == nil {
+			return fmt.Errorf("printed %q", out.String())
+		}
+		fence, _ = strconv.ParseInt(m[1], 10, 64)
+		return nil
+	})
+	return hold, out, fence, ended
+}
+
+// fill writes filler until etcd is out of space with its data in use
+// filling the quota, and returns how many bytes it took and the revision
+// of the last. etcd raises NOSPACE when its file's high-water mark
+// reaches the quota, with freed pages below it: the controller then makes
+// room, disarms, and the next round fills those with smaller values.
+func fill(t *testing.T, cli *clientv3.Client) (int64, int64) {
+	t.Helper()
+	var total, last int64
+	for round, size := range []int{64 << 10, 8 << 10, 1 << 10, 1 << 10} {
+		n, rev := fillRound(t, cli, round, size)
+		total, last = total+n, max(last, rev)
+		st := endpointStatus(t, cli)
+		t.Logf("filler round %d: %d values of %d KiB; etcd's file %.1f MiB, %.1f MiB in use, of a %d MiB quota",
+			round, n/int64(size), size>>10, mib(st.DbSize), mib(st.DbSizeInUse), smallQuota>>20)
+		if float64(st.DbSizeInUse) >= 0.96*smallQuota {
+			return total, last
+		}
+		eventually(t, 2*time.Minute, "the controller making room and disarming NOSPACE", func() error {
+			if hasAlarm(t, cli) {
+				return errors.New("still raised")
+			}
+			return nil
+		})
+	}
+	t.Fatal("etcd's data in use never filled its quota")
+	return 0, 0
+}
+
+// fillRound writes values of size bytes under fillerKeys, from 8 writers,
+// until etcd refuses one for space, and returns the bytes it took and the
+// revision of the last.
+func fillRound(t *testing.T, cli *clientv3.Client, round, size int) (int64, int64) {
+	t.Helper()
+	value := strings.Repeat("x", size)
+	var mu sync.Mutex
+	var took, last int64
+	var failed error
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; int64(i*8*size) < 2*smallQuota; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				resp, err := cli.Put(ctx, fmt.Sprintf("%s%d/%d/%06d", fillerKeys, round, w, i), value)
+				cancel()
+				mu.Lock()
+				switch {
+				case err != nil && strings.HasSuffix(err.Error(), rpctypes.ErrNoSpace.Error()):
+				case err != nil:
+					failed = err
+				default:
+					took, last = took+int64(size), max(last, resp.Header.Revision)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+			mu.Lock()
+			failed = fmt.Errorf("etcd took twice its quota of %d MiB", smallQuota>>20)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		t.Fatalf("fill etcd: %v", failed)
+	}
+	return took, last
+}
+
+// rootClient is a client of the chart's etcd as its root user, from this
+// host through etcd's Service (kube-proxy carries it), with a certificate
+// issued from etcd's CA.
+func rootClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	ctx := context.Background()
+	ca, err := node.Client.CoreV1().Secrets(system).Get(ctx, release+"-etcd-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's etcd's CA: %v", err)
+	}
+	c, err := pki.ParseCA(ca.Data["tls.crt"], ca.Data["tls.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := c.Issue(pki.Request{CommonName: "root", Client: true, Validity: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.Data["tls.crt"])
+	svc, err := node.Client.CoreV1().Services(system).Get(ctx, release+"-etcd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Service's name, which etcd's certificate names, dialled at its
+	// address: this host resolves no cluster names.
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, "2379")
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"https://" + release + "-etcd." + system + ".svc:2379"},
+		DialTimeout: 5 * time.Second,
+		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12},
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// endpointStatus is the status of the member etcd's Service led cli to.
+func endpointStatus(t *testing.T, cli *clientv3.Client) *clientv3.StatusResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, cli.Endpoints()[0])
+	if err != nil {
+		t.Fatalf("etcd's status: %v", err)
+	}
+	return st
+}
+
+// hasAlarm reports whether etcd lists its NOSPACE alarm.
+func hasAlarm(t *testing.T, cli *clientv3.Client) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.AlarmList(ctx)
+	if err != nil {
+		t.Fatalf("etcd's alarms: %v", err)
+	}
+	for _, a := range resp.Alarms {
+		if a.Alarm.String() == "NOSPACE" {
+			return true
+		}
+	}
+	return false
+}
+
+// lockFences are the create revisions of the keys of the app's lock key:
+// its holders and waiters.
+func lockFences(t *testing.T, cli *clientv3.Client, key string) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	layout, err := keyspace.NewLayout(appNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := keyspace.ParseKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fences []int64
+	for _, kv := range resp.Kvs {
+		fences = append(fences, kv.CreateRevision)
+	}
+	return fences
+}
+
+// batonIn runs a command in pod's worker container and returns its exit
+// code and what it printed.
+func batonIn(t *testing.T, pod string, args ...string) (int, string) {
+	t.Helper()
+	if args[0] == "run" || args[0] == "locks" {
+		args = append([]string{"baton"}, args...)
+	}
+	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"exec", "-n", appNS, pod, "-c", "worker", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("kubectl exec %s: %v", pod, err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// podReady reports the pod's Ready condition.
+func podReady(t *testing.T, ns, name string) bool {
+	t.Helper()
+	p, err := node.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// controllerSeries checks that one of the controller's pods serves a
+// metrics line that re matches (only its leader keeps etcd).
+func controllerSeries(t *testing.T, re *regexp.Regexp) error {
+	t.Helper()
+	pods, err := node.Client.CoreV1().Pods(system).List(context.Background(), metav1.ListOptions{
+		LabelSelector: labels.Set{"app.kubernetes.io/component": "controller"}.String(),
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if re.Match(b) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no controller pod of %d serves %s", len(pods.Items), re)
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
