@@ -402,6 +402,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		"etcd.podMonitor.enabled=true,etcd.endpoints={http://e:2379}":   "etcd.podMonitor.enabled scrapes the chart's own etcd",
 		"etcd.backup.podMonitor.enabled=true,etcd.backup.enabled=false": "etcd.backup.podMonitor.enabled scrapes the backups of the chart's own etcd",
 		"etcd.quota=2147483648":                                         "keep it at least twice etcd.quota",
+		"etcd.history=0s":                                               "etcd.history 0s",
+		"etcd.history=ten":                                              "etcd.history",
 		"etcd.maintenance.defragFreeRatio=1":                            "etcd.maintenance.defragFreeRatio",
 	} {
 		_, err := render(t, "", "--set", set)

@@ -2,13 +2,8 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,13 +16,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/pki"
 )
 
 // The quota the out-of-space scenario lowers etcd's to, so that a test can
@@ -41,9 +31,9 @@ const (
 // members and the controller under the app), then filled to it with data
 // that is not Baton's while the app takes turns and a hold stream holds a
 // lock. etcd raises its NOSPACE alarm: the sidecars refuse grants with
-// etcd_no_space and turn not ready, the controller's metrics raise
-// baton_etcd_alarm (what BatonEtcdAlarm reads), and the hold stream keeps
-// its lock through renewals etcd refuses. The data in use fills the quota,
+// etcd_no_space and turn not ready, BatonEtcdAlarm fires in a Prometheus
+// scraping the controller, and the hold stream keeps its lock through
+// renewals etcd refuses. The data in use fills the quota,
 // so the alarm stays until, as docs/operations.md says, what is not
 // Baton's is deleted; then the controller compacts, defragments and
 // disarms by itself, the pods turn ready, and every grant's fence is above
@@ -56,6 +46,7 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 		"--set", fmt.Sprintf("etcd.quota=%d", smallQuota), "--set", "etcd.maintenance.interval=10s", "--wait", "--timeout", "5m")
 	t.Logf("helm upgrade to a quota of %d MiB, etcd's members rolled under the app: %v", smallQuota>>20, time.Since(start).Round(time.Millisecond))
 	cli := rootClient(t)
+	alerts := controllerPrometheus(t)
 	st := endpointStatus(t, cli)
 	if st.DbSizeQuota != smallQuota {
 		t.Fatalf("etcd's quota %d after the upgrade, want %d", st.DbSizeQuota, smallQuota)
@@ -94,9 +85,10 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 		return nil
 	})
 	t.Logf("every app pod was not ready %v after the alarm", time.Since(alarmAt).Round(time.Millisecond))
-	eventually(t, time.Minute, "the controller's baton_etcd_alarm NOSPACE at 1", func() error {
-		return controllerSeries(t, regexp.MustCompile(`(?m)^baton_etcd_alarm\{alarm="NOSPACE",member="[^"]+"\} 1$`))
+	eventually(t, time.Minute, "BatonEtcdAlarm firing for NOSPACE", func() error {
+		return firing(alerts(), "BatonEtcdAlarm", map[string]string{"alarm": "NOSPACE", "namespace": system})
 	})
+	t.Logf("BatonEtcdAlarm fired %v after the alarm", time.Since(alarmAt).Round(time.Millisecond))
 	// The hold stream's renewals (every 2 s for its 6 s ttl) are refused
 	// for space: it holds its lock all the same, for three ttls and more.
 	select {
@@ -268,106 +260,6 @@ func fillRound(t *testing.T, cli *clientv3.Client, round, size int) (int64, int6
 	return took, last
 }
 
-// rootClient is a client of the chart's etcd as its root user, from this
-// host through etcd's Service (kube-proxy carries it), with a certificate
-// issued from etcd's CA.
-func rootClient(t *testing.T) *clientv3.Client {
-	t.Helper()
-	ctx := context.Background()
-	ca, err := node.Client.CoreV1().Secrets(system).Get(ctx, release+"-etcd-ca", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the chart's etcd's CA: %v", err)
-	}
-	c, err := pki.ParseCA(ca.Data["tls.crt"], ca.Data["tls.key"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := c.Issue(pki.Request{CommonName: "root", Client: true, Validity: time.Hour}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.Data["tls.crt"])
-	svc, err := node.Client.CoreV1().Services(system).Get(ctx, release+"-etcd", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The Service's name, which etcd's certificate names, dialled at its
-	// address: this host resolves no cluster names.
-	addr := net.JoinHostPort(svc.Spec.ClusterIP, "2379")
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"https://" + release + "-etcd." + system + ".svc:2379"},
-		DialTimeout: 5 * time.Second,
-		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12},
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		})},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-// endpointStatus is the status of the member etcd's Service led cli to.
-func endpointStatus(t *testing.T, cli *clientv3.Client) *clientv3.StatusResponse {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := cli.Status(ctx, cli.Endpoints()[0])
-	if err != nil {
-		t.Fatalf("etcd's status: %v", err)
-	}
-	return st
-}
-
-// hasAlarm reports whether etcd lists its NOSPACE alarm.
-func hasAlarm(t *testing.T, cli *clientv3.Client) bool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cli.AlarmList(ctx)
-	if err != nil {
-		t.Fatalf("etcd's alarms: %v", err)
-	}
-	for _, a := range resp.Alarms {
-		if a.Alarm.String() == "NOSPACE" {
-			return true
-		}
-	}
-	return false
-}
-
-// lockFences are the create revisions of the keys of the app's lock key:
-// its holders and waiters.
-func lockFences(t *testing.T, cli *clientv3.Client, key string) []int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	layout, err := keyspace.NewLayout(appNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := keyspace.ParseKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cli.Get(ctx, layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fences []int64
-	for _, kv := range resp.Kvs {
-		fences = append(fences, kv.CreateRevision)
-	}
-	return fences
-}
-
 // batonIn runs a command in pod's worker container and returns its exit
 // code and what it printed.
 func batonIn(t *testing.T, pod string, args ...string) (int, string) {
@@ -398,33 +290,6 @@ func podReady(t *testing.T, ns, name string) bool {
 		}
 	}
 	return false
-}
-
-// controllerSeries checks that one of the controller's pods serves a
-// metrics line that re matches (only its leader keeps etcd).
-func controllerSeries(t *testing.T, re *regexp.Regexp) error {
-	t.Helper()
-	pods, err := node.Client.CoreV1().Pods(system).List(context.Background(), metav1.ListOptions{
-		LabelSelector: labels.Set{"app.kubernetes.io/component": "controller"}.String(),
-	})
-	if err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if p.Status.PodIP == "" {
-			continue
-		}
-		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/metrics")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if re.Match(b) {
-			return nil
-		}
-	}
-	return fmt.Errorf("no controller pod of %d serves %s", len(pods.Items), re)
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
