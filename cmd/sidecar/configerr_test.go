@@ -25,7 +25,7 @@ func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 		"embedetcd.PeerURL", "embedetcd.StartTimeout", "embedetcd.TLS", "mirror.RequestTimeout", "mirror.RetryInterval",
 		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity", "access.Resync",
 		"highwater.Interval", "highwater.SaveEvery", "highwater.RequestTimeout", "etcdmaint.Timeout", "etcdmaint.DefragTimeout",
-		"etcdmembers.Timeout", "etcdbackup.Timeout",
+		"etcdmembers.Timeout", "etcdbackup.Timeout", "etcdbackup.Look",
 	}
 	files, err := filepath.Glob("../../internal/*/*.go")
 	if err != nil {

@@ -187,12 +187,15 @@ func scheduleBackups(ctx context.Context, cli *clientv3.Client, o *backupOptions
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- server.Serve(ctx, srv, l, time.Second) }()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := server.Serve(ctx, srv, l, time.Second); err != nil {
+			log.Error("etcd backups: the metrics server stopped; the backups go on, unscraped", "addr", o.metrics, "err", err)
+		}
+	}()
 	err = etcdbackup.Run(ctx, cli, o.cfg, log, obs)
 	stop()
-	if serr := <-served; serr != nil && err == nil {
-		err = fmt.Errorf("--metrics-addr: %w", serr)
-	}
+	<-served
 	return err
 }

@@ -40,10 +40,16 @@ type Config struct {
 	// Timeout bounds a snapshot: etcd streams its whole database file.
 	// Default 10m.
 	Timeout time.Duration
+	// Look is how often Run looks at the directory between snapshots, to
+	// report one taken beside it (etcd-backup --once) to its Observer.
+	// Default 1m.
+	Look time.Duration
 }
 
 // Default returns the documented defaults.
-func Default() Config { return Config{Every: time.Hour, Keep: 24, Timeout: 10 * time.Minute} }
+func Default() Config {
+	return Config{Every: time.Hour, Keep: 24, Timeout: 10 * time.Minute, Look: time.Minute}
+}
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
@@ -56,6 +62,8 @@ func (c Config) Validate() error {
 		return config.Invalid("etcdbackup.Keep", "snapshots kept %d: keep at least 1", c.Keep)
 	case c.Timeout <= 0:
 		return config.Invalid("etcdbackup.Timeout", "snapshot timeout %v: must be positive", c.Timeout)
+	case c.Look <= 0:
+		return config.Invalid("etcdbackup.Look", "directory look interval %v: must be positive", c.Look)
 	}
 	return nil
 }

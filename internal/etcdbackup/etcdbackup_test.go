@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,7 +107,8 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 // directory and every Every after, keeping Keep, and two Takes at once
 // (one asked for by hand) both write whole snapshots; a Run started again
 // beside a fresh snapshot takes none before Every has passed. Its observer
-// hears each snapshot, and the newest kept when it starts again.
+// hears each snapshot, the newest kept when it starts again, and one taken
+// by hand beside it.
 func TestRunTakesOnSchedule(t *testing.T) {
 	cli, _ := srv.Client(t)
 	cfg := Default()
@@ -141,48 +143,81 @@ func TestRunTakesOnSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := List(cfg.Dir)
-	if len(obs.started) != 1 || len(obs.took) < 3 || obs.failed != 0 {
-		t.Fatalf("the observer heard: started %q, took %d, failed %d; want started once, 3 or more taken, none failed", obs.started, len(obs.took), obs.failed)
+	if obs.every != cfg.Every || len(obs.took) < 3 || obs.failed != 0 {
+		t.Fatalf("the observer heard: every %v, took %d, failed %d; want %v, 3 or more taken, none failed", obs.every, len(obs.took), obs.failed, cfg.Every)
 	}
-	if last := obs.took[len(obs.took)-1]; last.Name != before[0].Name || last.Revision != before[0].Revision || obs.kept != 3 {
-		t.Fatalf("the observer heard %+v last, %d kept; the newest is %+v, of 3", last, obs.kept, before[0])
+	if newest, kept := obs.newest(); newest != before[0].Name || kept != 3 {
+		t.Fatalf("the observer heard %s newest of %d kept; the newest is %s, of 3", newest, kept, before[0].Name)
 	}
 
-	cfg.Every = time.Hour
+	// Started again, it reports what is kept, takes nothing early, and
+	// finds a snapshot taken by hand.
+	cfg.Every, cfg.Look = time.Hour, 50*time.Millisecond
 	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
 	obs = &recorder{}
 	go func() { done <- Run(ctx, cli, cfg, log, obs) }()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	if newest, kept := obs.newest(); newest != before[0].Name || kept != 3 {
+		t.Fatalf("a Run restarted told its observer %s newest of %d kept; want %s, of 3", newest, kept, before[0].Name)
+	}
+	b, _, err := Take(context.Background(), cli, cfg, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if newest, _ := obs.newest(); newest == b.Name {
+			break
+		}
+		if time.Now().After(deadline) {
+			newest, kept := obs.newest()
+			t.Fatalf("5s after a snapshot by hand, %s, the observer's newest is %s of %d", b.Name, newest, kept)
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if after, _ := List(cfg.Dir); len(after) != len(before) || after[0].Name != before[0].Name {
-		t.Fatalf("a Run restarted beside a fresh snapshot took one: %+v, before %+v", after, before)
-	}
-	if len(obs.started) != 1 || obs.started[0] != before[0].Name || obs.kept != 3 {
-		t.Fatalf("a Run restarted told its observer %q, %d kept; want the newest kept, %s, of 3", obs.started, obs.kept, before[0].Name)
+	if len(obs.took) != 0 {
+		t.Fatalf("a Run restarted beside a fresh snapshot took %d", len(obs.took))
 	}
 }
 
-// recorder is an Observer that remembers what it heard; Run calls it from
-// one goroutine, and the test reads it after Run has returned.
+// recorder is an Observer that remembers what it heard.
 type recorder struct {
-	started []string // the newest kept's name, "" for none
-	took    []Backup
-	kept    int
-	failed  int
+	mu     sync.Mutex
+	every  time.Duration
+	kept   []string // the newest's name each time, "" for none
+	count  int      // kept, the last time
+	took   []Backup
+	failed int
 }
 
-func (r *recorder) Started(_ time.Duration, newest *Backup, kept int) {
+// newest is the newest kept the recorder last heard of, and how many.
+func (r *recorder) newest() (string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.kept) == 0 {
+		return "", 0
+	}
+	return r.kept[len(r.kept)-1], r.count
+}
+
+func (r *recorder) Scheduled(every time.Duration) { r.mu.Lock(); r.every = every; r.mu.Unlock() }
+
+func (r *recorder) Kept(newest *Backup, kept int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	name := ""
 	if newest != nil {
 		name = newest.Name
 	}
-	r.started, r.kept = append(r.started, name), kept
+	r.kept, r.count = append(r.kept, name), kept
 }
 
-func (r *recorder) Took(b Backup, _ time.Duration, kept int) {
-	r.took, r.kept = append(r.took, b), kept
+func (r *recorder) Took(b Backup, _ time.Duration) {
+	r.mu.Lock()
+	r.took = append(r.took, b)
+	r.mu.Unlock()
 }
-func (r *recorder) Failed(error) { r.failed++ }
+func (r *recorder) Failed(error) { r.mu.Lock(); r.failed++; r.mu.Unlock() }

@@ -11,9 +11,10 @@ import (
 // Metrics is an Observer that makes what Run did Prometheus series, which
 // the alert BatonEtcdBackupMissing reads. It lives here rather than in
 // package metrics, which the lean sidecar builds: this package brings in
-// etcd's server side (bbolt, etcdutl). The last backup's time
-// comes from the newest file kept at the start, so that a restarted
-// backup pod does not read as one that never wrote a backup.
+// etcd's server side (bbolt, etcdutl). The last backup is the newest
+// snapshot kept as Run finds them: at its start too, so that a restarted
+// backup pod does not read as one that never wrote a backup, and one
+// taken by hand counts.
 type Metrics struct {
 	every, last, revision, size, kept prometheus.Gauge
 	taken                             *prometheus.CounterVec
@@ -29,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	b := &Metrics{
 		every:    gauge("baton_etcd_backup_interval_seconds", "How often a snapshot of etcd is taken (etcd.backup.every)."),
-		last:     gauge("baton_etcd_backup_last_success_timestamp_seconds", "When the newest snapshot of etcd kept was taken, in Unix seconds; 0 while none is kept."),
+		last:     gauge("baton_etcd_backup_last_success_timestamp_seconds", "When the newest snapshot of etcd kept was taken (on the schedule or by hand), in Unix seconds; 0 while none is kept."),
 		revision: gauge("baton_etcd_backup_last_revision", "etcd's revision that the newest snapshot kept holds."),
 		size:     gauge("baton_etcd_backup_last_size_bytes", "Size of the newest snapshot of etcd kept."),
 		kept:     gauge("baton_etcd_backups_kept", "Snapshots of etcd kept in the backups' volume."),
@@ -55,19 +56,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return b, nil
 }
 
-// Started implements Observer.
-func (b *Metrics) Started(every time.Duration, newest *Backup, kept int) {
-	b.every.Set(every.Seconds())
+// Scheduled implements Observer.
+func (b *Metrics) Scheduled(every time.Duration) { b.every.Set(every.Seconds()) }
+
+// Kept implements Observer: the last backup is the newest kept.
+func (b *Metrics) Kept(newest *Backup, kept int) {
 	b.kept.Set(float64(kept))
-	if newest != nil {
-		b.newest(*newest)
+	if newest == nil {
+		b.last.Set(0)
+		b.revision.Set(0)
+		b.size.Set(0)
+		return
 	}
+	b.newest(*newest)
 }
 
 // Took implements Observer.
-func (b *Metrics) Took(bk Backup, _ time.Duration, kept int) {
+func (b *Metrics) Took(bk Backup, _ time.Duration) {
 	b.taken.WithLabelValues("ok").Inc()
-	b.kept.Set(float64(kept))
 	b.newest(bk)
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestEtcdBackupSeries: a restart reads the newest snapshot kept as the
+// TestMetrics: a restart reads the newest snapshot kept as the
 // last backup; each snapshot written moves it on; failures are counted,
 // and both results exist from the start.
 func TestMetrics(t *testing.T) {
@@ -22,14 +22,16 @@ func TestMetrics(t *testing.T) {
 	if n := testutil.CollectAndCount(b.taken); n != 2 {
 		t.Errorf("%d series of baton_etcd_backups_total before any backup, want ok and failed (2)", n)
 	}
-	b.Started(time.Hour, nil, 0)
+	b.Scheduled(time.Hour)
+	b.Kept(nil, 0)
 	if v := testutil.ToFloat64(b.last); v != 0 {
 		t.Errorf("last backup %v with none kept, want 0", v)
 	}
 	taken := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	b.Started(time.Hour, &Backup{Taken: taken, Revision: 7, Size: 4096}, 3)
+	b.Kept(&Backup{Taken: taken, Revision: 7, Size: 4096}, 3)
 	b.Failed(errors.New("etcd did not answer"))
-	b.Took(Backup{Taken: taken.Add(time.Hour), Revision: 9, Size: 8192}, time.Second, 4)
+	b.Took(Backup{Taken: taken.Add(time.Hour), Revision: 9, Size: 8192}, time.Second)
+	b.Kept(&Backup{Taken: taken.Add(time.Hour), Revision: 9, Size: 8192}, 4)
 	want := `
 # HELP baton_etcd_backup_interval_seconds How often a snapshot of etcd is taken (etcd.backup.every).
 # TYPE baton_etcd_backup_interval_seconds gauge

@@ -11,16 +11,20 @@ import (
 // retry is how soon a snapshot that failed is tried again.
 const retry = time.Minute
 
-// Observer hears what Run does: package metrics makes it Prometheus series,
-// which an alert reads to say that no backup was written for too long.
+// Observer hears what Run does and finds: Metrics makes it Prometheus
+// series, which an alert reads to say that no backup was written for too
+// long.
 type Observer interface {
-	// Started reports the schedule, and the newest snapshot already kept
-	// (nil when there is none) with how many are kept.
-	Started(every time.Duration, newest *Backup, kept int)
-	// Took reports a snapshot written, how long it took, and how many
-	// are kept after it.
-	Took(b Backup, took time.Duration, kept int)
-	// Failed reports a snapshot that failed.
+	// Scheduled reports how often a snapshot is taken.
+	Scheduled(every time.Duration)
+	// Kept reports the snapshots in the directory: the newest (nil when
+	// there is none) and how many. Run reports them at its start, after
+	// each snapshot, and every Config.Look, so that one taken beside it
+	// (etcd-backup --once) counts too.
+	Kept(newest *Backup, kept int)
+	// Took reports a snapshot taken on the schedule, and how long it took.
+	Took(b Backup, took time.Duration)
+	// Failed reports a snapshot on the schedule that failed.
 	Failed(err error)
 }
 
@@ -35,6 +39,7 @@ func Run(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 	if obs == nil {
 		obs = nopObserver{}
 	}
+	obs.Scheduled(cfg.Every)
 	all, err := List(cfg.Dir)
 	if err != nil {
 		return err
@@ -43,15 +48,19 @@ func Run(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 	if len(all) > 0 {
 		next = all[0].Taken.Add(cfg.Every)
 		log.Info("etcd backups: the newest is here; the next is due then", "newest", all[0].Name, "next", next.UTC().Format(time.RFC3339), "kept", len(all))
-		obs.Started(cfg.Every, &all[0], len(all))
-	} else {
-		obs.Started(cfg.Every, nil, 0)
 	}
+	kept(obs, all)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Until(next)):
+		case <-time.After(min(time.Until(next), cfg.Look)):
+		}
+		if time.Now().Before(next) {
+			if all, err := List(cfg.Dir); err == nil {
+				kept(obs, all)
+			}
+			continue
 		}
 		start := time.Now()
 		b, deleted, err := Take(ctx, cli, cfg, start)
@@ -66,18 +75,27 @@ func Run(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 		}
 		took := time.Since(start)
 		log.Info("etcd backup written", "file", b.Name, "revision", b.Revision, "size", b.Size, "took", took.Round(time.Millisecond), "deleted", deleted)
-		kept := cfg.Keep
+		obs.Took(b, took)
 		if all, err := List(cfg.Dir); err == nil {
-			kept = len(all)
+			kept(obs, all)
 		}
-		obs.Took(b, took, kept)
 		next = start.Add(cfg.Every)
 	}
+}
+
+// kept tells obs the newest of all, and how many there are.
+func kept(obs Observer, all []Backup) {
+	if len(all) == 0 {
+		obs.Kept(nil, 0)
+		return
+	}
+	obs.Kept(&all[0], len(all))
 }
 
 // nopObserver hears nothing.
 type nopObserver struct{}
 
-func (nopObserver) Started(time.Duration, *Backup, int) {}
-func (nopObserver) Took(Backup, time.Duration, int)     {}
-func (nopObserver) Failed(error)                        {}
+func (nopObserver) Scheduled(time.Duration)    {}
+func (nopObserver) Kept(*Backup, int)          {}
+func (nopObserver) Took(Backup, time.Duration) {}
+func (nopObserver) Failed(error)               {}

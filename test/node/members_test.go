@@ -212,9 +212,9 @@ func etcdBackups(t *testing.T, sh *docShell) {
 	// BatonEtcdBackupMissing's runbook: its commands find the pod and its
 	// backups' log lines.
 	sh.runPage(t, opsPage, "$ kubectl -n baton-system get pods -l app.kubernetes.io/component=etcd-backup", nil)
-	// What the alert reads, from the pod's port metrics: the scheduled
-	// backup, taken minutes ago at most (one tried before etcd answered
-	// may have failed first).
+	// What the alert reads, from the pod's port metrics: a scheduled
+	// backup written (one tried before etcd answered may have failed
+	// first), the newest within its interval.
 	pod, err := node.Client.CoreV1().Pods(system).Get(context.Background(), release+"-etcd-backup-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -228,17 +228,17 @@ func etcdBackups(t *testing.T, sh *docShell) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`baton_etcd_backups_total{result="ok"} 1`, "baton_etcd_backup_interval_seconds 3600"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("the backup pod's metrics have no %q:\n%s", want, body)
+	for _, want := range []string{`(?m)^baton_etcd_backups_total\{result="ok"\} [1-9]`, `(?m)^baton_etcd_backup_interval_seconds 3600$`} {
+		if !regexp.MustCompile(want).Match(body) {
+			t.Errorf("the backup pod's metrics have no %s:\n%s", want, body)
 		}
 	}
 	m := regexp.MustCompile(`(?m)^baton_etcd_backup_last_success_timestamp_seconds (\S+)$`).FindStringSubmatch(string(body))
 	if m == nil {
 		t.Fatalf("no baton_etcd_backup_last_success_timestamp_seconds:\n%s", body)
 	}
-	if at, err := strconv.ParseFloat(m[1], 64); err != nil || time.Since(time.Unix(int64(at), 0)) > 10*time.Minute {
-		t.Errorf("the last scheduled backup at %s, want minutes ago at most", m[1])
+	if at, err := strconv.ParseFloat(m[1], 64); err != nil || time.Since(time.Unix(int64(at), 0)) > time.Hour {
+		t.Errorf("the newest backup at %s, want within its interval (1h)", m[1])
 	}
 }
 

@@ -41,12 +41,12 @@ const (
 // left etcd's database small.
 func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T) []string) {
 	ctx := context.Background()
+	prom := prometheusBin(t)
 	start := time.Now()
 	helm(t, "upgrade", release, chart, "--namespace", system, "--reuse-values",
 		"--set", fmt.Sprintf("etcd.quota=%d", smallQuota), "--set", "etcd.maintenance.interval=10s", "--wait", "--timeout", "5m")
 	t.Logf("helm upgrade to a quota of %d MiB, etcd's members rolled under the app: %v", smallQuota>>20, time.Since(start).Round(time.Millisecond))
 	cli := rootClient(t)
-	alerts := controllerPrometheus(t)
 	st := endpointStatus(t, cli)
 	if st.DbSizeQuota != smallQuota {
 		t.Fatalf("etcd's quota %d after the upgrade, want %d", st.DbSizeQuota, smallQuota)
@@ -63,9 +63,17 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 
 	pods := appPods(t)
 	hold, holdOut, heldFence, holdEnded := holdThrough(t, pods[0])
-	defer hold.Process.Kill()
+	defer func() {
+		if t.Failed() { // the command in the pod, and the lock, end too
+			batonIn(t, pods[0], "sh", "-c", "echo > /tmp/nospace-done")
+		}
+		hold.Process.Kill()
+	}()
 	filled, lastRev := fill(t, cli)
 	alarmAt := time.Now()
+	// Started now, it sees this alarm alone (its rule looks back 15
+	// minutes: an alarm of an earlier filler round would fire it too).
+	alerts := controllerPrometheus(t, prom)
 	t.Logf("etcd took %.1f MiB of filler before NOSPACE stayed (last at revision %d)", mib(filled), lastRev)
 	if !hasAlarm(t, cli) {
 		t.Fatal("etcd refused a write for space but lists no NOSPACE alarm")
@@ -203,15 +211,27 @@ func fill(t *testing.T, cli *clientv3.Client) (int64, int64) {
 		st := endpointStatus(t, cli)
 		t.Logf("filler round %d: %d values of %d KiB; etcd's file %.1f MiB, %.1f MiB in use, of a %d MiB quota",
 			round, n/int64(size), size>>10, mib(st.DbSize), mib(st.DbSizeInUse), smallQuota>>20)
-		if float64(st.DbSizeInUse) >= 0.96*smallQuota {
+		// The controller keeps the alarm when a member's file, compacted
+		// and defragmented, is still 95% of the quota or more. Far above
+		// that, etcd is full; else it is the controller's call, seen in
+		// what it does within two passes (or two minutes, well below).
+		if float64(st.DbSizeInUse) >= 0.97*smallQuota {
 			return total, last
 		}
-		eventually(t, 2*time.Minute, "the controller making room and disarming NOSPACE", func() error {
-			if hasAlarm(t, cli) {
-				return errors.New("still raised")
-			}
-			return nil
-		})
+		wait := 25 * time.Second
+		if float64(st.DbSizeInUse) < 0.93*smallQuota {
+			wait = 2 * time.Minute
+		}
+		disarmed := false
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline) && !disarmed; time.Sleep(time.Second) {
+			disarmed = !hasAlarm(t, cli)
+		}
+		switch {
+		case !disarmed && wait < time.Minute:
+			return total, last
+		case !disarmed:
+			t.Fatalf("the controller did not make room and disarm NOSPACE in %v, with %.1f MiB of %d MiB in use", wait, mib(st.DbSizeInUse), smallQuota>>20)
+		}
 	}
 	t.Fatal("etcd's data in use never filled its quota")
 	return 0, 0

@@ -16,8 +16,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/baton-dev/baton/internal/kubetest"
 )
 
 // alert is one of Prometheus's alerts, as /api/v1/alerts lists it.
@@ -26,17 +24,23 @@ type alert struct {
 	State  string            `json:"state"`
 }
 
-// controllerPrometheus runs Prometheus on this host with Baton's alerts
+// prometheusBin finds Prometheus's server, which make test installs.
+func prometheusBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus (make test installs Debian's package): %v", err)
+	}
+	return bin
+}
+
+// controllerPrometheus runs Prometheus (bin) on this host with Baton's alerts
 // (charts/baton/files/alerts.yaml), scraping the controller's pods at
 // their addresses every second, labelled with their namespace and pod as
 // the chart's ServiceMonitor would, and returns a function that lists its
 // alerts. It runs until the test ends.
-func controllerPrometheus(t *testing.T) func() []alert {
+func controllerPrometheus(t *testing.T, bin string) func() []alert {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip(kubetest.Unavailable("prometheus (make test installs Debian's package)", err))
-	}
 	pods, err := node.Client.CoreV1().Pods(system).List(context.Background(), metav1.ListOptions{
 		LabelSelector: labels.Set{"app.kubernetes.io/component": "controller"}.String(),
 	})
@@ -83,12 +87,18 @@ func controllerPrometheus(t *testing.T) func() []alert {
 			return nil, err
 		}
 		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET /api/v1/alerts: %s", resp.Status)
+		}
 		var r struct {
 			Data struct {
 				Alerts []alert `json:"alerts"`
 			} `json:"data"`
 		}
-		return r.Data.Alerts, json.NewDecoder(resp.Body).Decode(&r)
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			return nil, err
+		}
+		return r.Data.Alerts, nil
 	}
 	eventually(t, time.Minute, "Prometheus on this host serving", func() error {
 		_, err := list()
