@@ -1,11 +1,11 @@
 package etcdbackup
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/baton-dev/baton/internal/metrics"
 )
 
 // Metrics is an Observer that makes what Run did Prometheus series, which
@@ -39,17 +39,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 	}
 	for _, g := range []*prometheus.Gauge{&b.every, &b.last, &b.revision, &b.size, &b.kept} {
-		existing, err := register(reg, *g)
-		if err != nil {
+		var err error
+		if *g, err = metrics.Register(reg, *g); err != nil {
 			return nil, err
 		}
-		*g = existing.(prometheus.Gauge)
 	}
-	existing, err := register(reg, b.taken)
-	if err != nil {
+	var err error
+	if b.taken, err = metrics.Register(reg, b.taken); err != nil {
 		return nil, err
 	}
-	b.taken = existing.(*prometheus.CounterVec)
 	for _, result := range []string{"ok", "failed"} {
 		b.taken.WithLabelValues(result)
 	}
@@ -84,18 +82,4 @@ func (b *Metrics) newest(bk Backup) {
 	b.last.Set(float64(bk.Taken.UnixNano()) / 1e9)
 	b.revision.Set(float64(bk.Revision))
 	b.size.Set(float64(bk.Size))
-}
-
-// register registers col on reg, or returns the collector registered there
-// before in its place.
-func register(reg prometheus.Registerer, col prometheus.Collector) (prometheus.Collector, error) {
-	err := reg.Register(col)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case errors.As(err, &are):
-		return are.ExistingCollector, nil
-	case err != nil:
-		return nil, fmt.Errorf("register etcd backup metrics: %w", err)
-	}
-	return col, nil
 }

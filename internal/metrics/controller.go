@@ -1,9 +1,6 @@
 package metrics
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,32 +29,16 @@ func NewController(reg prometheus.Registerer) (*Controller, error) {
 		}, []string{"result"}),
 	}
 	for _, p := range []*prometheus.Counter{&c.forced, &c.policyWrites} {
-		existing, err := register(reg, *p)
-		if err != nil {
+		var err error
+		if *p, err = Register(reg, *p); err != nil {
 			return nil, err
 		}
-		*p = existing.(prometheus.Counter)
 	}
-	existing, err := register(reg, c.injections)
-	if err != nil {
+	var err error
+	if c.injections, err = Register(reg, c.injections); err != nil {
 		return nil, err
 	}
-	c.injections = existing.(*prometheus.CounterVec)
 	return c, nil
-}
-
-// register registers col on reg, or returns the collector registered
-// there before it under its name.
-func register(reg prometheus.Registerer, col prometheus.Collector) (prometheus.Collector, error) {
-	err := reg.Register(col)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case errors.As(err, &are):
-		return are.ExistingCollector, nil
-	case err != nil:
-		return nil, fmt.Errorf("register controller metrics: %w", err)
-	}
-	return col, nil
 }
 
 // InitInjections makes the series of baton_controller_injections_total

@@ -38,17 +38,15 @@ func NewEtcd(reg prometheus.Registerer) (*Etcd, error) {
 		}, []string{"reason", "result"}),
 	}
 	for _, g := range []**prometheus.GaugeVec{&e.size, &e.inUse, &e.quota, &e.up, &e.alarms} {
-		existing, err := register(reg, *g)
-		if err != nil {
+		var err error
+		if *g, err = Register(reg, *g); err != nil {
 			return nil, err
 		}
-		*g = existing.(*prometheus.GaugeVec)
 	}
-	existing, err := register(reg, e.defrags)
-	if err != nil {
+	var err error
+	if e.defrags, err = Register(reg, e.defrags); err != nil {
 		return nil, err
 	}
-	e.defrags = existing.(*prometheus.CounterVec)
 	for _, why := range []etcdmaint.Reason{etcdmaint.Fragmented, etcdmaint.NearQuota, etcdmaint.NoSpace} {
 		for _, result := range []string{"ok", "failed"} {
 			e.defrags.WithLabelValues(string(why), result)

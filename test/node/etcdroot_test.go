@@ -18,13 +18,12 @@ import (
 	"github.com/baton-dev/baton/internal/pki"
 )
 
-// rootClient is a client of the chart's etcd as its root user, from this
-// host through etcd's Service (kube-proxy carries it), with a certificate
-// issued from etcd's CA.
-func rootClient(t *testing.T) *clientv3.Client {
+// rootCert issues a certificate of etcd's root user from the chart's
+// etcd's CA, as any administrator of the release's namespace can, and
+// returns it, its key and the CA's certificate.
+func rootCert(t *testing.T) (certPEM, keyPEM, caPEM []byte) {
 	t.Helper()
-	ctx := context.Background()
-	ca, err := node.Client.CoreV1().Secrets(system).Get(ctx, release+"-etcd-ca", metav1.GetOptions{})
+	ca, err := node.Client.CoreV1().Secrets(system).Get(context.Background(), release+"-etcd-ca", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the chart's etcd's CA: %v", err)
 	}
@@ -36,12 +35,21 @@ func rootClient(t *testing.T) *clientv3.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	return pair.CertPEM, pair.KeyPEM, ca.Data["tls.crt"]
+}
+
+// rootClient is a client of the chart's etcd as its root user, from this
+// host through etcd's Service (kube-proxy carries it), with a certificate
+// issued from etcd's CA.
+func rootClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	certPEM, keyPEM, caPEM := rootCert(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.Data["tls.crt"])
+	roots.AppendCertsFromPEM(caPEM)
 	// The names etcd's certificate holds, dialled at their addresses:
 	// this host resolves no cluster names.
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {

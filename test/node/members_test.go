@@ -21,7 +21,6 @@ import (
 
 	"github.com/baton-dev/baton/internal/etcdbackup"
 	"github.com/baton-dev/baton/internal/etcdmembers"
-	"github.com/baton-dev/baton/internal/pki"
 )
 
 // opsPage is the runbooks' page, whose shell blocks the node runs as
@@ -41,21 +40,10 @@ func tryEtcdctlAsRoot(t *testing.T, args ...string) (string, error) {
 	ctx := context.Background()
 	secrets := node.Client.CoreV1().Secrets(system)
 	if _, err := secrets.Get(ctx, rootCreds, metav1.GetOptions{}); err != nil {
-		ca, err := secrets.Get(ctx, release+"-etcd-ca", metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the chart's etcd's CA: %v", err)
-		}
-		c, err := pki.ParseCA(ca.Data["tls.crt"], ca.Data["tls.key"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		pair, err := c.Issue(pki.Request{CommonName: "root", Client: true, Validity: time.Hour}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		certPEM, keyPEM, caPEM := rootCert(t)
 		if _, err := secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: rootCreds},
-			Data:       map[string][]byte{"tls.crt": pair.CertPEM, "tls.key": pair.KeyPEM, "ca.crt": ca.Data["tls.crt"]},
+			Data:       map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
