@@ -89,19 +89,56 @@ func stopAll(procs []*proc) {
 	}
 }
 
-// etcdStreams are the streams etcd serves.
+// etcdStreams are the streams etcd serves; a figure that could not be
+// read is -1.
 type etcdStreams struct {
 	watch, watchers, keepAlive float64
 }
 
+// minus is what s serves beyond o: -1 for a figure either could not read.
+// Open streams are read as etcd's opened less its handled, so a stream of
+// o's time that closed since would make s.minus(o) smaller than what s's
+// sidecars are served, even negative: o must be read once etcd's streams
+// have settled (settledStreams), and a difference that still comes out
+// negative is no measurement.
 func (s etcdStreams) minus(o etcdStreams) etcdStreams {
-	return etcdStreams{s.watch - o.watch, s.watchers - o.watchers, s.keepAlive - o.keepAlive}
+	sub := func(a, b float64) float64 {
+		if a < 0 || b < 0 || a < b {
+			return -1
+		}
+		return a - b
+	}
+	return etcdStreams{sub(s.watch, o.watch), sub(s.watchers, o.watchers), sub(s.keepAlive, o.keepAlive)}
 }
 
 // streamsNow reads the streams etcd serves now: watch streams, watchers
 // and lease keep-alive streams.
 func (w *world) streamsNow(ctx context.Context) etcdStreams {
 	v := w.metrics(ctx, watchStreamsMetric, watchersMetric, keepAliveStartedMetric)
-	handled := w.metricSum(ctx, "grpc_server_handled_total{", `grpc_method="LeaseKeepAlive"`)
-	return etcdStreams{watch: v[0], watchers: v[1], keepAlive: v[2] - handled}
+	keepAlive := -1.0
+	if v[2] >= 0 {
+		keepAlive = v[2] - w.metricSum(ctx, "grpc_server_handled_total{", `grpc_method="LeaseKeepAlive"`)
+	}
+	return etcdStreams{watch: v[0], watchers: v[1], keepAlive: keepAlive}
+}
+
+// settledStreams reads the streams etcd serves once the count has stopped
+// changing (the same in two reads half a second apart, for at most 10 s):
+// the streams of the engines an earlier step closed end at etcd a little
+// after their client closed them.
+func (w *world) settledStreams(ctx context.Context) etcdStreams {
+	last := w.streamsNow(ctx)
+	for range 20 {
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(500 * time.Millisecond):
+		}
+		now := w.streamsNow(ctx)
+		if now == last {
+			return now
+		}
+		last = now
+	}
+	return last
 }

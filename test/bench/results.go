@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -57,9 +58,11 @@ func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/floa
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
+// median is the median of xs; NaN when there are none, so that a figure
+// nobody measured is never read as a zero.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
-		return 0
+		return math.NaN()
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -184,81 +187,6 @@ func (r *results) printCrash(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// printGoals writes one line per goal of the steps that ran, and the tally.
-func (r *results) printGoals(w io.Writer) {
-	fmt.Fprintf(w, "\n## Goals\n\n")
-	met, total := 0, 0
-	goal := func(ok bool, format string, args ...any) {
-		total++
-		mark := "MISSED"
-		if ok {
-			met++
-			mark = "met"
-		}
-		fmt.Fprintf(w, "- %s: %s\n", mark, fmt.Sprintf(format, args...))
-	}
-	if rw, bt := r.cycles[raw], r.cycles[baton]; rw != nil && bt != nil {
-		// The bare sidecar's ratios on the same line: the floor of any
-		// design with a process between the app and etcd, on these cores.
-		floor1, floor64 := "", ""
-		if br := r.cycles[bareName]; br != nil {
-			floor1 = fmt.Sprintf("; the bare sidecar: %.2f×", float64(br[1].quantile(0.5))/float64(rw[1].quantile(0.5)))
-			floor64 = fmt.Sprintf("; the bare sidecar: %.2f×", br[64].rate()/rw[64].rate())
-		}
-		ratio := float64(bt[1].quantile(0.5)) / float64(rw[1].quantile(0.5))
-		goal(ratio <= 1.20, "Baton cycle at C=1 is %.2f× raw Txn's (p50 %s vs %s; goal ≤ 1.20×%s)", ratio, ms(bt[1].quantile(0.5)), ms(rw[1].quantile(0.5)), floor1)
-		tr := bt[64].rate() / rw[64].rate()
-		goal(tr >= 0.85, "Baton throughput at C=64 is %.2f× raw Txn's (%.0f vs %.0f cycles/s; goal ≥ 0.85×%s)", tr, bt[64].rate(), rw[64].rate(), floor64)
-	}
-	if bt, br := r.cycles[baton], r.cycles[bareName]; bt != nil && br != nil {
-		// The sidecar's own CPU per cycle against the least a sidecar can
-		// spend; beside it, against the bare sidecar with Baton's
-		// transactions, which tells the lock protocol's share from the
-		// rest of the path.
-		b, f := bt[1].cpuPerOp().sidecars, br[1].cpuPerOp().sidecars
-		shaped := ""
-		if bs := r.cycles[bareShapedName]; bs != nil {
-			fs := bs[1].cpuPerOp().sidecars
-			shaped = fmt.Sprintf("; %.2f× the bare sidecar with Baton's transactions, %s", float64(b)/float64(fs), us(fs))
-		}
-		goal(f > 0 && float64(b) <= 1.15*float64(f), "sidecar CPU per cycle at C=1 is %.2f× the bare sidecar's (%s vs %s; goal ≤ 1.15×%s)", float64(b)/float64(f), us(b), us(f), shaped)
-	}
-	if len(r.refusals) > 0 {
-		br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
-		goal(br >= 3*mr, "Baton refusals/s are %.2f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", br/mr, br, mr)
-		e := median(r.entries[baton])
-		goal(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
-	}
-	if len(r.handoff) > 0 {
-		tl := r.handoff["Baton try loop"].rate()
-		goal(tl >= 100, "16 clients on one key across 4 sidecars, try in a loop: %.0f grants/s (goal ≥ 100/s, no livelock; Mutex TryLock: %.0f/s)", tl, r.handoff["Mutex TryLock loop"].rate())
-		bw, ml := r.handoff["Baton blocking wait"].rate(), r.handoff["Mutex.Lock"].rate()
-		goal(bw >= 2*ml, "hot-key hand-off with blocking waiters is %.1f× Mutex.Lock's (%.0f vs %.0f grants/s; goal ≥ 2×)", bw/ml, bw, ml)
-	}
-	if len(r.shared) > 0 {
-		r.sharedGoals(goal)
-	}
-	if len(r.scale) > 0 {
-		s := r.scale[len(r.scale)-1]
-		goal(s.rss <= 150<<20, "%d held locks: sidecar RSS %.1f MiB (goal ≤ 150 MiB)", s.n, float64(s.rss)/(1<<20))
-		goal(s.released <= 1500*time.Millisecond, "%d held locks: all released %s after SIGTERM (goal ≤ 1.5 s)", s.n, ms(s.released))
-		goal(s.worstWrite <= 100*time.Millisecond, "%d held locks: slowest etcd write during the release %s (goal ≤ 100 ms)", s.n, ms(s.worstWrite))
-	}
-	if len(r.footprint) > 0 {
-		lean := r.footprint[0]
-		goal(lean.rss <= 20<<20, "an idle sidecar in a pod (the lean build) on an external etcd: RSS %.1f MiB, binary %.1f MB (goal ≤ 20 MiB; the full build: %.1f MiB)", float64(lean.rss)/(1<<20), float64(lean.size)/1e6, float64(r.footprint[1].rss)/(1<<20))
-		if d := r.footprint[len(r.footprint)-1]; d.name == daprName {
-			fmt.Fprintf(w, "- the sidecar of a pod that speaks Dapr (baton-dapr, Dapr's API on): RSS %.1f MiB, %.2f× the lean build's; binary %.1f MB\n", float64(d.rss)/(1<<20), float64(d.rss)/float64(lean.rss), float64(d.size)/1e6)
-		}
-	}
-	r.scaleOutGoals(goal)
-	if r.crashTTL > 0 {
-		worst := slices.Max(append([]time.Duration{0}, r.crash...))
-		goal(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)
-	}
-	fmt.Fprintf(w, "\nbench: %d of %d goals met\n", met, total)
-}
-
 // printCPU writes the CPU time each tier spent per operation, and the rate
 // that this machine's cores would allow if nothing but that ran: where the
 // cores are the limit, no contender can beat its ceiling.
@@ -301,13 +229,13 @@ func (r *results) printCPU(w io.Writer) {
 		if c.total() > 0 {
 			ceiling = fmt.Sprintf("%.0f/s", float64(runtime.NumCPU())*float64(time.Second)/float64(c.total()))
 		}
-		count := func(n float64) string {
+		perOpCount := func(n float64) string {
 			if n < 0 {
 				return "—"
 			}
 			return fmt.Sprintf("%.2f", n)
 		}
 		txns, events := x.s.perOp(func(s sample) float64 { return s.txns }), x.s.perOp(func(s sample) float64 { return s.events })
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling, count(txns), count(events))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.what, us(c.etcd), us(c.sidecars), us(c.clients), us(c.total()), ceiling, perOpCount(txns), perOpCount(events))
 	}
 }

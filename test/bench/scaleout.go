@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -57,7 +58,14 @@ func (r scaleOutResult) cpuPerOp() time.Duration {
 	return time.Duration(float64(r.etcdCPU) / max(r.ops(), 1))
 }
 
-func (r scaleOutResult) eventsPerOp() float64 { return r.events / max(r.ops(), 1) }
+// eventsPerOp is the watch events etcd sent per lock operation; NaN when
+// they were not read or nothing ran.
+func (r scaleOutResult) eventsPerOp() float64 {
+	if r.events < 0 || r.cycles == 0 {
+		return math.NaN()
+	}
+	return r.events / r.ops()
+}
 
 func (r scaleOutResult) quantile(q float64) time.Duration { return quantileOf(r.lat, q) }
 
@@ -108,7 +116,7 @@ func (w *world) scaleOut(ctx context.Context, r *results) error {
 
 func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResult, error) {
 	res := scaleOutResult{n: n, proxies: proxies}
-	base := w.streamsNow(ctx)
+	base := w.settledStreams(ctx)
 	endpoints := []string{w.etcd.endpoint}
 	if proxies > 0 {
 		procs, eps, err := w.startProxies(proxies)
@@ -179,7 +187,13 @@ func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResul
 	res.lat, res.handOff, res.cycles, res.errs, res.took = c.lat, c.handOff, c.cycles, c.errs, c.took
 	after, cpu1 := w.metrics(ctx, counted...), cpuTime(w.etcd.cmd.Process.Pid)
 	res.etcdCPU = cpu1 - cpu0
-	res.events, res.keepAlives = after[0]-before[0], after[1]-before[1]
+	diff := func(i int) float64 {
+		if before[i] < 0 || after[i] < 0 {
+			return -1 // not read: the goals say so
+		}
+		return after[i] - before[i]
+	}
+	res.events, res.keepAlives = diff(0), diff(1)
 	return res, nil
 }
 

@@ -188,7 +188,9 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 				return err
 			}
 			r.refusals[x.name] = append(r.refusals[x.name], s)
-			r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(max(1, s.ops)))
+			if s.ops > 0 { // a round that refused nothing measured nothing
+				r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(s.ops))
+			}
 			if now := w.metric(ctx, rangesMetric); reads >= 0 && now >= 0 {
 				r.reads[x.name] = append(r.reads[x.name], (now-reads)/float64(max(1, s.ops)))
 			}
