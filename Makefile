@@ -299,7 +299,7 @@ cluster-down: ## Stop the node make cluster started and undo its changes to the 
 # reaches no registry), made of Debian's busybox-static.
 .PHONY: node-images
 node-images: image node-deps $(K8S_BIN)/coredns ## Write the test node's images (pause, CoreDNS, a test app) into bin/images.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image-root/pause ./internal/kubenode/pause
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image-root/pause ./internal/testing/kubenode/pause
 	$(BIN)/image -o $(IMAGES)/pause.tar -tag docker.io/baton/pause:local -entrypoint /pause -user 65535:65535 \
 	  -file /pause=$(BIN)/image-root/pause:0755
 	$(BIN)/image -o $(IMAGES)/coredns.tar -tag docker.io/baton/coredns:local -entrypoint /coredns \

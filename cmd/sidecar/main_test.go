@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 var testEtcd *etcdtest.Server

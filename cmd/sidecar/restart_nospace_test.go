@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/restart"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestRestartWhileOutOfSpace: a lock extended while etcd is out of space

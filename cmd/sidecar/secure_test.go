@@ -19,9 +19,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestSecureEtcd runs sidecars on an external etcd as a careful operator

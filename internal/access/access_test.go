@@ -27,8 +27,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/baton-dev/baton/internal/embedetcd"
-	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/pki"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 var (

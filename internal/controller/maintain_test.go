@@ -17,8 +17,8 @@ import (
 
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/etcdmaint"
-	"github.com/baton-dev/baton/internal/etcdtest"
-	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.MainWithoutEtcd(m)) }

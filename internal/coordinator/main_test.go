@@ -16,11 +16,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/lockstore/memstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // The tests run on an in-memory store, in milliseconds; with
@@ -56,8 +57,8 @@ func flagSet(name string) (set bool) {
 
 // world is the store the sidecars of a test share.
 type world struct {
-	mem *lockstore.Memory // on memory
-	srv *etcdtest.Server  // on etcd
+	mem *memstore.Store  // on memory
+	srv *etcdtest.Server // on etcd
 }
 
 // newWorld returns the test's store: a fresh Memory, or the package's etcd.
@@ -65,7 +66,7 @@ func newWorld(t testing.TB) *world {
 	if onEtcd {
 		return &world{srv: testEtcd}
 	}
-	return &world{mem: lockstore.NewMemory()}
+	return &world{mem: memstore.New()}
 }
 
 // newOwnWorld returns a store for a test that takes it down: a Memory, or
@@ -115,7 +116,7 @@ type sidecar struct {
 	sessions lockstore.Sessions
 	cli      *clientv3.Client // on etcd
 	keeper   *lease.Keeper    // on etcd
-	mem      *lockstore.MemSessions
+	mem      *memstore.Sessions
 }
 
 // scopeOf gives each test its own scope, so tests never see each other's keys.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // full raises the store's NOSPACE alarm (true) or disarms it: on etcd, the

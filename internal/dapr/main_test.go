@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/server"
-	"github.com/baton-dev/baton/internal/sidecartest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/sidecartest"
 )
 
 var testEtcd *etcdtest.Server

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 var srv *etcdtest.Server

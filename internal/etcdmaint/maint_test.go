@@ -17,7 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/embedetcd"
-	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.MainWithoutEtcd(m)) }

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
-	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/pki"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(etcdtest.MainWithoutEtcd(m)) }

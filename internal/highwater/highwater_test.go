@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 // The tests share one real kube-apiserver; each starts an etcd of its own,

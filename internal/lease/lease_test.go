@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 var testEtcd *etcdtest.Server

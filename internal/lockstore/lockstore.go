@@ -4,9 +4,9 @@
 //
 // The coordinator decides (local turns, holders, deadlines, loss); a Store
 // only reads and writes. Package etcdstore is the store a sidecar runs on;
-// Memory is an in-memory store for fast tests of the coordinator's logic.
+// memstore is an in-memory store for fast tests of the coordinator's logic.
 // Both pass the same conformance suite (package storetest), so a test that
-// passes on Memory says something about etcd.
+// passes on memstore says something about etcd.
 //
 // A lock is a key prefix; each contender for it is one key under the
 // prefix, named after the contender's session (keyspace.Layout). The

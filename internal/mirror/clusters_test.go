@@ -15,7 +15,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 // TestClustersShareOneEtcd: two Kubernetes clusters, each with its own

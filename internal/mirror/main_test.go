@@ -24,11 +24,11 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 // The package's tests share one real kube-apiserver (envtest, with the

@@ -10,8 +10,8 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestMirrorOnSecureEtcd: on an etcd with TLS, client certificates and

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 )
 
 // batonBin is the sidecar binary built once for the run: the Prometheus

@@ -26,9 +26,9 @@ import (
 	"github.com/baton-dev/baton/internal/controller"
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/etcdmaint"
-	"github.com/baton-dev/baton/internal/etcdtest"
-	"github.com/baton-dev/baton/internal/kubetest"
 	"github.com/baton-dev/baton/internal/pki"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 	"github.com/baton-dev/baton/internal/webhook"
 )
 

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/baton-dev/baton/internal/kubetest"
+	"github.com/baton-dev/baton/internal/testing/kubetest"
 	"github.com/baton-dev/baton/internal/webhook"
 )
 

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/baton-dev/baton/internal/kubenode"
+	"github.com/baton-dev/baton/internal/testing/kubenode"
 )
 
 func main() {

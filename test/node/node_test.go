@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/baton-dev/baton/internal/kubenode"
+	"github.com/baton-dev/baton/internal/testing/kubenode"
 )
 
 const root = "../.."

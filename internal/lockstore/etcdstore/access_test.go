@@ -10,9 +10,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestPermissionDenied: on an etcd with authentication on, a store whose

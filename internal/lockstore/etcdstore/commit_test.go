@@ -11,9 +11,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestGroupCommit: tries, a queueing and deletes that arrive together

@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // TestHistoryNoticesEtcdGoingBack: a History that followed one etcd to a

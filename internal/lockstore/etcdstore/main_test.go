@@ -10,9 +10,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/lockstore"
 	"github.com/baton-dev/baton/internal/lockstore/storetest"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 var testEtcd *etcdtest.Server

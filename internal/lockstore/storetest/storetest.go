@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of lockstore.Store: what the
 // coordinator counts on from a store, checked the same way on etcd
-// (etcdstore) and on the in-memory store (lockstore.Memory).
+// (etcdstore) and on the in-memory store (memstore.Store).
 package storetest
 
 import (

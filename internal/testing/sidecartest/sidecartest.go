@@ -17,9 +17,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/etcdtest"
 	"github.com/baton-dev/baton/internal/lease"
 	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // Engine is one sidecar's lock engine, running until the test ends.

@@ -1,4 +1,4 @@
-package lockstore
+package memstore
 
 import (
 	"context"
@@ -6,26 +6,28 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// memLeaseTTL is the TTL a MemSession's leases stand for: they never
+// leaseTTL is the TTL a Session's leases stand for: they never
 // expire on their own, but a holder is told how long they would last.
-const memLeaseTTL = 10 * time.Second
+const leaseTTL = 10 * time.Second
 
-// MemSession is a Session of a Memory: one lease, or the leases it
+// Session is a lockstore.Session of a Store: one lease, or the leases it
 // resumed. It lasts until Revoke or Expire.
-type MemSession struct {
-	m       *Memory
-	ids     []LeaseID
+type Session struct {
+	m       *Store
+	ids     []lockstore.LeaseID
 	resumed bool
 	done    chan struct{}
 	once    sync.Once
 }
 
-var _ Session = (*MemSession)(nil)
+var _ lockstore.Session = (*Session)(nil)
 
 // NewSession grants a lease and returns its session.
-func (m *Memory) NewSession() (*MemSession, error) {
+func (m *Store) NewSession() (*Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -33,7 +35,7 @@ func (m *Memory) NewSession() (*MemSession, error) {
 	}
 	m.lastID++
 	m.leases[m.lastID] = map[string]bool{}
-	s := &MemSession{m: m, ids: []LeaseID{m.lastID}, done: make(chan struct{})}
+	s := &Session{m: m, ids: []lockstore.LeaseID{m.lastID}, done: make(chan struct{})}
 	m.sessions = append(m.sessions, s)
 	return s, nil
 }
@@ -41,7 +43,7 @@ func (m *Memory) NewSession() (*MemSession, error) {
 // LoseSessions ends every session and leaves their keys, as sidecars that
 // heard no renewal for a lease TTL give their sessions up while etcd
 // keeps the leases.
-func (m *Memory) LoseSessions() {
+func (m *Store) LoseSessions() {
 	m.mu.Lock()
 	ss := m.sessions
 	m.sessions = nil
@@ -53,10 +55,10 @@ func (m *Memory) LoseSessions() {
 
 // ResumeSession returns a session that continues the leases ids that are
 // still live, as a restarted sidecar's; nil when none is.
-func (m *Memory) ResumeSession(ids ...LeaseID) *MemSession {
+func (m *Store) ResumeSession(ids ...lockstore.LeaseID) *Session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := &MemSession{m: m, resumed: true, done: make(chan struct{})}
+	s := &Session{m: m, resumed: true, done: make(chan struct{})}
 	for _, id := range ids {
 		if m.leases[id] != nil {
 			s.ids = append(s.ids, id)
@@ -70,26 +72,26 @@ func (m *Memory) ResumeSession(ids ...LeaseID) *MemSession {
 
 // Revoke ends the session, then deletes its keys, as a sidecar that shuts
 // down does.
-func (s *MemSession) Revoke() {
+func (s *Session) Revoke() {
 	s.end()
 	_ = s.m.revoke(s.ids) // down: the keys stay, as etcd's would until expiry
 }
 
 // Expire deletes the session's keys, then ends it, as when etcd expires a
 // lease that its sidecar stopped renewing.
-func (s *MemSession) Expire() {
+func (s *Session) Expire() {
 	_ = s.m.revoke(s.ids)
 	s.end()
 }
 
 // Abandon ends the session and leaves its keys to live on, as a sidecar
 // that crashed leaves its leases until they expire.
-func (s *MemSession) Abandon() { s.end() }
+func (s *Session) Abandon() { s.end() }
 
-func (s *MemSession) end() { s.once.Do(func() { close(s.done) }) }
+func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
 
 // revoke deletes the keys of the leases ids, each lease's at one revision.
-func (m *Memory) revoke(ids []LeaseID) error {
+func (m *Store) revoke(ids []lockstore.LeaseID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -109,26 +111,26 @@ func (m *Memory) revoke(ids []LeaseID) error {
 	return nil
 }
 
-// ID implements Session.
-func (s *MemSession) ID() LeaseID { return s.ids[0] }
+// ID implements lockstore.Session.
+func (s *Session) ID() lockstore.LeaseID { return s.ids[0] }
 
-// LeaseFor implements Session: a MemSession has its leases and grows none.
-func (s *MemSession) LeaseFor(load int) LeaseID { return s.ids[load%len(s.ids)] }
+// LeaseFor implements lockstore.Session: a Session has its leases and grows none.
+func (s *Session) LeaseFor(load int) lockstore.LeaseID { return s.ids[load%len(s.ids)] }
 
-// IDs implements Session.
-func (s *MemSession) IDs() []LeaseID { return slices.Clone(s.ids) }
+// IDs implements lockstore.Session.
+func (s *Session) IDs() []lockstore.LeaseID { return slices.Clone(s.ids) }
 
-// Owns implements Session.
-func (s *MemSession) Owns(id LeaseID) bool { return slices.Contains(s.ids, id) }
+// Owns implements lockstore.Session.
+func (s *Session) Owns(id lockstore.LeaseID) bool { return slices.Contains(s.ids, id) }
 
-// Resumed implements Session.
-func (s *MemSession) Resumed() bool { return s.resumed }
+// Resumed implements lockstore.Session.
+func (s *Session) Resumed() bool { return s.resumed }
 
-// Done implements Session.
-func (s *MemSession) Done() <-chan struct{} { return s.done }
+// Done implements lockstore.Session.
+func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Alive implements Session.
-func (s *MemSession) Alive() bool {
+// Alive implements lockstore.Session.
+func (s *Session) Alive() bool {
 	select {
 	case <-s.done:
 		return false
@@ -137,38 +139,38 @@ func (s *MemSession) Alive() bool {
 	}
 }
 
-// ValidUntil implements Session: a live MemSession's leases are as good as
+// ValidUntil implements lockstore.Session: a live Session's leases are as good as
 // just renewed.
-func (s *MemSession) ValidUntil() time.Time {
+func (s *Session) ValidUntil() time.Time {
 	if !s.Alive() {
 		return time.Time{}
 	}
-	return time.Now().Add(memLeaseTTL)
+	return time.Now().Add(leaseTTL)
 }
 
-// Renewed implements Session: a MemSession's leases need no renewal, and
+// Renewed implements lockstore.Session: a Session's leases need no renewal, and
 // ValidUntil moves on by itself.
-func (s *MemSession) Renewed() <-chan struct{} { return nil }
+func (s *Session) Renewed() <-chan struct{} { return nil }
 
-// TTL implements Session.
-func (s *MemSession) TTL() time.Duration { return memLeaseTTL }
+// TTL implements lockstore.Session.
+func (s *Session) TTL() time.Duration { return leaseTTL }
 
-// MemSessions gives a sidecar's sessions on a Memory: a new one whenever
+// Sessions gives a sidecar's sessions on a Store: a new one whenever
 // the last one ended, as a lease.Keeper that opens the next at once.
-type MemSessions struct {
-	m *Memory
+type Sessions struct {
+	m *Store
 
 	mu  sync.Mutex
-	cur *MemSession
+	cur *Session
 }
 
-var _ Sessions = (*MemSessions)(nil)
+var _ lockstore.Sessions = (*Sessions)(nil)
 
 // Sessions returns a sidecar's sessions on m.
-func (m *Memory) Sessions() *MemSessions { return &MemSessions{m: m} }
+func (m *Store) Sessions() *Sessions { return &Sessions{m: m} }
 
-// Current implements Sessions.
-func (p *MemSessions) Current() (Session, error) {
+// Current implements lockstore.Sessions.
+func (p *Sessions) Current() (lockstore.Session, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cur == nil || !p.cur.Alive() {
@@ -189,14 +191,14 @@ func (p *MemSessions) Current() (Session, error) {
 }
 
 // Last returns the current session without opening one; nil when none.
-func (p *MemSessions) Last() *MemSession {
+func (p *Sessions) Last() *Session {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cur
 }
 
-// Wait implements Sessions.
-func (p *MemSessions) Wait(ctx context.Context) (Session, error) {
+// Wait implements lockstore.Sessions.
+func (p *Sessions) Wait(ctx context.Context) (lockstore.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package lockstore_test
+package memstore_test
 
 import (
 	"context"
@@ -9,14 +9,15 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/lockstore"
+	"github.com/baton-dev/baton/internal/lockstore/memstore"
 	"github.com/baton-dev/baton/internal/lockstore/storetest"
 )
 
 // TestMemoryConforms runs the conformance suite on the in-memory store.
 func TestMemoryConforms(t *testing.T) {
-	m := lockstore.NewMemory()
+	m := memstore.New()
 	var mu sync.Mutex
-	sessions := map[lockstore.LeaseID]*lockstore.MemSession{}
+	sessions := map[lockstore.LeaseID]*memstore.Session{}
 	storetest.Run(t, storetest.Harness{
 		Store: m,
 		Grant: func(t *testing.T) lockstore.LeaseID {
@@ -42,7 +43,7 @@ func TestMemoryConforms(t *testing.T) {
 // TestMemoryDown: a Memory set down fails every call and ends every watch,
 // as an etcd out of reach does, and serves again once up.
 func TestMemoryDown(t *testing.T) {
-	m := lockstore.NewMemory()
+	m := memstore.New()
 	s, err := m.NewSession()
 	if err != nil {
 		t.Fatal(err)
@@ -53,19 +54,19 @@ func TestMemoryDown(t *testing.T) {
 		t.Fatalf("first response %+v", r)
 	}
 	m.SetDown(true)
-	if r := <-ch; !errors.Is(r.Err, lockstore.ErrDown) {
+	if r := <-ch; !errors.Is(r.Err, memstore.ErrDown) {
 		t.Fatalf("watch response while down: %+v", r)
 	}
 	if _, ok := <-ch; ok {
 		t.Fatal("the watch goes on while down")
 	}
-	if _, err := m.Try("/l/", lockstore.Put{Key: "/l/1", Lease: s.ID()}); !errors.Is(err, lockstore.ErrDown) {
+	if _, err := m.Try("/l/", lockstore.Put{Key: "/l/1", Lease: s.ID()}); !errors.Is(err, memstore.ErrDown) {
 		t.Errorf("try while down: %v", err)
 	}
-	if _, err := m.First(ctx, "/l/"); !errors.Is(err, lockstore.ErrDown) {
+	if _, err := m.First(ctx, "/l/"); !errors.Is(err, memstore.ErrDown) {
 		t.Errorf("read while down: %v", err)
 	}
-	if _, err := m.NewSession(); !errors.Is(err, lockstore.ErrDown) {
+	if _, err := m.NewSession(); !errors.Is(err, memstore.ErrDown) {
 		t.Errorf("session while down: %v", err)
 	}
 	m.SetDown(false)
@@ -78,7 +79,7 @@ func TestMemoryDown(t *testing.T) {
 // opens its next session, which revokes them, as lease.Keeper does; a
 // resumed session continues the live leases only.
 func TestMemorySessions(t *testing.T) {
-	m := lockstore.NewMemory()
+	m := memstore.New()
 	sessions := m.Sessions()
 	first, err := sessions.Current()
 	if err != nil {
@@ -115,7 +116,7 @@ func TestMemorySessions(t *testing.T) {
 // TestMemoryCompaction: a watch that resumes before the deletes a Memory
 // still keeps is told it fell behind a compaction.
 func TestMemoryCompaction(t *testing.T) {
-	m := lockstore.NewMemory()
+	m := memstore.New()
 	s, err := m.NewSession()
 	if err != nil {
 		t.Fatal(err)

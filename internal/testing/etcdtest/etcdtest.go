@@ -196,7 +196,7 @@ func leakedGoroutines(d time.Duration) string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "github.com/baton-dev/baton/") && !strings.Contains(g, "baton/internal/etcdtest.") &&
+			if strings.Contains(g, "github.com/baton-dev/baton/") && !strings.Contains(g, "baton/internal/testing/etcdtest.") &&
 				!strings.Contains(g, "testing.(*M).Run") && !strings.Contains(g, "runtime.Stack") {
 				leaked = append(leaked, g)
 			}

@@ -1,12 +1,14 @@
-package lockstore
+package memstore
 
 import (
 	"context"
 	"strings"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// memWatch is one Watch of a Memory. The store queues its responses
+// memWatch is one Watch of a Store. The store queues its responses
 // without waiting (it holds its lock); a goroutine hands them on.
 type memWatch struct {
 	prefix string
@@ -14,11 +16,11 @@ type memWatch struct {
 	wake   chan struct{}
 
 	mu    sync.Mutex
-	queue []WatchResponse
+	queue []lockstore.WatchResponse
 }
 
 // send queues r.
-func (w *memWatch) send(r WatchResponse) {
+func (w *memWatch) send(r lockstore.WatchResponse) {
 	w.mu.Lock()
 	w.queue = append(w.queue, r)
 	w.mu.Unlock()
@@ -29,46 +31,46 @@ func (w *memWatch) send(r WatchResponse) {
 }
 
 // fail ends the watch with err.
-func (w *memWatch) fail(err error) { w.send(WatchResponse{Err: err}) }
+func (w *memWatch) fail(err error) { w.send(lockstore.WatchResponse{Err: err}) }
 
-// Watch implements Store.
-func (m *Memory) Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
+// Watch implements lockstore.Store.
+func (m *Store) Watch(ctx context.Context, prefix string, from int64) <-chan lockstore.WatchResponse {
 	return m.watch(ctx, &memWatch{prefix: prefix, wake: make(chan struct{}, 1)}, from)
 }
 
-// WatchAll implements Store.
-func (m *Memory) WatchAll(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
+// WatchAll implements lockstore.Store.
+func (m *Store) WatchAll(ctx context.Context, prefix string, from int64) <-chan lockstore.WatchResponse {
 	return m.watch(ctx, &memWatch{prefix: prefix, all: true, wake: make(chan struct{}, 1)}, from)
 }
 
-// Snapshot implements Store.
-func (m *Memory) Snapshot(ctx context.Context, prefix string) (cs []Contender, rev int64, err error) {
+// Snapshot implements lockstore.Store.
+func (m *Store) Snapshot(ctx context.Context, prefix string) (cs []lockstore.Contender, rev int64, err error) {
 	err = m.read(ctx, func() { cs, rev = m.under(prefix), m.rev })
 	return cs, rev, err
 }
 
 // respond sends w the change c, if w wants it.
-func (w *memWatch) respond(c Change) {
+func (w *memWatch) respond(c lockstore.Change) {
 	switch {
 	case !strings.HasPrefix(c.Key, w.prefix):
 	case c.Deleted && w.all:
-		w.send(WatchResponse{Rev: c.Rev, Deleted: []Deletion{{Key: c.Key, Rev: c.Rev}}, Changes: []Change{c}})
+		w.send(lockstore.WatchResponse{Rev: c.Rev, Deleted: []lockstore.Deletion{{Key: c.Key, Rev: c.Rev}}, Changes: []lockstore.Change{c}})
 	case c.Deleted:
-		w.send(WatchResponse{Rev: c.Rev, Deleted: []Deletion{{Key: c.Key, Rev: c.Rev}}})
+		w.send(lockstore.WatchResponse{Rev: c.Rev, Deleted: []lockstore.Deletion{{Key: c.Key, Rev: c.Rev}}})
 	case w.all:
-		w.send(WatchResponse{Rev: c.Rev, Changes: []Change{c}})
+		w.send(lockstore.WatchResponse{Rev: c.Rev, Changes: []lockstore.Change{c}})
 	}
 }
 
-func (m *Memory) watch(ctx context.Context, w *memWatch, from int64) <-chan WatchResponse {
+func (m *Store) watch(ctx context.Context, w *memWatch, from int64) <-chan lockstore.WatchResponse {
 	m.mu.Lock()
 	switch {
 	case m.down:
 		w.fail(ErrDown)
 	case from > 0 && from <= m.forgot:
-		w.send(WatchResponse{Compacted: true})
+		w.send(lockstore.WatchResponse{Compacted: true})
 	default:
-		w.send(WatchResponse{Established: true, Rev: m.rev})
+		w.send(lockstore.WatchResponse{Established: true, Rev: m.rev})
 		for _, c := range m.history {
 			if from > 0 && c.Rev >= from {
 				w.respond(c)
@@ -77,7 +79,7 @@ func (m *Memory) watch(ctx context.Context, w *memWatch, from int64) <-chan Watc
 		m.watches[w] = true
 	}
 	m.mu.Unlock()
-	out := make(chan WatchResponse)
+	out := make(chan lockstore.WatchResponse)
 	go func() {
 		defer close(out)
 		defer func() {
