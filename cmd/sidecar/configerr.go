@@ -17,6 +17,14 @@ func flagOf(field string) string {
 		return "--lease-ttl"
 	case "lease.KeysPerLease":
 		return "--keys-per-lease"
+	case "engine.MetricsKeyDepth":
+		return "--metrics-key-depth"
+	case "engine.ServiceAccount":
+		return "--service-account"
+	case "engine.PolicyFile":
+		return "--policy-file"
+	case "engine.ShutdownGrace":
+		return "--shutdown-grace"
 	case "coordinator.Scope":
 		return "--scope"
 	case "coordinator.Identity.Cluster":

@@ -127,14 +127,14 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	if err := bindEnv(fs, env(map[string]string{"BATON_MAX_WAITERS": "9", "BATON_LEASE_TTL": "4s", "BATON_ETCD_ENDPOINTS": "http://a:1,http://b:2", "BATON_CLUSTER_NAME": "east"}), io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if o.coord.MaxWaiters != 7 {
-		t.Errorf("max waiters %d: the command line must win over the environment", o.coord.MaxWaiters)
+	if o.engine.Coordinator.MaxWaiters != 7 {
+		t.Errorf("max waiters %d: the command line must win over the environment", o.engine.Coordinator.MaxWaiters)
 	}
-	if o.lease.TTL != 4*time.Second || len(o.etcd.endpoints) != 2 {
-		t.Errorf("from the environment: lease TTL %v, endpoints %v", o.lease.TTL, o.etcd.endpoints)
+	if o.engine.Lease.TTL != 4*time.Second || len(o.etcd.endpoints) != 2 {
+		t.Errorf("from the environment: lease TTL %v, endpoints %v", o.engine.Lease.TTL, o.etcd.endpoints)
 	}
-	if o.coord.Scope != "team-a" || o.coord.Identity != (coordinator.Identity{Pod: "api-1", Namespace: "team-a", Node: "n1", Cluster: "east"}) {
-		t.Errorf("identity %+v scope %q", o.coord.Identity, o.coord.Scope)
+	if o.engine.Coordinator.Scope != "team-a" || o.engine.Coordinator.Identity != (coordinator.Identity{Pod: "api-1", Namespace: "team-a", Node: "n1", Cluster: "east"}) {
+		t.Errorf("identity %+v scope %q", o.engine.Coordinator.Identity, o.engine.Coordinator.Scope)
 	}
 }
 
@@ -159,8 +159,8 @@ func TestShortLeaseAloneIsEnough(t *testing.T) {
 			t.Fatal(err)
 		}
 		o.followLeaseTTL(fs)
-		if err := o.validate(); err != nil || o.coord.RequestTimeout != tt.want {
-			t.Errorf("%v %v: request timeout %v, %v; want %v and valid", tt.args, tt.env, o.coord.RequestTimeout, err, tt.want)
+		if err := o.validate(); err != nil || o.engine.Coordinator.RequestTimeout != tt.want {
+			t.Errorf("%v %v: request timeout %v, %v; want %v and valid", tt.args, tt.env, o.engine.Coordinator.RequestTimeout, err, tt.want)
 		}
 	}
 }

@@ -13,32 +13,25 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/etcdmaint"
-	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/policy"
 	"github.com/baton-dev/baton/internal/server"
 )
 
 // serveOptions is everything `baton serve` is configured with.
 type serveOptions struct {
-	socketPath      string
-	statePath       string
-	healthAddr      string
-	metricsAddr     string
-	metricsKeyDepth int
-	pprof           bool
-	logLevel        string
-	maxProcs        int
-	serviceAccount  string
-	policyFile      string
-	shutdownGrace   time.Duration
+	socketPath  string
+	healthAddr  string
+	metricsAddr string
+	pprof       bool
+	logLevel    string
+	maxProcs    int
 
 	etcd     etcdOptions
 	embedded embeddedOptions
 
-	lease  lease.Config
-	coord  coordinator.Config
+	engine engine.Config // the lock engine: the session, the coordinator, the state file, the policy
 	server server.Config
 	dapr   daprOptions
 }
@@ -83,21 +76,19 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 		node = host
 	}
 	o := &serveOptions{
-		socketPath:    defaultSocket,
-		shutdownGrace: 10 * time.Second,
-		healthAddr:    ":8081",
-		logLevel:      "info",
-		maxProcs:      1,
+		socketPath: defaultSocket,
+		healthAddr: ":8081",
+		logLevel:   "info",
+		maxProcs:   1,
 		// embedetcd.Default's, which the lean build does not link.
 		embedded: embeddedOptions{dataDir: "baton-data", clientURL: "http://127.0.0.1:2379", history: 5 * time.Minute, quota: 2 << 30, maint: etcdmaint.Default()},
 		etcd:     etcdOptions{dialTimeout: 5 * time.Second},
-		lease:    lease.Default(),
-		coord:    coordinator.Default(),
+		engine:   engine.Default(),
 		server:   server.Default(),
 	}
-	o.coord.Identity = coordinator.Identity{Pod: pod, Namespace: ns, Node: node}
+	o.engine.Coordinator.Identity = coordinator.Identity{Pod: pod, Namespace: ns, Node: node}
 	if ns != "" {
-		o.coord.Scope = ns
+		o.engine.Coordinator.Scope = ns
 	}
 	return o
 }
@@ -105,29 +96,29 @@ func defaultServeOptions(getenv func(string) string) *serveOptions {
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	socketFlag(fs, &o.socketPath, "unix socket to serve the lock API on (mode 0660)")
-	fs.StringVar(&o.statePath, "state-file", "", "where the held locks are kept so that a restarted sidecar keeps them (default: the socket path + .state)")
+	fs.StringVar(&o.engine.StatePath, "state-file", "", "where the held locks are kept so that a restarted sidecar keeps them (default: the socket path + .state)")
 	fs.StringVar(&o.healthAddr, "health-addr", o.healthAddr, "TCP address for /healthz and /readyz probes; empty disables")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP address for Prometheus /metrics, e.g. :9090; empty disables")
-	fs.IntVar(&o.metricsKeyDepth, "metrics-key-depth", 0, "label per-lock metrics with the first N key segments (0: no key label)")
+	fs.IntVar(&o.engine.MetricsKeyDepth, "metrics-key-depth", o.engine.MetricsKeyDepth, "label per-lock metrics with the first N key segments (0: no key label)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
-	fs.StringVar(&o.coord.Scope, "scope", o.coord.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
-	fs.StringVar(&o.coord.Identity.Cluster, "cluster-name", "", "this Kubernetes cluster's name, written into the holder records, when several clusters share one etcd: their sidecars contend for the same locks when they share a scope, and every mirror shows each holder's cluster (a DNS label; empty: not shared)")
-	fs.StringVar(&o.serviceAccount, "service-account", o.serviceAccount, "the pod's ServiceAccount, which lock policies name (the injector sets it from the pod)")
-	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", o.shutdownGrace, "on SIGTERM, how long the sidecar waits for its hold streams' callers (baton run) to stop their work and hang up before it lets every lock go; it grants nothing meanwhile")
-	fs.StringVar(&o.policyFile, "policy-file", "", "read the lock policy from this YAML or JSON file (re-read when it changes) instead of the scope's policy in etcd, which the controller writes from LockPolicy objects")
-	fs.DurationVar(&o.lease.TTL, "lease-ttl", o.lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
-	fs.IntVar(&o.lease.KeysPerLease, "keys-per-lease", o.lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
-	fs.DurationVar(&o.coord.DefaultTTL, "default-ttl", o.coord.DefaultTTL, "a lock's ttl when the caller gives none")
-	fs.DurationVar(&o.coord.MaxHold, "max-hold", o.coord.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend, and the longest max_hold of a hold stream")
-	fs.DurationVar(&o.coord.MaxWait, "max-wait", o.coord.MaxWait, "the longest wait of a plain acquire; a hold stream (baton run) may wait longer, or forever")
-	fs.IntVar(&o.coord.MaxWaiters, "max-waiters", o.coord.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
-	fs.DurationVar(&o.coord.LockDelay, "lock-delay", o.coord.LockDelay, "the lock delay of locks whose caller asks for none: after a holder is lost other than by its release, nobody gets its lock for this long (0: none)")
-	fs.DurationVar(&o.coord.MaxLockDelay, "max-lock-delay", o.coord.MaxLockDelay, "the longest lock delay a caller may ask for")
-	fs.DurationVar(&o.coord.OnceRetention, "once-retention", o.coord.OnceRetention, "how long a run-once lock's record of its last run is kept: within it, a run that succeeded is not run again")
-	fs.DurationVar(&o.coord.RequestTimeout, "request-timeout", o.coord.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
-	fs.DurationVar(&o.coord.WatchDelay, "watch-delay", o.coord.WatchDelay, "how long a lock is held before the sidecar watches it for a loss (a force release); a lock released sooner costs no watch event; hold streams are watched at once; 0 watches every lock from its grant")
-	fs.DurationVar(&o.coord.WatchLinger, "watch-linger", o.coord.WatchLinger, "how long a lock's watch stays open once nothing held or awaited here needs it; a sidecar receives the deletes of the locks it holds or awaits, and of no other")
-	fs.IntVar(&o.coord.MaxLockWatches, "max-lock-watches", o.coord.MaxLockWatches, "the most locks the sidecar watches each with a watch of its own (those it holds past --watch-delay or awaits); past it, one watch on its whole scope, which receives every delete in the scope")
+	fs.StringVar(&o.engine.Coordinator.Scope, "scope", o.engine.Coordinator.Scope, "scope isolating this sidecar's locks in etcd; $POD_NAMESPACE when set")
+	fs.StringVar(&o.engine.Coordinator.Identity.Cluster, "cluster-name", "", "this Kubernetes cluster's name, written into the holder records, when several clusters share one etcd: their sidecars contend for the same locks when they share a scope, and every mirror shows each holder's cluster (a DNS label; empty: not shared)")
+	fs.StringVar(&o.engine.ServiceAccount, "service-account", o.engine.ServiceAccount, "the pod's ServiceAccount, which lock policies name (the injector sets it from the pod)")
+	fs.DurationVar(&o.engine.ShutdownGrace, "shutdown-grace", o.engine.ShutdownGrace, "on SIGTERM, how long the sidecar waits for its hold streams' callers (baton run) to stop their work and hang up before it lets every lock go; it grants nothing meanwhile")
+	fs.StringVar(&o.engine.PolicyFile, "policy-file", "", "read the lock policy from this YAML or JSON file (re-read when it changes) instead of the scope's policy in etcd, which the controller writes from LockPolicy objects")
+	fs.DurationVar(&o.engine.Lease.TTL, "lease-ttl", o.engine.Lease.TTL, "TTL of the sidecar's etcd lease: how long a crashed sidecar's locks stay held (at least 2s)")
+	fs.IntVar(&o.engine.Lease.KeysPerLease, "keys-per-lease", o.engine.Lease.KeysPerLease, "keys one etcd lease carries, on average, before the sidecar adds a lease: revoking or expiring a lease deletes its keys in one etcd step that stalls other writes")
+	fs.DurationVar(&o.engine.Coordinator.DefaultTTL, "default-ttl", o.engine.Coordinator.DefaultTTL, "a lock's ttl when the caller gives none")
+	fs.DurationVar(&o.engine.Coordinator.MaxHold, "max-hold", o.engine.Coordinator.MaxHold, "the longest ttl a caller may ask for, on acquire and on extend, and the longest max_hold of a hold stream")
+	fs.DurationVar(&o.engine.Coordinator.MaxWait, "max-wait", o.engine.Coordinator.MaxWait, "the longest wait of a plain acquire; a hold stream (baton run) may wait longer, or forever")
+	fs.IntVar(&o.engine.Coordinator.MaxWaiters, "max-waiters", o.engine.Coordinator.MaxWaiters, "the most callers queued at once in this sidecar; more get 429")
+	fs.DurationVar(&o.engine.Coordinator.LockDelay, "lock-delay", o.engine.Coordinator.LockDelay, "the lock delay of locks whose caller asks for none: after a holder is lost other than by its release, nobody gets its lock for this long (0: none)")
+	fs.DurationVar(&o.engine.Coordinator.MaxLockDelay, "max-lock-delay", o.engine.Coordinator.MaxLockDelay, "the longest lock delay a caller may ask for")
+	fs.DurationVar(&o.engine.Coordinator.OnceRetention, "once-retention", o.engine.Coordinator.OnceRetention, "how long a run-once lock's record of its last run is kept: within it, a run that succeeded is not run again")
+	fs.DurationVar(&o.engine.Coordinator.RequestTimeout, "request-timeout", o.engine.Coordinator.RequestTimeout, "bound of one etcd request; past it the caller gets 503 (at most a third of --lease-ttl unless set)")
+	fs.DurationVar(&o.engine.Coordinator.WatchDelay, "watch-delay", o.engine.Coordinator.WatchDelay, "how long a lock is held before the sidecar watches it for a loss (a force release); a lock released sooner costs no watch event; hold streams are watched at once; 0 watches every lock from its grant")
+	fs.DurationVar(&o.engine.Coordinator.WatchLinger, "watch-linger", o.engine.Coordinator.WatchLinger, "how long a lock's watch stays open once nothing held or awaited here needs it; a sidecar receives the deletes of the locks it holds or awaits, and of no other")
+	fs.IntVar(&o.engine.Coordinator.MaxLockWatches, "max-lock-watches", o.engine.Coordinator.MaxLockWatches, "the most locks the sidecar watches each with a watch of its own (those it holds past --watch-delay or awaits); past it, one watch on its whole scope, which receives every delete in the scope")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.maxProcs, "max-procs", o.maxProcs, "the most CPUs running the sidecar's Go code at once (GOMAXPROCS); 0 leaves it to Go ($GOMAXPROCS, else the container's CPU limit, else every CPU). Unless set, 0 with the embedded etcd or $GOMAXPROCS")
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated; empty starts an embedded single-node etcd")
@@ -145,7 +136,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 // before its lease could expire).
 func (o *serveOptions) followLeaseTTL(fs *pflag.FlagSet) {
 	if !fs.Changed("request-timeout") {
-		o.coord.RequestTimeout = min(o.coord.RequestTimeout, (o.lease.TTL / 3).Round(time.Millisecond))
+		o.engine.Coordinator.RequestTimeout = min(o.engine.Coordinator.RequestTimeout, (o.engine.Lease.TTL / 3).Round(time.Millisecond))
 	}
 }
 
@@ -181,8 +172,8 @@ func (o *serveOptions) validate() error {
 			return fmt.Errorf("--socket %s: its directory %s does not exist; create it, or choose another path", o.socketPath, dir)
 		}
 	}
-	if o.statePath == "" {
-		o.statePath = o.socketPath + ".state"
+	if o.engine.StatePath == "" {
+		o.engine.StatePath = o.socketPath + ".state"
 	}
 	if o.healthAddr != "" {
 		if _, _, err := net.SplitHostPort(o.healthAddr); err != nil {
@@ -190,12 +181,12 @@ func (o *serveOptions) validate() error {
 		}
 	}
 	// The grant timeout follows the lease TTL: at most half of it.
-	o.lease.GrantTimeout = min(lease.Default().GrantTimeout, o.lease.TTL/2)
+	o.engine.Lease.GrantTimeout = min(lease.Default().GrantTimeout, o.engine.Lease.TTL/2)
 	// A hold stream's heartbeats tell its holder how long its lock is
 	// certainly still its own (valid_for_seconds), which a renewal of the
 	// lease, every third of its TTL, moves on: they come often enough for
 	// the holder to hear each renewal well before that runs out.
-	o.server.HeartbeatInterval = min(server.Default().HeartbeatInterval, o.lease.TTL/5)
+	o.server.HeartbeatInterval = min(server.Default().HeartbeatInterval, o.engine.Lease.TTL/5)
 	if o.metricsAddr != "" {
 		if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr %q: want host:port, e.g. :9090", o.metricsAddr)
@@ -204,33 +195,12 @@ func (o *serveOptions) validate() error {
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof: profiles are served on --metrics-addr, which is not set")
 	}
-	if o.shutdownGrace < 0 || o.shutdownGrace > 10*time.Minute {
-		return fmt.Errorf("--shutdown-grace %v: must be 0 to 10m", o.shutdownGrace)
-	}
 	if o.maxProcs < 0 {
 		return fmt.Errorf("--max-procs %d: must be 0 (Go's default) or more", o.maxProcs)
 	}
-	if o.metricsKeyDepth < 0 || o.metricsKeyDepth > keyspace.MaxSegments {
-		return fmt.Errorf("--metrics-key-depth %d: must be 0 to %d", o.metricsKeyDepth, keyspace.MaxSegments)
-	}
-	if o.serviceAccount != "" {
-		if err := policy.CheckServiceAccount(o.serviceAccount); err != nil {
-			return fmt.Errorf("--service-account: %w", err)
-		}
-	}
-	if o.policyFile != "" {
-		if _, err := policy.ReadFile(o.policyFile); err != nil {
-			return fmt.Errorf("--policy-file: %w", err)
-		}
-	}
-	if err := o.lease.Validate(); err != nil {
+	o.engine.EtcdUser = o.etcd.user()
+	if err := o.engine.Validate(); err != nil {
 		return flagError(err)
-	}
-	if err := o.coord.Validate(); err != nil {
-		return flagError(err)
-	}
-	if o.coord.RequestTimeout >= o.lease.TTL/2 {
-		return fmt.Errorf("--request-timeout %v: must be less than half the lease TTL (%v)", o.coord.RequestTimeout, o.lease.TTL)
 	}
 	if err := o.etcd.validate(); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/testing/etcdtest"
@@ -41,9 +42,13 @@ type sidecar struct {
 	log      *slog.Logger
 }
 
-func newSidecar(t testing.TB, pod string, cfg Config, opts ...coordinator.Option) *sidecar {
+func newSidecar(t testing.TB, pod string, cfg Config, mods ...func(*engine.Config)) *sidecar {
 	t.Helper()
-	e := sidecartest.Start(t, testEtcd, pod, nil, opts...)
+	e := sidecartest.Start(t, testEtcd, pod, func(c *engine.Config) {
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	api, err := New(cfg, e.Coord, e.Log)
 	if err != nil {
 		t.Fatal(err)

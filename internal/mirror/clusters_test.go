@@ -36,8 +36,8 @@ func TestClustersShareOneEtcd(t *testing.T) {
 	westCli, _ := testEtcd.Client(t)
 	startMirrorIn(t, restConfig, eastCli, time.Hour)
 	startMirrorIn(t, west, westCli, time.Hour)
-	e := newSidecarIn(t, eastCli, scope, "api-east", "east")
-	w := newSidecarIn(t, westCli, scope, "api-west", "west")
+	e := newSidecarIn(t, onTestEtcd(t), scope, "api-east", "east")
+	w := newSidecarIn(t, onTestEtcd(t), scope, "api-west", "west")
 	ctx := context.Background()
 
 	report, nightly := key(t, "report"), key(t, "nightly")

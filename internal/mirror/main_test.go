@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,11 +24,11 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 	"github.com/baton-dev/baton/internal/testing/etcdtest"
 	"github.com/baton-dev/baton/internal/testing/kubetest"
+	"github.com/baton-dev/baton/internal/testing/sidecartest"
 )
 
 // The package's tests share one real kube-apiserver (envtest, with the
@@ -165,59 +165,34 @@ func namespace(t *testing.T, c client.Client, name string) string {
 	return name
 }
 
-// sidecar is a lock core as a sidecar runs it, in this process.
+// sidecar is a lock engine as a sidecar runs it, in this process.
 type sidecar struct {
-	c      *coordinator.Coordinator
-	keeper *lease.Keeper
-	cli    *clientv3.Client
-	crash  func() // stops renewing the lease without revoking it
+	c   *coordinator.Coordinator
+	cli *clientv3.Client
 }
 
 func newSidecar(t *testing.T, scope, pod string) *sidecar {
 	t.Helper()
-	cli, _ := testEtcd.Client(t)
-	return newSidecarOn(t, cli, scope, pod)
+	return newSidecarIn(t, onTestEtcd(t), scope, pod, "")
 }
 
-// newSidecarOn is newSidecar with the etcd client cli.
-func newSidecarOn(t *testing.T, cli *clientv3.Client, scope, pod string) *sidecar {
-	t.Helper()
-	return newSidecarIn(t, cli, scope, pod, "")
+// onTestEtcd dials the test's etcd.
+func onTestEtcd(t *testing.T) engine.Dial {
+	return func(opts ...grpc.DialOption) (*clientv3.Client, error) {
+		cli, _ := testEtcd.Client(t, opts...)
+		return cli, nil
+	}
 }
 
-// newSidecarIn is newSidecarOn in the Kubernetes cluster named cluster.
-func newSidecarIn(t *testing.T, cli *clientv3.Client, scope, pod, cluster string) *sidecar {
+// newSidecarIn is newSidecar on the etcd dial reaches, in the Kubernetes
+// cluster named cluster.
+func newSidecarIn(t *testing.T, dial engine.Dial, scope, pod, cluster string) *sidecar {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lcfg := lease.Default()
-	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
-	keeper, err := lease.NewKeeper(cli, lcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := coordinator.Default()
-	cfg.Scope = scope
-	cfg.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1", Cluster: cluster}
-	c, err := coordinator.New(cfg, etcdstore.New(cli, cfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go keeper.Run(ctx)
-	go c.Run(ctx)
-	crashed := false
-	s := &sidecar{c: c, keeper: keeper, cli: cli, crash: func() { crashed = true; c.Shutdown(); cancel() }}
-	t.Cleanup(func() {
-		if !crashed {
-			c.Shutdown()
-			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-			keeper.Close(rctx)
-			rcancel()
-		}
-		cancel()
+	e := sidecartest.StartWith(t, dial, pod, func(c *engine.Config) {
+		c.Coordinator.Scope = scope
+		c.Coordinator.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1", Cluster: cluster}
 	})
-	waitFor(t, 10*time.Second, pod+" ready", func() error { return c.Ready() })
-	return s
+	return &sidecar{c: e.Coord, cli: e.Client}
 }
 
 func key(t *testing.T, s string) keyspace.Key {

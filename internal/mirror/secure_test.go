@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
 	"github.com/baton-dev/baton/internal/coordinator"
@@ -54,12 +55,7 @@ func TestMirrorOnSecureEtcd(t *testing.T) {
 	k := key(t, "nightly/report")
 	var last *batonv1.Lock
 	for _, ns := range namespaces {
-		cli, err := sec.Client(ns, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		s := newSidecarOn(t, cli, ns, "pod-"+ns)
+		s := newSidecarIn(t, func(opts ...grpc.DialOption) (*clientv3.Client, error) { return sec.Client(ns, "", opts...) }, ns, "pod-"+ns, "")
 		g, err := s.c.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "job-" + ns, TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("%s: %v", ns, err)

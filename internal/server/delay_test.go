@@ -14,7 +14,7 @@ import (
 // TestLockDelayAPI: a holder with a lock delay that is forced free holds
 // its lock back: a try is 409 lock_delayed naming it and when to retry.
 func TestLockDelayAPI(t *testing.T) {
-	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a, b := newAPI(t, "pod-a", operators(t)), newAPI(t, "pod-b", operators(t))
 	// Its marker outlives the test's sidecars: a key of this run's own.
 	name := fmt.Sprintf("payments/batch-%d", time.Now().UnixNano())
 	g := a.do("POST", "/v1/locks/"+name, `{"owner":"batch-1","lock_delay":"5s"}`).expect(t, http.StatusOK, "")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 )
 
 // FuzzHandler feeds raw HTTP requests to the socket API backed by a real
@@ -33,7 +33,7 @@ func FuzzHandler(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	a := newAPI(f, "fuzz", func(c *coordinator.Config, _ *Config) { c.MaxWait = 100 * time.Millisecond })
+	a := newAPI(f, "fuzz", func(c *engine.Config, _ *Config) { c.Coordinator.MaxWait = 100 * time.Millisecond })
 	h := a.srv.Handler()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
@@ -69,7 +70,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) tim
 }
 
 func TestHoldReleasesWhenTheCallerGoes(t *testing.T) {
-	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
+	a := newAPI(t, "pod-a", func(_ *engine.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
 	b := newAPI(t, "pod-b")
 	h := a.openHold("job", `{"owner":"runner","ttl":"1m"}`)
 	if h.resp.StatusCode != 200 || h.resp.Header.Get("Content-Type") != "application/x-ndjson" {
@@ -146,7 +147,7 @@ func TestHoldWaitRunsOut(t *testing.T) {
 // (the ttl is the renewal window), and another sidecar sees it held and
 // unexpired all along.
 func TestHoldOutlivesItsTTL(t *testing.T) {
-	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 200 * time.Millisecond })
+	a := newAPI(t, "pod-a", func(_ *engine.Config, s *Config) { s.HeartbeatInterval = 200 * time.Millisecond })
 	b := newAPI(t, "pod-b")
 	h := a.openHold("long-job", `{"owner":"o","ttl":"1s"}`)
 	g := h.next()
@@ -272,7 +273,7 @@ func TestHoldWithdrawsAQueuedCallerThatGoes(t *testing.T) {
 // the lock is certainly the holder's if the sidecar stopped at once (its
 // lease, plus its lock delay), and the grant the lease's TTL.
 func TestHoldSaysHowLongItIsValid(t *testing.T) {
-	a := newAPI(t, "pod-a", func(_ *coordinator.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
+	a := newAPI(t, "pod-a", func(_ *engine.Config, s *Config) { s.HeartbeatInterval = 50 * time.Millisecond })
 	h := a.openHold("valid", `{"owner":"runner","lock_delay":"3s"}`)
 	g := h.next()
 	ttl, _ := g["lease_ttl_seconds"].(float64)

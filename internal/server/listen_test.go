@@ -15,7 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
@@ -125,7 +125,7 @@ func TestDisconnectWithdrawsWaiter(t *testing.T) {
 // sidecar releases a lock it could not tell anyone about. An owner asking
 // again for a lock it holds and hanging up keeps it.
 func TestHangUpBeforeGrantReleases(t *testing.T) {
-	a := newAPI(t, "pod-a")
+	a := newAPI(t, "pod-a", operators(t))
 	k, _ := keyspace.ParseKey("hangup")
 	pfx := a.coord.Layout().LockPrefix(k)
 	cli, _ := testEtcd.Client(t)
@@ -185,7 +185,7 @@ func TestHangUpBeforeGrantReleases(t *testing.T) {
 }
 
 func TestSlowHeadersAreCut(t *testing.T) {
-	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.ReadHeaderTimeout = 200 * time.Millisecond })
+	a := newAPI(t, "pod", func(_ *engine.Config, s *Config) { s.ReadHeaderTimeout = 200 * time.Millisecond })
 	c, err := net.Dial("unix", a.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestHealthHandlerOnTCP(t *testing.T) {
 // body without its end, gets 408 once BodyTimeout passes instead of holding
 // the connection and its goroutine forever.
 func TestShortBodyIsCut(t *testing.T) {
-	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.BodyTimeout = 200 * time.Millisecond })
+	a := newAPI(t, "pod", func(_ *engine.Config, s *Config) { s.BodyTimeout = 200 * time.Millisecond })
 	for name, raw := range map[string]string{
 		"content-length": "POST /v1/locks/short HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"owner\":",
 		"chunked":        "POST /v1/locks/short HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"own\r\n",

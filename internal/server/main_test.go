@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/testing/etcdtest"
 	"github.com/baton-dev/baton/internal/testing/sidecartest"
 )
@@ -35,10 +36,17 @@ type api struct {
 	srv    *Server
 }
 
-func newAPI(t testing.TB, pod string, mods ...func(*coordinator.Config, *Config)) *api {
+// operators gives a sidecar the operators' policy, which allows force
+// release over the socket.
+func operators(t testing.TB) func(*engine.Config, *Config) {
+	path := sidecartest.Operators(t)
+	return func(c *engine.Config, _ *Config) { c.PolicyFile = path }
+}
+
+func newAPI(t testing.TB, pod string, mods ...func(*engine.Config, *Config)) *api {
 	t.Helper()
 	scfg := Default()
-	e := sidecartest.Start(t, testEtcd, pod, func(c *coordinator.Config) {
+	e := sidecartest.Start(t, testEtcd, pod, func(c *engine.Config) {
 		for _, m := range mods {
 			m(c, &scfg)
 		}

@@ -53,7 +53,7 @@ type apiCall struct {
 // serves, and checks each answer's status is documented for the operation
 // and its body matches the documented schema (each line of a hold stream).
 func TestOpenAPI(t *testing.T) {
-	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a, b := newAPI(t, "pod-a", operators(t)), newAPI(t, "pod-b", operators(t))
 	served := a.do("GET", "/v1/openapi.json", "")
 	if served.status != http.StatusOK || served.raw != string(lockapi.OpenAPI()) {
 		t.Fatalf("GET /v1/openapi.json: %d, not the document", served.status)

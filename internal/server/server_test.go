@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
 
@@ -124,7 +124,7 @@ func TestVerbsAndPaths(t *testing.T) {
 // TestBadInput sends nonsense and checks each gets a 4xx with a code and a
 // message, and that none reaches etcd.
 func TestBadInput(t *testing.T) {
-	a := newAPI(t, "pod", func(c *coordinator.Config, s *Config) { s.MaxBodyBytes = 64 << 10 })
+	a := newAPI(t, "pod", func(c *engine.Config, s *Config) { s.MaxBodyBytes = 64 << 10 })
 	tests := []struct {
 		name, method, path, body string
 		status                   int
@@ -178,7 +178,7 @@ func TestBadInput(t *testing.T) {
 
 // The 413 says what the limit is.
 func TestBodyTooLargeNamesTheLimit(t *testing.T) {
-	a := newAPI(t, "pod", func(_ *coordinator.Config, s *Config) { s.MaxBodyBytes = 4096 })
+	a := newAPI(t, "pod", func(_ *engine.Config, s *Config) { s.MaxBodyBytes = 4096 })
 	r := a.do("POST", "/v1/locks/k", `{"owner":"`+strings.Repeat("o", 5000)+`"}`).expect(t, 413, lockapi.CodeBodyTooLarge)
 	if !strings.Contains(r.str("message"), "4096 bytes") {
 		t.Errorf("message %q does not give the limit", r.str("message"))
@@ -186,7 +186,7 @@ func TestBodyTooLargeNamesTheLimit(t *testing.T) {
 }
 
 func TestTooManyWaiters(t *testing.T) {
-	a := newAPI(t, "pod", func(c *coordinator.Config, _ *Config) { c.MaxWaiters = 1 })
+	a := newAPI(t, "pod", func(c *engine.Config, _ *Config) { c.Coordinator.MaxWaiters = 1 })
 	a.do("POST", "/v1/locks/q", `{"owner":"holder"}`).expect(t, 200, "")
 	go a.try("POST", "/v1/locks/q", `{"owner":"w1","wait":"2s"}`)
 	time.Sleep(200 * time.Millisecond)
@@ -194,7 +194,7 @@ func TestTooManyWaiters(t *testing.T) {
 }
 
 func TestForceRelease(t *testing.T) {
-	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a, b := newAPI(t, "pod-a", operators(t)), newAPI(t, "pod-b", operators(t))
 	g := a.do("POST", "/v1/locks/stuck", `{"owner":"victim"}`).expect(t, 200, "")
 	fence := g.num("fence")
 

@@ -14,13 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/coordinator"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
 )
 
 // keepAlivesMetric counts the lease keep-alive requests etcd received.
@@ -80,13 +81,12 @@ func quantileOf(lat []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// engine is one sidecar's lock engine, wired as `baton serve` wires it:
-// its own etcd client and connection, its own session (lease keeper) and
-// coordinator, in this process.
-type engine struct {
-	cli    *clientv3.Client
-	keeper *lease.Keeper
-	coord  *coordinator.Coordinator
+// replica is one sidecar's lock engine, wired as `baton serve` wires it
+// (package engine): its own etcd client and connection, its own session,
+// policy and coordinator, in this process.
+type replica struct {
+	eng   *engine.Engine
+	coord *coordinator.Coordinator
 }
 
 // scaleOut: many sidecars in one scope on one etcd, as a namespace with
@@ -128,20 +128,12 @@ func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResul
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	engines := make([]*engine, 0, n)
+	engines := make([]*replica, 0, n)
 	defer func() {
-		for _, e := range engines {
-			e.coord.Shutdown()
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for _, e := range engines {
-			e.keeper.Close(rctx)
-		}
-		cancel()
-		stop()
+		stop() // each engine lets its locks go, revoking its session's leases
 		wg.Wait()
 		for _, e := range engines {
-			e.cli.Close()
+			e.eng.Close()
 		}
 	}()
 	runtime.GC()
@@ -153,12 +145,11 @@ func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResul
 			return res, err
 		}
 		engines = append(engines, e)
-		wg.Go(func() { e.keeper.Run(runCtx) })
-		wg.Go(func() { e.coord.Run(runCtx) })
+		wg.Go(func() { _ = e.eng.Run(runCtx, engine.Hooks{}) })
 	}
 	// Each engine takes its held locks (once ready): a sidecar whose app
 	// holds something, so its session and watch are in use.
-	if err := forEach(ctx, engines, func(ctx context.Context, i int, e *engine) error {
+	if err := forEach(ctx, engines, func(ctx context.Context, i int, e *replica) error {
 		for e.coord.Ready() != nil {
 			select {
 			case <-ctx.Done():
@@ -204,7 +195,7 @@ func (w *world) scaleOutOnce(ctx context.Context, n, proxies int) (scaleOutResul
 // lock for handOffHold, releases it, and the other, queued meanwhile, is
 // granted by its watch. It returns each immediate grant's latency, and
 // each hand-off's from the release to the waiter's grant.
-func churn(ctx context.Context, engines []*engine, window time.Duration) (c churned) {
+func churn(ctx context.Context, engines []*replica, window time.Duration) (c churned) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -259,7 +250,7 @@ const handOffHold = 20 * time.Millisecond
 // handOff has engine a take lock k and b wait for it; a releases it after
 // handOffHold. It returns a's grant latency and the time from a's release
 // to b's grant.
-func handOff(ctx context.Context, a, b *engine, k keyspace.Key) (grant, handOff time.Duration, err error) {
+func handOff(ctx context.Context, a, b *replica, k keyspace.Key) (grant, handOff time.Duration, err error) {
 	t0 := time.Now()
 	g, err := a.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "first", TTL: time.Minute, Wait: time.Second})
 	if err != nil {
@@ -305,7 +296,7 @@ func handOff(ctx context.Context, a, b *engine, k keyspace.Key) (grant, handOff 
 
 // cycle takes lock k through e with a try and releases it, returning the
 // grant's latency.
-func cycle(ctx context.Context, e *engine, k keyspace.Key) (time.Duration, error) {
+func cycle(ctx context.Context, e *replica, k keyspace.Key) (time.Duration, error) {
 	t0 := time.Now()
 	g, err := e.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "churner", TTL: time.Minute})
 	d := time.Since(t0)
@@ -315,31 +306,26 @@ func cycle(ctx context.Context, e *engine, k keyspace.Key) (time.Duration, error
 	return d, err
 }
 
-func newEngine(endpoint, scope string, i int) (*engine, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
+// newEngine builds a sidecar's lock engine as `baton serve` does (package
+// engine: its metrics, policy and fences' floor included), on its own etcd
+// client.
+func newEngine(endpoint, scope string, i int) (*replica, error) {
+	cfg := engine.Default()
+	cfg.Coordinator.Scope = scope
+	cfg.Coordinator.Identity = coordinator.Identity{Pod: fmt.Sprintf("pod-%d", i), Namespace: scope, Node: "bench"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	keeper, err := lease.NewKeeper(cli, lease.Default(), log)
+	e, err := engine.New(cfg, prometheus.NewRegistry(), func(opts ...grpc.DialOption) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(), DialOptions: opts})
+	}, log)
 	if err != nil {
-		cli.Close()
 		return nil, err
 	}
-	cfg := coordinator.Default()
-	cfg.Scope = scope
-	cfg.Identity = coordinator.Identity{Pod: fmt.Sprintf("pod-%d", i), Namespace: scope, Node: "bench"}
-	coord, err := coordinator.New(cfg, etcdstore.New(cli, cfg.RequestTimeout), etcdstore.NewSessions(keeper), log)
-	if err != nil {
-		cli.Close()
-		return nil, err
-	}
-	return &engine{cli: cli, keeper: keeper, coord: coord}, nil
+	return &replica{eng: e, coord: e.Coordinator()}, nil
 }
 
 // forEach runs f on every engine, 64 at a time, and returns the first
 // error.
-func forEach(ctx context.Context, engines []*engine, f func(ctx context.Context, i int, e *engine) error) error {
+func forEach(ctx context.Context, engines []*replica, f func(ctx context.Context, i int, e *replica) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	sem := make(chan struct{}, 64)

@@ -143,15 +143,15 @@ func (s *Server) Forward(l net.Listener, send func(to io.Writer, from io.Reader)
 }
 
 // Client returns a client of s closed at the end of the test, and a
-// counter of its calls.
-func (s *Server) Client(t testing.TB) (*clientv3.Client, *Counter) {
+// counter of its calls; opts are dial options beside the counter's.
+func (s *Server) Client(t testing.TB, opts ...grpc.DialOption) (*clientv3.Client, *Counter) {
 	t.Helper()
 	var c Counter
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.intercept)},
+		DialOptions: append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(c.intercept)}, opts...),
 	})
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)

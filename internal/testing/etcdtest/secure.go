@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/internal/embedetcd"
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -116,8 +117,9 @@ func (s *Secure) ClientFiles(user string) (certFile, keyFile string, err error) 
 }
 
 // Client returns a client with a certificate for user, and with password
-// (when not empty) the user name and password as well.
-func (s *Secure) Client(user, password string) (*clientv3.Client, error) {
+// (when not empty) the user name and password as well; opts are its dial
+// options.
+func (s *Secure) Client(user, password string, opts ...grpc.DialOption) (*clientv3.Client, error) {
 	certFile, keyFile, err := s.ClientFiles(user)
 	if err != nil {
 		return nil, err
@@ -126,7 +128,7 @@ func (s *Secure) Client(user, password string) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := clientv3.Config{Endpoints: s.Endpoints(), TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: s.Endpoints(), TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: opts}
 	if password != "" {
 		cfg.Username, cfg.Password = user, password
 	}

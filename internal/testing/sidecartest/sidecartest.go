@@ -1,7 +1,8 @@
-// Package sidecartest starts a sidecar's lock engine for tests: a
-// coordinator on a real etcd with its own client, lease keeper and store,
-// wired as `baton serve` wires them, in a scope of the test's own. The
-// socket API's tests and Dapr's put their servers in front of it.
+// Package sidecartest starts a sidecar's lock engine for tests, as `baton
+// serve` starts it (package sidecar: the same client interceptors, lease
+// keeper, store, policy guard, metrics and coordinator), on the test's
+// etcd and in a scope of the test's own. The socket API's tests and
+// Dapr's put their servers in front of it.
 package sidecartest
 
 import (
@@ -10,15 +11,21 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/coordinator"
-	"github.com/baton-dev/baton/internal/lease"
-	"github.com/baton-dev/baton/internal/lockstore/etcdstore"
+	"github.com/baton-dev/baton/internal/engine"
 	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
@@ -29,8 +36,11 @@ type Engine struct {
 	// Calls counts the engine's etcd requests.
 	Calls *etcdtest.Counter
 	Log   *slog.Logger
-	// Kill stops keeping the session's lease alive without revoking it,
-	// as a crash: its locks go when the lease expires (2s).
+	// Registry holds the engine's metrics.
+	Registry *prometheus.Registry
+	// Kill cuts the engine off from etcd: every call of its client fails
+	// from then on, and no keep-alive of its session reaches etcd, as
+	// with a crashed sidecar: its locks go when the lease expires (2s).
 	Kill func()
 }
 
@@ -42,54 +52,120 @@ func Scope(t testing.TB) string {
 	return fmt.Sprintf("s%x", h.Sum64())
 }
 
-// Start starts an engine on s for pod, with a 2s lease, a 1s etcd request
-// timeout and the test's scope, which mod may change; opts go to the
-// coordinator. It returns once the engine is ready and has checked its
-// etcd permissions (one transaction at start), so that a test counting
+// Start starts an engine on s for pod, with a 2s lease, a 0.9s etcd
+// request timeout, no state file and the test's scope, all of which mod
+// may change. It returns once the engine is ready and has checked its etcd
+// permissions (one transaction at start), so that a test counting
 // transactions counts its own.
-func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*coordinator.Config), opts ...coordinator.Option) *Engine {
+func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*engine.Config)) *Engine {
 	t.Helper()
-	cli, calls := s.Client(t)
+	var calls *etcdtest.Counter
+	e := start(t, func(opts ...grpc.DialOption) (*clientv3.Client, error) {
+		var cli *clientv3.Client
+		cli, calls = s.Client(t, opts...)
+		return cli, nil
+	}, pod, mod, func() bool { return calls.Txns() > 0 })
+	e.Calls = calls
+	return e
+}
+
+// StartWith is Start on the etcd that dial reaches (a secure one, say),
+// without a count of the engine's calls. The engine closes the client.
+func StartWith(t testing.TB, dial engine.Dial, pod string, mod func(*engine.Config)) *Engine {
+	t.Helper()
+	return start(t, dial, pod, mod, func() bool { return true })
+}
+
+func start(t testing.TB, dial engine.Dial, pod string, mod func(*engine.Config), checked func() bool) *Engine {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lcfg := lease.Default()
-	lcfg.TTL, lcfg.GrantTimeout = 2*time.Second, time.Second
-	keeper, err := lease.NewKeeper(cli, lcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccfg := coordinator.Default()
-	ccfg.Scope = Scope(t)
-	ccfg.Identity = coordinator.Identity{Pod: pod, Namespace: "ns", Node: "node"}
-	ccfg.RequestTimeout = time.Second
+	cfg := engine.Default()
+	cfg.Lease.TTL, cfg.Lease.GrantTimeout = 2*time.Second, time.Second
+	cfg.Coordinator.Scope = Scope(t)
+	cfg.Coordinator.Identity = coordinator.Identity{Pod: pod, Namespace: "ns", Node: "node"}
+	cfg.Coordinator.RequestTimeout = 900 * time.Millisecond
 	if mod != nil {
-		mod(&ccfg)
+		mod(&cfg)
 	}
-	coord, err := coordinator.New(ccfg, etcdstore.New(cli, ccfg.RequestTimeout), etcdstore.NewSessions(keeper), log, opts...)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var cut atomic.Bool
+	reg := prometheus.NewRegistry()
+	eng, err := engine.New(cfg, reg, func(opts ...grpc.DialOption) (*clientv3.Client, error) {
+		return dial(append(opts, cutOff(&cut)...)...)
+	}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeperCtx, stopKeeper := context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	// They run until the cleanup stops them; what they say then is moot.
-	go func() { _ = keeper.Run(keeperCtx); done <- struct{}{} }()
-	go func() { _ = coord.Run(ctx); done <- struct{}{} }()
+	done := make(chan struct{})
+	go func() { _ = eng.Run(ctx, engine.Hooks{}); close(done) }()
 	t.Cleanup(func() {
-		coord.Shutdown()
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		keeper.Close(rctx)
-		rcancel()
-		stopKeeper()
 		cancel()
 		<-done
-		<-done
+		eng.Close()
 	})
 	deadline := time.Now().Add(10 * time.Second)
-	for coord.Ready() != nil || calls.Txns() == 0 {
+	for eng.Coordinator().Ready() != nil || !checked() {
 		if time.Now().After(deadline) {
 			t.Fatal("sidecar not ready")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &Engine{Coord: coord, Client: cli, Calls: calls, Log: log, Kill: stopKeeper}
+	return &Engine{Coord: eng.Coordinator(), Client: eng.Client(), Log: log, Registry: reg, Kill: func() { cut.Store(true) }}
+}
+
+// Operators writes the policy that docs/security.md shows for a sidecar
+// run without the controller, which lets every ServiceAccount lock and
+// force-release every key, to a file of the test's, and returns its path
+// (Config.PolicyFile): the sidecar refuses force release over the socket
+// without one, as `baton serve` does.
+func Operators(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := "policies:\n- name: operators\n  rules:\n  - serviceAccounts: [\"*\"]\n    keys: [\"*\"]\n    forceRelease: true\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// errCut is the error of every call of a client cut off from etcd.
+var errCut = status.Error(codes.Unavailable, "sidecartest: cut off from etcd")
+
+// cutOff are the dial options that fail every call, and every message of
+// a stream, once cut is set.
+func cutOff(cut *atomic.Bool) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if cut.Load() {
+				return errCut
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if cut.Load() {
+				return nil, errCut
+			}
+			st, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return cutStream{st, cut}, nil
+		}),
+	}
+}
+
+// cutStream is a stream whose messages fail once cut is set.
+type cutStream struct {
+	grpc.ClientStream
+	cut *atomic.Bool
+}
+
+func (s cutStream) SendMsg(m any) error {
+	if s.cut.Load() {
+		return errCut
+	}
+	return s.ClientStream.SendMsg(m)
 }
