@@ -32,7 +32,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
 		actx, cancel := c.etcdCtx(ctx)
-		err := c.store.CheckAccess(actx, c.scopePrefixes()...)
+		err := c.store.access.CheckAccess(actx, c.scopePrefixes()...)
 		cancel()
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
@@ -65,7 +65,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 			}
 		}
 		wait = accessRetry
-		for ctx.Err() == nil && c.store.Refused() == nil {
+		for ctx.Err() == nil && c.store.access.Refused() == nil {
 			sleep(ctx, accessPoll)
 		}
 	}

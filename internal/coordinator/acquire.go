@@ -68,7 +68,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 // (acquire is idempotent), a refusal naming the holder to a try. answered
 // says it did; then c.mu is unlocked, else it is still locked.
 func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireRequest) (g Grant, answered bool, err error) {
-	if h := e.held; h != nil && !h.sess.Alive() {
+	if h := e.held; h != nil && !lockstore.Alive(h.sess) {
 		// The session just ended and its watcher has not run yet: the
 		// lock is lost, not something to hand back.
 		c.loseLocked(e, h, LeaseLost)
@@ -251,7 +251,7 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	// found past its delay.
 	put := lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}
 	for range 2 {
-		out, err := c.store.Try(pfx, put)
+		out, err := c.store.lines.Try(pfx, put)
 		if err != nil {
 			c.retire(e, key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
@@ -340,7 +340,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		return Grant{}, err
 	}
 	c.mu.Lock()
-	if c.draining && !c.closed && sess.Alive() {
+	if c.draining && !c.closed && lockstore.Alive(sess) {
 		// The sidecar is about to shut down: its key is let go now, so
 		// that the waiters behind it elsewhere need not wait for that.
 		c.mu.Unlock()
@@ -348,7 +348,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
 	defer c.mu.Unlock()
-	if c.closed || !sess.Alive() {
+	if c.closed || !lockstore.Alive(sess) {
 		// The lease is being revoked or is gone: the key goes with it.
 		c.passTurnLocked(e)
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)

@@ -17,7 +17,7 @@ import (
 // released meanwhile and is reported lost to its owner.
 func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previous []HeldLock) (adopted int, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
-	cs, _, err := c.store.Contenders(tctx, c.layout.Base(), 0)
+	cs, _, err := c.store.watches.Contenders(tctx, c.layout.Base(), 0)
 	cancel()
 	if err != nil {
 		return 0, unavailable("adopt", err)
@@ -35,7 +35,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	c.watchLocked(sess)
 	for _, ct := range cs {
 		k, _, ok := c.layout.ParseContender(ct.Key)
-		if !ok || !sess.Owns(ct.Lease) {
+		if !ok || !lockstore.Owns(sess, ct.Lease) {
 			continue
 		}
 		id := fmt.Sprintf("%s\x00%d", k, ct.Create)

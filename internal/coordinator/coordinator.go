@@ -33,7 +33,7 @@ import (
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
 	cfg      Config
-	store    lockstore.Store
+	store    stores // the store, as each part of the engine uses it
 	sessions lockstore.Sessions
 	layout   keyspace.Layout
 	log      *slog.Logger
@@ -68,6 +68,25 @@ type Coordinator struct {
 	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
 	refused       error         // why etcd refuses the scope (checkAccess); nil while allowed
+}
+
+// stores are the store as each part of the engine uses it: the line
+// (lines), the shared claims (shared), run-once (records), the lock delay
+// (markers), the watches (watches), the leases beside the session's
+// (leases) and etcd's permissions and alarms (access).
+type stores struct {
+	lines   lockstore.Lines
+	shared  lockstore.SharedLines
+	records lockstore.Records
+	markers lockstore.Markers
+	watches lockstore.Watches
+	leases  lockstore.Leases
+	access  lockstore.Access
+}
+
+// storesOf cuts s by its users.
+func storesOf(s lockstore.Store) stores {
+	return stores{lines: s, shared: s, records: s, markers: s, watches: s, leases: s, access: s}
 }
 
 // entry is the local state of one lock. All fields are guarded by
@@ -153,7 +172,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: store, sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, now: time.Now,
+		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, now: time.Now,
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},

@@ -65,7 +65,7 @@ func (c *Coordinator) mark(req AcquireRequest, key string, fence int64) error {
 		return nil
 	}
 	m := keyspace.DelayMark{Fence: fence, Delay: req.LockDelay, Owner: req.Owner, Pod: c.cfg.Identity.Pod}
-	out, err := c.store.Mark(key, fence, c.layout.Delay(req.Key), m.Encode())
+	out, err := c.store.markers.Mark(key, fence, c.layout.Delay(req.Key), m.Encode())
 	switch {
 	case err != nil:
 		return unavailable(fmt.Sprintf("acquire %q: write its lock-delay marker", req.Key), err)
@@ -83,13 +83,13 @@ func (c *Coordinator) heldBack(k keyspace.Key, v []byte) (time.Duration, keyspac
 	m, err := keyspace.DecodeDelayMark(v)
 	if err != nil {
 		c.log.Warn("deleting a lock-delay marker that cannot be read", "lock", k.String(), "err", err)
-		_, err := c.store.Swap(marker, string(v), "")
+		_, err := c.store.markers.Swap(marker, string(v), "")
 		return 0, m, err
 	}
 	now := c.now()
 	if m.LostAt.IsZero() {
 		m.LostAt = now.UTC()
-		out, err := c.store.Swap(marker, string(v), m.Encode())
+		out, err := c.store.markers.Swap(marker, string(v), m.Encode())
 		if err != nil || !out.OK {
 			return time.Millisecond, m, err // changed meanwhile: read again
 		}
@@ -99,7 +99,7 @@ func (c *Coordinator) heldBack(k keyspace.Key, v []byte) (time.Duration, keyspac
 	if left := m.LostAt.Add(m.Delay).Sub(now); left > 0 {
 		return left, m, nil
 	}
-	_, err = c.store.Swap(marker, string(v), "")
+	_, err = c.store.markers.Swap(marker, string(v), "")
 	return 0, m, err
 }
 
@@ -110,7 +110,7 @@ func (c *Coordinator) gate(ctx context.Context, e *entry, req AcquireRequest, st
 	op := fmt.Sprintf("acquire %q", req.Key)
 	for {
 		tctx, cancel := c.etcdCtx(ctx)
-		v, found, err := c.store.Read(tctx, c.layout.Delay(req.Key))
+		v, found, err := c.store.records.Read(tctx, c.layout.Delay(req.Key))
 		cancel()
 		if err == nil && !found {
 			return nil

@@ -35,7 +35,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	if err != nil {
 		return Forced{}, fmt.Errorf("%s: %w", op, err)
 	}
-	del, err := c.store.Delete(target.Key, target.Create)
+	del, err := c.store.lines.Delete(target.Key, target.Create)
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}

@@ -60,7 +60,7 @@ func (c *Coordinator) historyErr() error {
 		return err
 	}
 	ctx, cancel := c.etcdCtx(context.Background())
-	_, _, rerr := c.store.Read(ctx, c.layout.Floor())
+	_, _, rerr := c.store.records.Read(ctx, c.layout.Floor())
 	cancel()
 	if rerr != nil {
 		return err
@@ -86,7 +86,7 @@ func (c *Coordinator) Rewound(err error) {
 	c.mu.Unlock()
 	for i, h := range hs {
 		ctx, cancel := c.etcdCtx(context.Background())
-		ok, herr := c.store.Holds(ctx, h.etcdKey, h.fence)
+		ok, herr := c.store.lines.Holds(ctx, h.etcdKey, h.fence)
 		cancel()
 		if herr == nil && ok {
 			continue

@@ -38,7 +38,7 @@ const noSpaceHint = "the locks held go on (their holders may extend and release 
 // sidecar that restarts meanwhile keeps the later one of its state file.
 func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, h *held, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
 	tctx, cancel := c.etcdCtx(ctx)
-	mine, err := c.store.Holds(tctx, h.etcdKey, h.fence)
+	mine, err := c.store.lines.Holds(tctx, h.etcdKey, h.fence)
 	cancel()
 
 	c.mu.Lock()

@@ -68,7 +68,7 @@ func (c *Coordinator) Observe(ctx context.Context, k keyspace.Key, prefix string
 	}
 	o := &observer{c: c, base: base, one: k, out: make(chan LockEvent, 64), lines: map[string]*obsLine{}}
 	tctx, cancel := c.etcdCtx(ctx)
-	cs, rev, err := c.store.Snapshot(tctx, base)
+	cs, rev, err := c.store.watches.Snapshot(tctx, base)
 	cancel()
 	if err != nil {
 		return nil, unavailable("watch", err)
@@ -103,7 +103,7 @@ func (o *observer) run(ctx context.Context, cs []lockstore.Contender, rev int64)
 			return
 		}
 		first = false
-		gap := o.follow(ctx, o.c.store.WatchAll(ctx, o.base, rev+1))
+		gap := o.follow(ctx, o.c.store.watches.WatchAll(ctx, o.base, rev+1))
 		if ctx.Err() != nil {
 			return
 		}
@@ -116,7 +116,7 @@ func (o *observer) run(ctx context.Context, cs []lockstore.Contender, rev int64)
 			}
 			tctx, cancel := o.c.etcdCtx(ctx)
 			var err error
-			cs, rev, err = o.c.store.Snapshot(tctx, o.base)
+			cs, rev, err = o.c.store.watches.Snapshot(tctx, o.base)
 			cancel()
 			if err == nil {
 				retry.Reset()
@@ -296,7 +296,7 @@ func (o *observer) ending(ctx context.Context, h Holding, gone map[string]lockst
 			continue
 		}
 		tctx, cancel := o.c.etcdCtx(ctx)
-		lost, err := o.c.store.LeaseGone(tctx, ct.Lease)
+		lost, err := o.c.store.leases.LeaseGone(tctx, ct.Lease)
 		cancel()
 		if err == nil && lost {
 			return EventLost

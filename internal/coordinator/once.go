@@ -155,7 +155,7 @@ func (c *Coordinator) LastRun(ctx context.Context, k keyspace.Key) (run keyspace
 func (c *Coordinator) lastRun(ctx context.Context, k keyspace.Key) (keyspace.Run, bool, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	v, found, err := c.store.Read(tctx, c.layout.Once(k))
+	v, found, err := c.store.records.Read(tctx, c.layout.Once(k))
 	if err != nil || !found {
 		return keyspace.Run{}, false, err
 	}
@@ -191,11 +191,11 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	// The record goes with a lease of its own when its retention ends.
 	tctx, cancel := c.etcdCtx(ctx)
-	lease, err := c.store.GrantLease(tctx, c.cfg.OnceRetention)
+	lease, err := c.store.leases.GrantLease(tctx, c.cfg.OnceRetention)
 	cancel()
 	var out lockstore.Outcome
 	if err == nil {
-		out, err = c.store.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, c.markerOf(e, h))
+		out, err = c.store.records.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, c.markerOf(e, h))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

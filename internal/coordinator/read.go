@@ -50,7 +50,7 @@ func (c *Coordinator) firstContender(ctx context.Context, k keyspace.Key) (*lock
 // read performs r, then starts the read its latecomers joined, if any.
 func (c *Coordinator) read(k keyspace.Key, r *sharedRead) {
 	ctx, cancel := c.etcdCtx(context.Background())
-	r.first, r.err = c.store.First(ctx, c.layout.LockPrefix(k))
+	r.first, r.err = c.store.lines.First(ctx, c.layout.LockPrefix(k))
 	cancel()
 	c.mu.Lock()
 	if r.next != nil {

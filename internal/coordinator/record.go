@@ -152,7 +152,7 @@ func (c *Coordinator) publish(e *entry) {
 	}
 	key, create, mod, id := r.key, r.create, r.mod, r.lease
 	c.mu.Unlock()
-	out, err := c.store.Update(lockstore.Put{Key: key, Lease: id, Record: want}, create, mod)
+	out, err := c.store.lines.Update(lockstore.Put{Key: key, Lease: id, Record: want}, create, mod)
 	c.mu.Lock()
 	switch {
 	case err != nil:

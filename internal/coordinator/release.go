@@ -43,9 +43,9 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 	var out lockstore.Outcome
 	marker := c.markerOf(e, h)
 	if marker != "" && clean {
-		out, err = c.store.DeleteWith(h.etcdKey, h.fence, marker) // a clean release: no lock delay
+		out, err = c.store.markers.DeleteWith(h.etcdKey, h.fence, marker) // a clean release: no lock delay
 	} else {
-		out, err = c.store.Delete(h.etcdKey, h.fence)
+		out, err = c.store.lines.Delete(h.etcdKey, h.fence)
 	}
 
 	c.mu.Lock()
@@ -119,7 +119,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	rec.ExpiresAt = exp.UTC()
 	rec.Queued = e.queued
 	c.mu.Unlock()
-	out, err := c.store.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
+	out, err := c.store.lines.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
 	if errors.Is(err, ErrNoSpace) {
 		return c.extendHere(ctx, k, e, h, op, exp, ttl, level, err)
 	}
@@ -171,7 +171,7 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 			e, h = s, s.held
 		}
 	}
-	if h != nil && !h.ending && !h.sess.Alive() {
+	if h != nil && !h.ending && !lockstore.Alive(h.sess) {
 		// The session was given up and its watcher has not run yet.
 		c.loseLocked(e, h, LeaseLost)
 		c.passTurnLocked(e)
@@ -200,7 +200,7 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	// Not held here: held elsewhere, or by nobody.
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	first, err := c.store.First(tctx, c.layout.LockPrefix(k))
+	first, err := c.store.lines.First(tctx, c.layout.LockPrefix(k))
 	if err != nil {
 		return nil, nil, unavailable("read holder", err)
 	}
@@ -278,7 +278,7 @@ func (c *Coordinator) retire(e *entry, key string, rev int64, sess lockstore.Ses
 }
 
 func (c *Coordinator) deleteKey(key string, rev int64) error {
-	_, err := c.store.Delete(key, rev)
+	_, err := c.store.lines.Delete(key, rev)
 	return err
 }
 
@@ -310,9 +310,9 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	reason := ForceReleased
 	ctx, cancel := c.etcdCtx(c.stop)
-	gone, err := c.store.LeaseGone(ctx, h.lease)
+	gone, err := c.store.leases.LeaseGone(ctx, h.lease)
 	cancel()
-	if !h.sess.Alive() || (err == nil && gone) {
+	if !lockstore.Alive(h.sess) || (err == nil && gone) {
 		reason = LeaseLost
 	}
 	c.mu.Lock()
@@ -339,7 +339,7 @@ func (c *Coordinator) verify(ctx context.Context, e *entry, h *held) error {
 func (c *Coordinator) keyHeld(ctx context.Context, h *held) (bool, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	return c.store.Holds(tctx, h.etcdKey, h.fence)
+	return c.store.lines.Holds(tctx, h.etcdKey, h.fence)
 }
 
 // checkHeld verifies, once lock k's watch (the zero k: the scope's) is
@@ -371,7 +371,7 @@ func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
 }
 
 func goneReason(s lockstore.Session) LostReason {
-	if !s.Alive() {
+	if !lockstore.Alive(s) {
 		return LeaseLost
 	}
 	return ForceReleased

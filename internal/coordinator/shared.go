@@ -140,7 +140,7 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 		seen = lastCreated(line)
 	}
 	for range maxTryIn {
-		out, err := c.store.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}, seen)
+		out, err := c.store.shared.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}, seen)
 		if err != nil {
 			c.retire(e, key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(op, err)
@@ -256,7 +256,7 @@ func lastCreated(line []lockstore.Contender) int64 {
 func (c *Coordinator) lineOf(ctx context.Context, k keyspace.Key) ([]lockstore.Contender, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	cs, _, err := c.store.Contenders(tctx, c.layout.LockPrefix(k), 0)
+	cs, _, err := c.store.watches.Contenders(tctx, c.layout.LockPrefix(k), 0)
 	if err != nil {
 		return nil, err
 	}

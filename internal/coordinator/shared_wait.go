@@ -23,7 +23,7 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 	sess := p.sess
 	p.w = c.hub.register(req.Key) // before any read, so no delete goes unseen
 	defer c.hub.unregister(req.Key, p.w)
-	out, err := c.store.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
+	out, err := c.store.shared.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err := c.queued(e, &p, rec, out, err, op); err != nil {
 		return Grant{}, err
 	}
@@ -114,5 +114,5 @@ func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest
 func (c *Coordinator) lineAhead(ctx context.Context, p place) (line []lockstore.Contender, rev int64, mine bool, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	return c.store.Line(tctx, p.lock, p.key, p.rev)
+	return c.store.shared.Line(tctx, p.lock, p.key, p.rev)
 }

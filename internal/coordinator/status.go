@@ -38,7 +38,7 @@ type Holding struct {
 func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	cs, _, err := c.store.Contenders(tctx, c.layout.LockPrefix(k), 0)
+	cs, _, err := c.store.watches.Contenders(tctx, c.layout.LockPrefix(k), 0)
 	if err != nil {
 		return Status{}, unavailable(fmt.Sprintf("status %q", k), err)
 	}
@@ -57,7 +57,7 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 	}
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	cs, more, err := c.store.Contenders(tctx, c.layout.ListPrefix(prefix), MaxListKeys)
+	cs, more, err := c.store.watches.Contenders(tctx, c.layout.ListPrefix(prefix), MaxListKeys)
 	if err != nil {
 		return nil, false, unavailable("list", err)
 	}

@@ -109,7 +109,7 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.
-	out, err := c.store.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
+	out, err := c.store.lines.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err := c.queued(e, &p, rec, out, err, op); err != nil {
 		return Grant{}, err
 	}
@@ -282,7 +282,7 @@ const maxFollowedAhead = 64
 func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []string, rev int64, mine bool, err error) {
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
-	return c.store.Ahead(tctx, pfx, key, myRev)
+	return c.store.lines.Ahead(tctx, pfx, key, myRev)
 }
 
 // waitFailed turns the end of a wait into the caller's error: a wait that

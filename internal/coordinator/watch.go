@@ -32,7 +32,7 @@ import (
 // than half that many locks need watching and those locks have ended, the
 // lock watches take over again.
 type hub struct {
-	store    lockstore.Store
+	store    lockstore.Watches
 	layout   keyspace.Layout
 	log      *slog.Logger
 	onDelete func(k keyspace.Key, key string, modRev int64)
@@ -68,7 +68,7 @@ type lockWatch struct {
 	wake    chan struct{} // made when its goroutine first starts
 }
 
-func newHub(store lockstore.Store, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
+func newHub(store lockstore.Watches, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(k keyspace.Key, from int64)) *hub {
 	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
 		locks: map[keyspace.Key]*lockWatch{}}

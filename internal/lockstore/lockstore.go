@@ -17,6 +17,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -97,12 +98,31 @@ type Outcome struct {
 }
 
 // Store reads and writes the contender keys of one etcd (or an image of
-// one). Writes take no context: once asked, a write is carried out or
-// fails within the store's own time-out whatever happens to the caller, so
-// that its outcome is known. Reads are linearizable. Any error means the
-// store could not be asked or did not answer (the caller's context ended,
-// etcd out of reach): the outcome of a write that failed is unknown.
+// one): what a backend implements, every interface below. Each part of the
+// engine holds only the one it uses, each small (resourcelock.Interface of
+// client-go's leader election is six methods): a lock's line (Lines), the
+// shared claims' (SharedLines), run-once's records (Records), the lock
+// delay's markers (Markers), the watches (Watches), leases of records
+// (Leases) and the check of etcd's permissions and alarms (Access).
+//
+// Writes take no context: once asked, a write is carried out or fails
+// within the store's own time-out whatever happens to the caller, so that
+// its outcome is known. Reads are linearizable. Any error means the store
+// could not be asked or did not answer (the caller's context ended, etcd
+// out of reach): the outcome of a write that failed is unknown.
 type Store interface {
+	Lines
+	SharedLines
+	Records
+	Markers
+	Watches
+	Leases
+	Access
+}
+
+// Lines are the writes and reads of a lock's line of contenders, the
+// layout of etcd's concurrency.Mutex: what an exclusive claim needs.
+type Lines interface {
 	// Try creates p.Key if the lock (the key prefix lock) has no contender
 	// and p.Gate (when set) does not exist: the lock is granted, fenced at
 	// Outcome.Rev. Else it writes nothing; Outcome.First is the holder and
@@ -111,6 +131,25 @@ type Store interface {
 	// Queue creates p.Key under lock unless it exists (then !OK) and
 	// reports in the same step the contenders created before it.
 	Queue(lock string, p Put) (Outcome, error)
+	// Update writes p.Record into p.Key if the key is still the one
+	// created at create and, when mod is not 0, last written at mod.
+	Update(p Put, create, mod int64) (Outcome, error)
+	// Delete deletes key if it is the one created at create; with create
+	// 0, whatever its revision. OK is false when the key was not there.
+	Delete(key string, create int64) (Outcome, error)
+	// First reads the lock's first contender: its holder, nil when free.
+	First(ctx context.Context, lock string) (*Contender, error)
+	// Ahead reads the contenders of lock created before create, by name,
+	// the last created first, and whether key is still the one created at
+	// create (mine). rev is the revision the read saw.
+	Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error)
+	// Holds reads whether key is the one created at create.
+	Holds(ctx context.Context, key string, create int64) (bool, error)
+}
+
+// SharedLines are the writes and reads of a line whose contenders may
+// hold together: readers, and the units of a semaphore.
+type SharedLines interface {
 	// TryIn creates p.Key if no contender of lock was created after seen
 	// (seen 0: if lock has none), the caller having read at seen that the
 	// key's claim fits among them: contenders that left since only make
@@ -122,62 +161,42 @@ type Store interface {
 	// created before it with their records (Outcome.Line), since whether
 	// it holds the lock depends on their claims.
 	Join(lock string, p Put) (Outcome, error)
-	// Update writes p.Record into p.Key if the key is still the one
-	// created at create and, when mod is not 0, last written at mod.
-	Update(p Put, create, mod int64) (Outcome, error)
-	// Delete deletes key if it is the one created at create; with create
-	// 0, whatever its revision. OK is false when the key was not there.
-	Delete(key string, create int64) (Outcome, error)
+	// Line reads the contenders of lock created before create, first
+	// created first, with their records, and whether key is still the one
+	// created at create (mine). rev is the revision the read saw.
+	Line(ctx context.Context, lock, key string, create int64) (line []Contender, rev int64, mine bool, err error)
+}
 
+// Records are the keys beside the lines: a run-once lock's record of its
+// last run.
+type Records interface {
+	// Read reads a key that is not a contender key (a run-once record);
+	// found is false when it does not exist.
+	Read(ctx context.Context, key string) (value []byte, found bool, err error)
 	// Finish deletes key if it is the one created at create and in the
 	// same step writes value at record, carried by lease (0: none), and
 	// deletes also (when set): how a run-once holder records its outcome
 	// as it lets go of the lock.
 	Finish(key string, create int64, record, value string, lease LeaseID, also string) (Outcome, error)
-	// DeleteWith is Delete that deletes also in the same step: a holder's
-	// clean release with its lock-delay marker.
-	DeleteWith(key string, create int64, also string) (Outcome, error)
+}
+
+// Markers are the lock delay's markers, which hold a lock back after a
+// holder was lost.
+type Markers interface {
 	// Mark writes value at marker if key is the one created at create: a
 	// holder granted with a lock delay leaves its marker.
 	Mark(key string, create int64, marker, value string) (Outcome, error)
+	// DeleteWith is Delete that deletes also in the same step: a holder's
+	// clean release with its lock-delay marker.
+	DeleteWith(key string, create int64, also string) (Outcome, error)
 	// Swap replaces the value of key if it is old: with value, or deleting
 	// it when value is empty.
 	Swap(key, old, value string) (Outcome, error)
-	// Read reads a key that is not a contender key (a run-once record);
-	// found is false when it does not exist.
-	Read(ctx context.Context, key string) (value []byte, found bool, err error)
-	// GrantLease grants a lease of ttl that nobody keeps alive, for a
-	// record that must go after a retention.
-	GrantLease(ctx context.Context, ttl time.Duration) (LeaseID, error)
+}
 
-	// First reads the lock's first contender: its holder, nil when free.
-	First(ctx context.Context, lock string) (*Contender, error)
-	// Ahead reads the contenders of lock created before create, by name,
-	// the last created first, and whether key is still the one created at
-	// create (mine). rev is the revision the read saw.
-	Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error)
-	// Line reads the contenders of lock created before create, first
-	// created first, with their records, and whether key is still the one
-	// created at create (mine). rev is the revision the read saw.
-	Line(ctx context.Context, lock, key string, create int64) (line []Contender, rev int64, mine bool, err error)
-	// Contenders reads the contender keys under prefix in key order, at
-	// most limit of them (0: all); more says there were more.
-	Contenders(ctx context.Context, prefix string, limit int) (cs []Contender, more bool, err error)
-	// Holds reads whether key is the one created at create.
-	Holds(ctx context.Context, key string, create int64) (bool, error)
-	// LeaseGone reads whether lease id has expired or was revoked.
-	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
-
-	// CheckAccess reports whether this store may read and write every key
-	// under the prefixes, at least one, writing nothing:
-	// ErrPermissionDenied when etcd refuses them, ErrNoSpace or ErrCorrupt
-	// while its alarm refuses every write.
-	CheckAccess(ctx context.Context, prefixes ...string) error
-	// Refused returns the last ErrPermissionDenied, ErrNoSpace or
-	// ErrCorrupt an operation met since CheckAccess last succeeded, or nil:
-	// a cheap, local check.
-	Refused() error
-
+// Watches follow the contender keys: the deletes that wake the waiters
+// and tell a holder its loss, and everything an observer of locks sees.
+type Watches interface {
 	// Watch reports the keys deleted under prefix from revision from (0:
 	// from now on), until ctx ends or the watch fails; then the channel is
 	// closed. Its first response is Established.
@@ -188,6 +207,32 @@ type Store interface {
 	// Snapshot reads the contender keys under prefix, in key order, and
 	// the revision of the read, from which a WatchAll misses nothing.
 	Snapshot(ctx context.Context, prefix string) (cs []Contender, rev int64, err error)
+	// Contenders reads the contender keys under prefix in key order, at
+	// most limit of them (0: all); more says there were more.
+	Contenders(ctx context.Context, prefix string, limit int) (cs []Contender, more bool, err error)
+}
+
+// Leases are the leases beside the session's: a record's, and a holder's
+// elsewhere, whose end tells its keys' fate.
+type Leases interface {
+	// GrantLease grants a lease of ttl that nobody keeps alive, for a
+	// record that must go after a retention.
+	GrantLease(ctx context.Context, ttl time.Duration) (LeaseID, error)
+	// LeaseGone reads whether lease id has expired or was revoked.
+	LeaseGone(ctx context.Context, id LeaseID) (bool, error)
+}
+
+// Access tells whether etcd lets this sidecar do its work.
+type Access interface {
+	// CheckAccess reports whether this store may read and write every key
+	// under the prefixes, at least one, writing nothing:
+	// ErrPermissionDenied when etcd refuses them, ErrNoSpace or ErrCorrupt
+	// while its alarm refuses every write.
+	CheckAccess(ctx context.Context, prefixes ...string) error
+	// Refused returns the last ErrPermissionDenied, ErrNoSpace or
+	// ErrCorrupt an operation met since CheckAccess last succeeded, or nil:
+	// a cheap, local check.
+	Refused() error
 }
 
 // WatchResponse is one response of a Watch.
@@ -235,15 +280,11 @@ type Session interface {
 	LeaseFor(load int) LeaseID
 	// IDs returns every lease of the session.
 	IDs() []LeaseID
-	// Owns reports whether id is one of the session's leases.
-	Owns(id LeaseID) bool
 	// Resumed reports whether the session continues the leases of an
 	// earlier process.
 	Resumed() bool
 	// Done is closed when the session ends.
 	Done() <-chan struct{}
-	// Alive reports whether Done is still open.
-	Alive() bool
 	// ValidUntil is when the session gives itself up unless a renewal of
 	// its leases is heard first: until then, none of its keys can have
 	// gone with a lease expired in etcd. Zero once it ended.
@@ -255,6 +296,19 @@ type Session interface {
 	// stops renewing them.
 	TTL() time.Duration
 }
+
+// Alive reports whether s has not ended.
+func Alive(s Session) bool {
+	select {
+	case <-s.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// Owns reports whether id is one of the leases of s.
+func Owns(s Session, id LeaseID) bool { return slices.Contains(s.IDs(), id) }
 
 // Sessions gives the sidecar's current session.
 type Sessions interface {

@@ -20,7 +20,7 @@ import (
 // lost to their owners.
 func Keep(ctx context.Context, sessions lockstore.Sessions, coord *coordinator.Coordinator, prev State, log *slog.Logger) {
 	sess, err := sessions.Current()
-	if err != nil || !sess.Resumed() || !slices.ContainsFunc(prev.LeaseIDs(), sess.Owns) {
+	if err != nil || !sess.Resumed() || !slices.ContainsFunc(prev.LeaseIDs(), func(id lockstore.LeaseID) bool { return lockstore.Owns(sess, id) }) {
 		coord.Forget(prev.Locks)
 		return
 	}

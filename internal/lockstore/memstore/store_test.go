@@ -95,14 +95,14 @@ func TestMemorySessions(t *testing.T) {
 		t.Fatalf("resumed %+v, want the live lease only", r)
 	}
 	m.LoseSessions()
-	if first.Alive() {
+	if lockstore.Alive(first) {
 		t.Fatal("a lost session is alive")
 	}
 	if f, _ := m.First(context.Background(), "/l/"); f == nil {
 		t.Fatal("a lost session's key went before its lease")
 	}
 	next, err := sessions.Current()
-	if err != nil || next == first || !next.Alive() {
+	if err != nil || next == first || !lockstore.Alive(next) {
 		t.Fatalf("next session %v, %v", next, err)
 	}
 	if f, _ := m.First(context.Background(), "/l/"); f != nil {

@@ -1,0 +1,168 @@
+package coordinator
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The shape of the engine, as rules a test keeps (docs/design.md): no
+// type with more than maxMethods methods, no store interface with more
+// than maxStoreMethods. The types still above the first are listed with
+// the count they had when the rule came, which they may lower and never
+// raise: the lines-and-policies engine takes them under it.
+const (
+	maxMethods      = 40
+	maxStoreMethods = 8
+)
+
+// overweight are the engine's types above maxMethods, and their ceilings.
+var overweight = map[string]int{
+	"coordinator.Coordinator": 129,
+	"memstore.Store":          44,
+}
+
+// enginePackages are the engine's packages, from this directory.
+var enginePackages = []string{".", "../lockstore", "../lockstore/etcdstore", "../lockstore/memstore", "../keyspace", "../engine"}
+
+// TestMethodsPerType: no type of the engine has more than maxMethods
+// methods, but those in overweight, which have no more than they had.
+func TestMethodsPerType(t *testing.T) {
+	parallel(t)
+	counted := 0
+	for _, dir := range enginePackages {
+		for name, n := range methodsPerType(t, dir) {
+			counted++
+			limit, over := overweight[name]
+			if !over {
+				limit = maxMethods
+			}
+			if n > limit {
+				t.Errorf("%s has %d methods; at most %d: cut it by responsibility", name, n, limit)
+			}
+			if over && n <= maxMethods {
+				t.Errorf("%s is down to %d methods: take it off the overweight list", name, n)
+			}
+		}
+	}
+	if counted < 20 {
+		t.Fatalf("counted the methods of %d types: the walk missed the code", counted)
+	}
+}
+
+// methodsPerType counts the methods of each type declared in dir's
+// non-test files, by "package.Type".
+func methodsPerType(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil {
+				continue
+			}
+			typ := fd.Recv.List[0].Type
+			if s, ok := typ.(*ast.StarExpr); ok {
+				typ = s.X
+			}
+			if ix, ok := typ.(*ast.IndexExpr); ok {
+				typ = ix.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				counts[f.Name.Name+"."+id.Name]++
+			}
+		}
+	}
+	return counts
+}
+
+// TestStoreInterfacesAreSmall: every interface of the storage seam has at
+// most maxStoreMethods methods, those of the interfaces it embeds
+// included, but Store, which is only their union: what a backend
+// implements, never what a part of the engine holds. Nothing in the
+// coordinator holds a lockstore.Store but New, which cuts it (storesOf).
+func TestStoreInterfacesAreSmall(t *testing.T) {
+	parallel(t)
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "../lockstore/lockstore.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ifaces := map[string]*ast.InterfaceType{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if ts, ok := n.(*ast.TypeSpec); ok {
+			if it, ok := ts.Type.(*ast.InterfaceType); ok {
+				ifaces[ts.Name.Name] = it
+			}
+		}
+		return true
+	})
+	var methods func(name string) int
+	methods = func(name string) int {
+		n := 0
+		for _, m := range ifaces[name].Methods.List {
+			if id, ok := m.Type.(*ast.Ident); ok && len(m.Names) == 0 {
+				n += methods(id.Name) // embedded
+				continue
+			}
+			n += len(m.Names)
+		}
+		return n
+	}
+	if len(ifaces) < 5 {
+		t.Fatalf("found %d interfaces in lockstore.go: the parse missed them", len(ifaces))
+	}
+	for name, it := range ifaces {
+		if name == "Store" {
+			for _, m := range it.Methods.List {
+				if len(m.Names) > 0 {
+					t.Errorf("lockstore.Store declares %s: it is only the union of the small interfaces; put it in the one its user holds", m.Names[0].Name)
+				}
+			}
+			continue
+		}
+		if n := methods(name); n > maxStoreMethods {
+			t.Errorf("lockstore.%s has %d methods; at most %d: cut it by who uses it", name, n, maxStoreMethods)
+		}
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		src, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(src, func(n ast.Node) bool {
+			fd, ok := n.(*ast.FuncDecl)
+			if ok && (fd.Name.Name == "New" || fd.Name.Name == "storesOf") && fd.Recv == nil {
+				return false
+			}
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "lockstore" && sel.Sel.Name == "Store" {
+					t.Errorf("%s: holds a lockstore.Store; hold the small interface it uses", fset.Position(sel.Pos()))
+				}
+			}
+			return true
+		})
+	}
+}
