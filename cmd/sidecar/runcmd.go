@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/guard"
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
@@ -136,7 +137,7 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 
 // runLocked holds the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
-	stdout, stderr = lockedWriters(stdout, stderr)
+	stdout, stderr = guard.LockedWriters(stdout, stderr)
 	c := client.New(o.socket)
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal

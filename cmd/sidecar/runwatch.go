@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/client"
+	"github.com/baton-dev/baton/internal/guard"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
 
@@ -26,10 +27,10 @@ import (
 // stopAt, when not zero, is when the command's tree is stopped whatever
 // the stream says: before a reader's or a semaphore's share reaches its
 // max hold, which the sidecar lets go at once.
-func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, stopAt time.Time, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
-	ended := make(chan ending, 1)
-	go func() { ended <- tree.wait() }()
-	lead := tree.grace + stopMargin
+func supervise(tree *guard.Tree, stream *client.Stream, o runOptions, watch bool, stopAt time.Time, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
+	ended := make(chan guard.Ending, 1)
+	go func() { ended <- tree.Wait() }()
+	lead := tree.Grace() + stopMargin
 	if !watch {
 		lead = -1
 	}
@@ -37,31 +38,31 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 	for {
 		select {
 		case e := <-ended:
-			if err := e.report(o, stderr); err != nil {
+			if err := report(e, o, stderr); err != nil {
 				return err
 			}
-			if err := release(e.code); err != nil {
+			if err := release(e.Code); err != nil {
 				return err
 			}
-			if e.code != 0 {
-				return exitError{e.code, ""}
+			if e.Code != 0 {
+				return exitError{e.Code, ""}
 			}
 			return nil
 		case s := <-sigs:
-			tree.forward(s)
+			tree.Forward(s)
 		case l := <-lost:
 			fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command and every process it started\n", o.key, l.why)
-			tree.stop()
-			var e ending
+			tree.Stop()
+			var e guard.Ending
 			select {
 			case e = <-ended:
-			case <-time.After(tree.grace + 3*time.Second):
+			case <-time.After(tree.Grace() + 3*time.Second):
 				// The guard does not end (stopped itself, or starved):
 				// kill it, and stop what it leaves from here.
-				_ = tree.guard.Kill()
+				tree.Kill()
 				e = <-ended
 			}
-			if err := e.report(o, stderr); err != nil {
+			if err := report(e, o, stderr); err != nil {
 				return err
 			}
 			if l.letGo {
@@ -74,13 +75,13 @@ func supervise(tree *guarded, stream *client.Stream, o runOptions, watch bool, s
 
 // report says on stderr what went wrong with the command's tree, and fails
 // when processes of it could not be stopped.
-func (e ending) report(o runOptions, stderr io.Writer) error {
-	if e.died != "" {
-		fmt.Fprintf(stderr, "baton: %s\n", e.died)
+func report(e guard.Ending, o runOptions, stderr io.Writer) error {
+	if e.Died != "" {
+		fmt.Fprintf(stderr, "baton: %s\n", e.Died)
 	}
-	if len(e.left) > 0 {
+	if len(e.Left) > 0 {
 		return exitError{exitLost, fmt.Sprintf("%d process(es) of the command's could not be stopped (pids %v; in uninterruptible sleep, or another user's): the lock %s is not released but left to its lock delay",
-			len(e.left), e.left, o.key)}
+			len(e.Left), e.Left, o.key)}
 	}
 	return nil
 }
