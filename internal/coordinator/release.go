@@ -86,18 +86,11 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	return c.extend(ctx, k, owner, ttl, slog.LevelInfo)
 }
 
-// Renew moves the deadline of g's lock to now plus its window, never past
-// its max hold: how a hold stream keeps its lock for as long as its caller
-// stays connected. It is an extend that the log shows at debug level only.
-func (c *Coordinator) Renew(ctx context.Context, g Grant) (Grant, error) {
-	return c.extend(ctx, g.Key, g.Owner, g.TTL, slog.LevelDebug)
-}
-
-// RenewDue returns when g's lock should next be renewed to keep it: once a
+// renewDue returns when g's lock should next be renewed to keep it: once a
 // third of its window has passed since its deadline was last set, so that
 // two renewals can fail before it expires. ok is false when no renewal can
 // move the deadline any more (it is the lock's max hold).
-func RenewDue(g Grant) (at time.Time, ok bool) {
+func renewDue(g Grant) (at time.Time, ok bool) {
 	if !g.MaxHoldAt.IsZero() && !g.ExpiresAt.Before(g.MaxHoldAt) {
 		return time.Time{}, false
 	}

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/cenkalti/backoff/v5"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -112,51 +109,52 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	if !ok {
 		// The sidecar began to shut down while the grant was in flight:
 		// nobody heard of it, so nothing was started under it.
-		s.releaseHeld(k, g, false, "the sidecar is shutting down")
+		s.locks.Keep(context.Background(), g).Release("the sidecar is shutting down")
 		s.holdFailed(w, r, st, k, fmt.Errorf("acquire %q: %w: shutting down", k.String(), coordinator.ErrUnavailable))
 		return
 	}
 	defer s.drain.leave()
 	if err := st.send(grantEvent(g)); err != nil || ctx.Err() != nil {
-		s.releaseHeld(k, g, false, "the caller hung up before the grant reached it")
+		s.locks.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
 	s.keep(ctx, st, k, g, tick, draining)
 }
 
-// keep keeps g for a hold stream until it ends or the caller goes,
-// renewing it and sending heartbeats, and sends how it ended. When the
-// sidecar drains (Drain), the caller is told its lock ends (lost, reason
-// shutdown), and the lock is kept until the caller hangs up: what it
-// started must be stopped before anyone else can have the lock.
+// keep keeps g for a hold stream until it ends or the caller goes (a
+// coordinator.Hold: it renews the lock, and lets it go as abandoned when
+// the caller hangs up or the stream cannot be written), sending heartbeats
+// and how the lock ended. When the sidecar drains (Drain), the caller is
+// told its lock ends (lost, reason shutdown), and the lock is kept until
+// the caller hangs up: what it started must be stopped before anyone else
+// can have the lock.
 func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker, draining <-chan struct{}) {
-	done := g.Done()
-	ren := newRenewer(g)
-	defer ren.stop()
+	ctx, gone := context.WithCancelCause(ctx)
+	defer gone(nil)
+	hold := s.locks.Keep(ctx, g)
 	renewed := g.Renewed()
-	beat := func() bool {
+	beat := func() {
 		now := time.Now()
-		ev := lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: ren.g.ExpiresAt.UTC(),
+		ev := lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String(), Owner: g.Owner, Fence: g.Fence, ExpiresAt: hold.Grant().ExpiresAt.UTC(),
 			ValidFor: g.ValidFor(now).Seconds(), At: now.UTC()}
 		if err := st.send(ev); err != nil {
-			s.releaseHeld(k, g, true, "the hold stream could not be written")
-			return false
+			gone(errors.New("the hold stream could not be written"))
 		}
-		return true
 	}
 	for {
 		select {
-		case <-done:
+		case <-hold.Done():
+			if ctx.Err() != nil {
+				return // the caller went, and the lock with it: nobody to tell
+			}
 			ev := lockapi.Event{Event: lockapi.EventReleased, Key: k.String(), Owner: g.Owner, Fence: g.Fence}
 			var lost *coordinator.LostError
-			if errors.As(g.Err(), &lost) {
+			if errors.As(hold.Err(), &lost) {
 				ev.Event, ev.Reason, ev.Code, ev.Message = lockapi.EventLost, string(lost.Reason), lockapi.CodeLockLost, lost.Error()
 			}
 			_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
 			return
-		case <-ren.due():
-			s.renew(ctx, ren)
 		case <-draining:
 			draining = nil
 			_ = st.send(lockapi.Event{Event: lockapi.EventLost, Key: k.String(), Owner: g.Owner, Fence: g.Fence, Reason: string(coordinator.Shutdown), Code: lockapi.CodeLockLost,
@@ -165,74 +163,11 @@ func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordin
 			// The lease was renewed: the holder hears at once how much
 			// longer its lock is certainly its own.
 			renewed = g.Renewed()
-			if !beat() {
-				return
-			}
+			beat()
 		case <-tick.C:
-			if !beat() {
-				return
-			}
-		case <-ctx.Done():
-			s.releaseHeld(k, g, true, "the caller closed the hold stream without releasing the lock")
-			return
+			beat()
 		}
 	}
-}
-
-// renewer keeps a hold stream's lock: it says when its deadline is next to
-// be moved on, a third of its window after it was last set.
-type renewer struct {
-	g     coordinator.Grant
-	timer *time.Timer
-	fails int // renewals that failed in a row
-}
-
-func newRenewer(g coordinator.Grant) *renewer {
-	r := &renewer{g: g, timer: time.NewTimer(time.Hour)}
-	r.schedule(0)
-	return r
-}
-
-// schedule sets the timer for the next renewal: when the lock's deadline
-// calls for one, or retry from now when the last one failed. A deadline
-// that is the lock's max hold needs no more renewals.
-func (r *renewer) schedule(retry time.Duration) {
-	r.timer.Stop()
-	at, ok := coordinator.RenewDue(r.g)
-	if !ok {
-		return
-	}
-	d := time.Until(at)
-	if retry > 0 {
-		d = retry
-	}
-	r.timer.Reset(max(d, 0))
-}
-
-func (r *renewer) due() <-chan time.Time { return r.timer.C }
-func (r *renewer) stop()                 { r.timer.Stop() }
-
-// renew moves the stream's deadline on. A renewal that fails for want of
-// etcd is tried again soon, every tenth of the window: the lock stays held
-// until its deadline, and ends then (lost, expired) if etcd stayed away.
-// One that finds the lock gone leaves it to the Done channel to tell.
-func (s *Server) renew(ctx context.Context, r *renewer) {
-	g, err := s.locks.Renew(context.WithoutCancel(ctx), r.g)
-	if err == nil {
-		r.g, r.fails = g, 0
-		r.schedule(0)
-		return
-	}
-	r.fails++
-	if errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld) {
-		return
-	}
-	level := slog.LevelDebug
-	if r.fails == 1 {
-		level = slog.LevelWarn
-	}
-	s.log.Log(ctx, level, "cannot renew a hold stream's lock yet; retrying", "lock", r.g.Key.String(), "owner", r.g.Owner, "expiresAt", r.g.ExpiresAt, "failures", r.fails, "err", err)
-	r.schedule(max(r.g.TTL/10, 50*time.Millisecond))
 }
 
 // holdFailed answers an acquire that failed: as a plain HTTP error when
@@ -251,43 +186,6 @@ func (s *Server) holdFailed(w http.ResponseWriter, r *http.Request, st *stream, 
 		ev.Event = lockapi.EventRefused
 	}
 	_ = st.send(ev) // the last event: a caller gone meanwhile changes nothing
-}
-
-// releaseHeld releases a lock after its caller went away: a hold stream's,
-// or a grant its caller hung up before receiving. abandoned says the
-// caller went away holding the lock, which may have let it start work
-// that is still running: the lock's lock delay then holds it back from
-// everyone, as after a loss (Coordinator.Abandon).
-// While etcd cannot be reached it retries, so that a lock whose caller is
-// gone never waits for its deadline: it ends released, or lost with the
-// session once etcd has been out of reach for the lease TTL.
-func (s *Server) releaseHeld(k keyspace.Key, g coordinator.Grant, abandoned bool, why string) {
-	let := s.locks.Release
-	if abandoned {
-		let = s.locks.Abandon
-	}
-	// From 50ms, doubling up to 2s, each delay varied by ±20%.
-	retry := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 2 * time.Second}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := let(ctx, k, g.Owner)
-		cancel()
-		switch {
-		case err == nil || errors.Is(err, coordinator.ErrLost) || errors.Is(err, coordinator.ErrNotHeld):
-			s.log.Info("lock released: its caller is gone", "lock", k.String(), "owner", g.Owner, "fence", g.Fence, "why", why)
-			return
-		case !errors.Is(err, coordinator.ErrUnavailable):
-			s.log.Warn("cannot release the lock of a caller that is gone; it ends at its deadline or with the lease", "lock", k.String(), "owner", g.Owner, "err", err)
-			return
-		}
-		wait := retry.NextBackOff()
-		s.log.Warn("cannot release the lock of a caller that is gone yet; retrying", "lock", k.String(), "owner", g.Owner, "retry_in", wait, "err", err)
-		select {
-		case <-g.Done(): // lost with the session, or released by someone else
-			return
-		case <-time.After(wait):
-		}
-	}
 }
 
 func grantEvent(g coordinator.Grant) lockapi.Event {

@@ -74,7 +74,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 	if r.Context().Err() != nil || deliverJSON(w, http.StatusOK, grantOf(g)) != nil {
 		// The caller hung up (a client time-out) before it could learn of
 		// the grant: nobody would release the lock before its ttl.
-		s.releaseHeld(k, g, false, "the caller hung up before the grant reached it")
+		s.locks.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
 	}
 }
 
