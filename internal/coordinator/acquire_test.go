@@ -212,12 +212,25 @@ func TestWaitersServedInOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			onQueued := func(ahead int) {
-				mu.Lock()
-				positions[owner] = append(positions[owner], ahead)
-				mu.Unlock()
-			}
-			if _, err := s.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: owner, Wait: 30 * time.Second, OnQueued: onQueued}); err != nil {
+			pos := NewPosition()
+			heard := make(chan struct{})
+			defer func() { <-heard }()
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() { // what the caller hears of its place
+				defer close(heard)
+				for {
+					select {
+					case <-pos.Changed():
+						mu.Lock()
+						positions[owner] = append(positions[owner], pos.Ahead())
+						mu.Unlock()
+					case <-stop:
+						return
+					}
+				}
+			}()
+			if _, err := s.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: owner, Wait: 30 * time.Second, Position: pos}); err != nil {
 				t.Errorf("%s: %v", owner, err)
 				return
 			}

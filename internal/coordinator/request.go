@@ -23,16 +23,14 @@ type AcquireRequest struct {
 	// Wait is how long to queue for the lock; 0 tries once, WaitForever
 	// (a hold's only) waits as long as it takes.
 	Wait time.Duration
-	// OnQueued, if set, is called from the waiting goroutine with the number
-	// of contenders ahead of the caller, each time that number is learned.
-	// It may run under the coordinator's lock: it must return at once and
-	// must not call the coordinator.
-	OnQueued func(ahead int)
+	// Position, if set, is told the number of contenders ahead of the
+	// caller each time that number is learned while it waits.
+	Position *Position
 	// Hold marks a lock bound to its caller's connection (a hold stream): a
 	// restarted sidecar does not keep it, since the connection died too.
 	// Such a lock is meant to last as long as its caller: TTL is then the
 	// renewal window, which the caller (the server's stream) keeps moving
-	// with Renew while the connection lives.
+	// with a Hold (Coordinator.Keep) while the connection lives.
 	Hold bool
 	// MaxHold, with Hold, caps how long the lock may be held however often
 	// it is renewed or extended: at AcquiredAt+MaxHold it ends, lost with

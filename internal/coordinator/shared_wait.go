@@ -64,9 +64,9 @@ func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest
 	readRev := p.rev
 	told := -1
 	for {
-		if req.OnQueued != nil && len(line) != told {
+		if req.Position != nil && len(line) != told {
 			told = len(line)
-			req.OnQueued(told)
+			req.Position.set(told)
 		}
 		rest, covered, mineGone := p.w.pruned(line, p.key, readRev)
 		switch {

@@ -47,8 +47,8 @@ func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequ
 // place when it is behind one (a hold stream may have told its caller
 // nothing yet).
 func (c *Coordinator) awaitTurnLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) error {
-	if e.busy && req.OnQueued != nil {
-		req.OnQueued(len(e.queue) + 1)
+	if e.busy && req.Position != nil {
+		req.Position.set(len(e.queue) + 1)
 	}
 	err := c.waitTurnLocked(ctx, e, true)
 	c.mu.Unlock()
@@ -208,8 +208,8 @@ func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireReques
 	op := fmt.Sprintf("acquire %q", req.Key)
 	readRev := p.rev
 	for {
-		if req.OnQueued != nil {
-			req.OnQueued(len(ahead))
+		if req.Position != nil {
+			req.Position.set(len(ahead))
 		}
 		first, err := c.waitAhead(ctx, e, req, start, p, ahead, readRev)
 		if first || err != nil {
@@ -237,10 +237,10 @@ func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireReques
 // on the watch until the waiter is first (first) or must read again.
 func (c *Coordinator) waitAhead(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
 	op := fmt.Sprintf("acquire %q", req.Key)
-	// With OnQueued, any contender ahead leaving is news; otherwise only
+	// With a Position, any contender ahead leaving is news; otherwise only
 	// the one right ahead matters.
 	var anyOf map[string]bool
-	if req.OnQueued != nil && len(ahead) > 1 {
+	if req.Position != nil && len(ahead) > 1 {
 		anyOf = make(map[string]bool, len(ahead))
 		for _, k := range ahead {
 			anyOf[k] = true

@@ -66,14 +66,8 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	}
 	ctx := r.Context()
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
-	queued := make(chan int, 1)
-	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay, Hold: true, OnQueued: func(ahead int) {
-		select { // keep only the latest position
-		case <-queued:
-		default:
-		}
-		queued <- ahead
-	}}
+	pos := coordinator.NewPosition()
+	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay, Hold: true, Position: pos}
 	res := make(chan acquired, 1)
 	go func() {
 		g, err := s.locks.Acquire(ctx, req)
@@ -87,8 +81,8 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		select {
 		// A send fails when the caller hung up, which also ends the wait
 		// (the request's context) and so comes back through res.
-		case n := <-queued:
-			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: b.Owner, Position: n})
+		case <-pos.Changed():
+			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: b.Owner, Position: pos.Ahead()})
 		case <-tick.C:
 			// A caller that waits hears heartbeats from the first tick,
 			// queued or not yet (a wait riding out etcd or the policy

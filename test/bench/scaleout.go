@@ -257,16 +257,14 @@ func handOff(ctx context.Context, a, b *replica, k keyspace.Key) (grant, handOff
 		return 0, 0, err
 	}
 	grant = time.Since(t0)
-	queued := make(chan struct{})
-	var once sync.Once
+	pos := coordinator.NewPosition()
 	type granted struct {
 		at  time.Time
 		err error
 	}
 	waiter := make(chan granted, 1)
 	go func() {
-		g, err := b.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "second", TTL: time.Minute, Wait: 5 * time.Second,
-			OnQueued: func(int) { once.Do(func() { close(queued) }) }})
+		g, err := b.coord.Acquire(ctx, coordinator.AcquireRequest{Key: k, Owner: "second", TTL: time.Minute, Wait: 5 * time.Second, Position: pos})
 		at := time.Now()
 		if err == nil {
 			_, err = b.coord.Release(ctx, k, g.Owner)
@@ -274,7 +272,7 @@ func handOff(ctx context.Context, a, b *replica, k keyspace.Key) (grant, handOff
 		waiter <- granted{at, err}
 	}()
 	select {
-	case <-queued:
+	case <-pos.Changed(): // queued: the waiter knows its place
 	case w := <-waiter:
 		_, _ = a.coord.Release(ctx, k, g.Owner)
 		if w.err != nil {
