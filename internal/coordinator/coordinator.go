@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -47,7 +46,7 @@ type Coordinator struct {
 	stopNow  context.CancelFunc
 	watching map[lockstore.Session]bool // sessions whose end is watched
 
-	mu    sync.Mutex
+	mu    engineMutex
 	locks map[string]*entry // by name: the key's, or a shared claim's slotName
 	units map[string]*entry // the shared claims held here, by contender key
 	ended map[endedKey]endedLock

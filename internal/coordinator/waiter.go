@@ -1,15 +1,11 @@
 package coordinator
 
-import (
-	"sync"
-
-	"github.com/baton-dev/baton/internal/lockstore"
-)
+import "github.com/baton-dev/baton/internal/lockstore"
 
 // waiter is a local waiter's view of the deletes under its lock's prefix.
 type waiter struct {
 	notify chan struct{} // level-triggered: something to look at
-	mu     *sync.Mutex   // the hub's, guarding gone, resync and from
+	mu     *engineMutex  // the hub's, guarding gone, resync and from
 	gone   map[string]deletion
 	resync bool  // the watch was established again since the waiter last looked
 	from   int64 // the first revision whose deletes that watch delivers

@@ -40,7 +40,7 @@ type hub struct {
 	linger   time.Duration
 	maxLocks int
 
-	mu      sync.Mutex
+	mu      engineMutex
 	ctx     context.Context             // Run's, once it runs
 	stopped bool                        // Run is over
 	locks   map[keyspace.Key]*lockWatch // a few dozen bytes each: a sidecar may hold 100 000 locks

@@ -1,0 +1,98 @@
+//go:build lockcount
+
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// mutexGoal is how often an acquire or a release may take the engine's
+// core mutexes once a lock's line is a type of its own (docs/design.md).
+const mutexGoal = 2
+
+// mutexCeilings are the counts of the engine as it is: an operation may
+// take the core mutexes fewer times, never more. A blocking acquire's
+// count varies with the watch's wake-ups (20 to 24 in runs on memstore):
+// its ceiling is the most seen.
+var mutexCeilings = map[string]int64{
+	"try, granted":                  6,
+	"release":                       2,
+	"try, refused":                  7,
+	"blocking acquire, handed over": 24,
+}
+
+// TestMutexTakenPerOperation counts how often the engine's core mutexes
+// (Coordinator.mu and the watch hub's) are taken per operation, the least
+// of several runs (a timer of the engine's may take them meanwhile), and
+// holds each count to its ceiling in mutexCeilings. TestMutexCounts runs
+// it in make test.
+func TestMutexTakenPerOperation(t *testing.T) {
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	taken := func(s *sidecar) int64 { return s.c.mu.taken.Load() + s.c.hub.mu.taken.Load() }
+	least := func(runs int, op func(i int) int64) int64 {
+		best := int64(-1)
+		for i := range runs {
+			if n := op(i); best < 0 || n < best {
+				best = n
+			}
+		}
+		return best
+	}
+	ctx := context.Background()
+	got := map[string]int64{}
+	got["try, granted"] = least(5, func(i int) int64 {
+		k := key(t, fmt.Sprintf("free-%d", i))
+		before := taken(a)
+		if _, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		n := taken(a) - before
+		a.mustRelease(t, k, "o")
+		return n
+	})
+	got["release"] = least(5, func(i int) int64 {
+		k := key(t, fmt.Sprintf("held-%d", i))
+		a.mustAcquire(t, k, "o")
+		before := taken(a)
+		a.mustRelease(t, k, "o")
+		return taken(a) - before
+	})
+	elsewhere := key(t, "elsewhere")
+	b.mustAcquire(t, elsewhere, "holder")
+	got["try, refused"] = least(5, func(int) int64 {
+		before := taken(a)
+		if _, err := a.c.Acquire(ctx, AcquireRequest{Key: elsewhere, Owner: "o"}); !errors.Is(err, ErrHeld) {
+			t.Fatalf("a try of a lock held elsewhere: %v", err)
+		}
+		return taken(a) - before
+	})
+	got["blocking acquire, handed over"] = least(3, func(i int) int64 {
+		k := key(t, fmt.Sprintf("handed-%d", i))
+		b.mustAcquire(t, k, "holder")
+		before := taken(a)
+		granted := make(chan error, 1)
+		go func() {
+			_, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "waiter", Wait: 10 * time.Second})
+			granted <- err
+		}()
+		waitFor(t, 5*time.Second, "queued", func() bool { return len(a.contenders(t, k)) == 2 })
+		b.mustRelease(t, k, "holder")
+		if err := <-granted; err != nil {
+			t.Fatal(err)
+		}
+		n := taken(a) - before
+		a.mustRelease(t, k, "waiter")
+		return n
+	})
+	for op, n := range got {
+		ceiling, ok := mutexCeilings[op]
+		t.Logf("%s: the core mutexes taken %d times (ceiling %d, goal %d)", op, n, ceiling, mutexGoal)
+		if !ok || n > ceiling {
+			t.Errorf("%s takes the core mutexes %d times; at most %d", op, n, ceiling)
+		}
+	}
+}

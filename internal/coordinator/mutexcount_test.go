@@ -1,0 +1,20 @@
+package coordinator
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// TestMutexCounts runs TestMutexTakenPerOperation in the lockcount build,
+// whose core mutexes count how often they are taken.
+func TestMutexCounts(t *testing.T) {
+	parallel(t)
+	cmd := exec.Command("go", "test", "-tags", "lockcount", "-count=1", "-v", "-run", "^TestMutexTakenPerOperation$", ".")
+	cmd.Env = append(os.Environ(), "BATON_STORE=memory")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the lockcount build's count: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
