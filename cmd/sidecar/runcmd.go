@@ -225,19 +225,26 @@ func withEnv(env []string, kv ...string) []string {
 }
 
 // checkClaim refuses a --mode, --limit or --weight the sidecar would
-// refuse, before anything is asked of it.
+// refuse, before anything is asked of it: a --limit or --weight given as
+// less than 1 (as the API refuses such a number given), then what
+// keyspace.Claim.Normal refuses, in its words.
 func (o runOptions) checkClaim(cmd *cobra.Command) error {
 	switch {
-	case o.mode != "" && o.mode != "read" && o.mode != "write":
-		return usageError{fmt.Errorf("--mode %q: use read or write", o.mode)}
-	case cmd.Flags().Changed("limit") && (o.limit < 1 || o.limit > keyspace.MaxLimit):
+	case cmd.Flags().Changed("limit") && o.limit < 1:
 		return usageError{fmt.Errorf("--limit %d: a semaphore has 1 to %d units", o.limit, keyspace.MaxLimit)}
-	case cmd.Flags().Changed("weight") && (o.limit == 0 || o.weight < 1 || o.weight > o.limit):
-		return usageError{fmt.Errorf("--weight %d: give 1 to --limit units, with --limit", o.weight)}
-	case o.mode == "read" && o.limit > 0:
-		return usageError{errors.New("--mode read is for read/write locks; a semaphore (--limit) has no modes")}
+	case cmd.Flags().Changed("weight") && o.weight < 1:
+		return usageError{fmt.Errorf("--weight %d: a weight is 1 to --limit units", o.weight)}
 	}
-	return nil
+	mode := keyspace.Mode(o.mode)
+	if o.mode == "write" {
+		mode = keyspace.Exclusive
+	}
+	_, err := keyspace.Claim{Mode: mode, Limit: o.limit, Weight: o.weight}.Normal()
+	var ce *keyspace.ClaimError
+	if errors.As(err, &ce) {
+		return usageError{fmt.Errorf("--%s: %s", ce.Field, ce.Msg)}
+	}
+	return err
 }
 
 // request is the hold request o asks for.

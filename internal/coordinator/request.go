@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"math"
 	"time"
 	"unicode"
@@ -107,31 +108,18 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 // WaitForever is the wait of a hold that queues for as long as it takes.
 const WaitForever = time.Duration(math.MaxInt64)
 
-// checkClaim validates a claim and puts it in its one form: a weight of
-// 1 when none is given, a limit of 1 taken whole as the mutex.
+// checkClaim validates a claim and puts it in its one form
+// (keyspace.Claim.Normal).
 func checkClaim(cl *keyspace.Claim) error {
-	switch {
-	case cl.Mode != keyspace.Exclusive && cl.Mode != keyspace.Read:
-		return invalid("mode", "%q is not a mode; use read or write (the default)", cl.Mode)
-	case cl.Limit < 0:
-		return invalid("limit", "%d is negative; a semaphore has 1 to %d units", cl.Limit, keyspace.MaxLimit)
-	case cl.Limit > keyspace.MaxLimit:
-		return invalid("limit", "%d is more than %d units; a semaphore that large is a queue, not a lock", cl.Limit, keyspace.MaxLimit)
-	case cl.Weight < 0:
-		return invalid("weight", "%d is negative; a weight is 1 to the limit", cl.Weight)
-	case cl.Weight > 0 && cl.Limit == 0:
-		return invalid("weight", "applies to semaphores: give the limit too")
-	case cl.Weight > cl.Limit:
-		return invalid("weight", "%d is more than the limit of %d units: it could never be granted", cl.Weight, cl.Limit)
-	case cl.Mode == keyspace.Read && cl.Limit > 0:
-		return invalid("mode", "read is a mode of read/write locks; a semaphore (limit %d) has none", cl.Limit)
+	n, err := cl.Normal()
+	var ce *keyspace.ClaimError
+	if errors.As(err, &ce) {
+		return invalid(ce.Field, "%s", ce.Msg)
 	}
-	if cl.Limit > 0 {
-		cl.Weight = max(cl.Weight, 1)
+	if err != nil {
+		return err
 	}
-	if cl.Limit == 1 {
-		*cl = keyspace.Claim{} // one unit taken whole: the mutex
-	}
+	*cl = n
 	return nil
 }
 
