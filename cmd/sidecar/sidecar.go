@@ -50,7 +50,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer) error
 }
 
 // sidecar is `baton serve` being wired, run and taken down: the lock
-// engine (package sidecar) and its front ends.
+// engine (package engine) and its front ends.
 type sidecar struct {
 	o    *serveOptions
 	logs loggers

@@ -22,8 +22,8 @@ type Hold struct {
 	err     error         // the loss that ended it, if one did
 }
 
-// Keep keeps g, a grant of a hold (AcquireRequest.Hold), until its lock
-// ends or ctx ends: its deadline is renewed a third of its window after it
+// Keep keeps g, a grant of a hold (AcquireRequest.Hold; or any grant that
+// Release is to let go), until its lock ends or ctx ends: its deadline is renewed a third of its window after it
 // was last set (renewDue), so that two renewals can fail before it
 // expires, until its max hold; a renewal that fails for want of etcd is
 // tried again every tenth of the window, and the lock ends at its deadline

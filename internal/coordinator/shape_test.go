@@ -33,9 +33,11 @@ var enginePackages = []string{".", "../lockstore", "../lockstore/etcdstore", "..
 func TestMethodsPerType(t *testing.T) {
 	parallel(t)
 	counted := 0
+	seen := map[string]bool{}
 	for _, dir := range enginePackages {
 		for name, n := range methodsPerType(t, dir) {
 			counted++
+			seen[name] = true
 			limit, over := overweight[name]
 			if !over {
 				limit = maxMethods
@@ -50,6 +52,11 @@ func TestMethodsPerType(t *testing.T) {
 	}
 	if counted < 20 {
 		t.Fatalf("counted the methods of %d types: the walk missed the code", counted)
+	}
+	for name := range overweight {
+		if !seen[name] {
+			t.Errorf("%s is on the overweight list but was not found: renamed or gone? Take it off the list", name)
+		}
 	}
 }
 

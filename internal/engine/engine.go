@@ -42,11 +42,14 @@ type Engine struct {
 	adopted  chan struct{} // closed once the locks of the process before are taken over
 }
 
-// New builds an engine: its metrics on reg, its etcd client by dial, its
+// New builds an engine of cfg, which it validates: its metrics on reg, its etcd client by dial, its
 // session (resuming the leases the state file names, if it names some),
 // the store, the policy guard and the coordinator. Nothing runs until Run.
 // The client is the engine's: Close closes it.
 func New(cfg Config, reg prometheus.Registerer, dial Dial, log *slog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	e := &Engine{cfg: cfg, log: log, adopted: make(chan struct{})}
 	m, err := metrics.New(reg, cfg.MetricsKeyDepth)
 	if err != nil {

@@ -128,8 +128,12 @@ func TestStartAndStopInOrder(t *testing.T) {
 		t.Error("while draining, the engine granted, or no longer held its lock")
 	}
 	cli, _ := testEtcd.Client(t)
-	if r, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix()); err != nil || len(r.Kvs) != 0 {
-		t.Fatalf("after Run: %v keys of the lock (%v); want none, at once", len(r.Kvs), err)
+	r, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 0 {
+		t.Fatalf("after Run: %d keys of the lock; want none, at once", len(r.Kvs))
 	}
 	e.Close()
 	st, err := restart.Read(cfg.StatePath)

@@ -47,7 +47,7 @@ type acquired struct {
 // hold serves POST /v1/locks/{key}:hold: acquire, then keep the lock while
 // the connection stays open, telling the caller what happens to it. The
 // lock's ttl is a renewal window: while the stream is open, its deadline is
-// moved on before it comes (see renewer), so the lock lasts as long as its
+// moved on before it comes (coordinator.Hold), so the lock lasts as long as its
 // caller, up to the max_hold the caller may have set. When the caller
 // hangs up, the lock is released (or the waiter withdrawn).
 func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {

@@ -1,5 +1,5 @@
 // Package sidecartest starts a sidecar's lock engine for tests, as `baton
-// serve` starts it (package sidecar: the same client interceptors, lease
+// serve` starts it (package engine: the same client interceptors, lease
 // keeper, store, policy guard, metrics and coordinator), on the test's
 // etcd and in a scope of the test's own. The socket API's tests and
 // Dapr's put their servers in front of it.
@@ -157,7 +157,8 @@ func cutOff(cut *atomic.Bool) []grpc.DialOption {
 	}
 }
 
-// cutStream is a stream whose messages fail once cut is set.
+// cutStream is a stream whose messages, sent or received, fail once cut
+// is set.
 type cutStream struct {
 	grpc.ClientStream
 	cut *atomic.Bool
@@ -168,4 +169,11 @@ func (s cutStream) SendMsg(m any) error {
 		return errCut
 	}
 	return s.ClientStream.SendMsg(m)
+}
+
+func (s cutStream) RecvMsg(m any) error {
+	if s.cut.Load() {
+		return errCut
+	}
+	return s.ClientStream.RecvMsg(m)
 }
