@@ -3,8 +3,6 @@ package style
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,29 +20,10 @@ var testOnly = []string{
 // test/ and internal/testing that is not a test) imports a package that
 // only tests may import, so nothing written for tests ships.
 func TestHelpersStayInTests(t *testing.T) {
-	root := "../.."
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata" || rel == "test" || rel == filepath.Join("internal", "testing")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		f, err := parser.ParseFile(fset, path, src, parser.ImportsOnly)
+	err := productFiles(func(path, rel string) error {
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
 		}
@@ -58,7 +37,7 @@ func TestHelpersStayInTests(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}, "test", filepath.Join("internal", "testing"))
 	if err != nil {
 		t.Fatal(err)
 	}

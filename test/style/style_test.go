@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,27 +24,13 @@ const (
 // maxFileLines lines, and no function or function literal in one is over
 // maxFuncLines.
 func TestFileAndFunctionSizes(t *testing.T) {
-	root := "../.."
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := productFiles(func(path, rel string) error {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, path)
 		if n := strings.Count(string(src), "\n"); n > maxFileLines {
 			t.Errorf("%s has %d lines; at most %d: split it by concept", rel, n, maxFileLines)
 		}
@@ -77,4 +64,30 @@ func TestFileAndFunctionSizes(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("checked %d files: the walk missed the code", checked)
 	}
+}
+
+// root is the repository, from this directory.
+const root = "../.."
+
+// productFiles calls f with each Go file of the repository that is not a
+// test (its path, and its path from the repository's root), skipping
+// hidden directories, bin, testdata, and the directories whose path from
+// the root is one of skip.
+func productFiles(f func(path, rel string) error, skip ...string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata" || slices.Contains(skip, rel)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return f(path, rel)
+	})
 }
