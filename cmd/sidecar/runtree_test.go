@@ -102,10 +102,7 @@ func TestRunStopsEveryProcess(t *testing.T) {
 		}
 		// Queued once baton run holds the lock (its command runs), not
 		// after a time a loaded machine may outlast.
-		waitUntil(t, 10*time.Second, "the grandchild's first write", func() bool {
-			_, err := os.Stat(out("max"))
-			return err == nil
-		})
+		firstWrite(t, out("max"), errb)
 		granted, release := grantAfter(t, c, "tree/max")
 		defer release()
 		if code := exitOf(t, cmd.Wait()); code != exitLost || !strings.Contains(errb.String(), "max_hold") {
@@ -136,10 +133,7 @@ func TestRunStopsEveryProcess(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, 10*time.Second, "the grandchild's first write", func() bool {
-				_, err := os.Stat(out("sem"))
-				return err == nil
-			})
+			firstWrite(t, out("sem"), errb)
 			next := make(chan time.Time, 1)
 			go func() {
 				at, release := grantAfter(t, c, "tree/sem-"+how, `,"limit":2,"weight":2`)
@@ -169,10 +163,7 @@ func TestRunStopsEveryProcess(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 10*time.Second, "the grandchild's first write", func() bool {
-			_, err := os.Stat(out("kill"))
-			return err == nil
-		})
+		firstWrite(t, out("kill"), errb)
 		next := make(chan time.Time, 1)
 		go func() {
 			at, release := grantAfter(t, c, "tree/kill")
@@ -293,5 +284,20 @@ func TestRunKillGraceAndMaxLockDelay(t *testing.T) {
 	cmd, out, errb = batonRun(t, sc.socket, "--key", "k", "--kill-grace", "1s", "--", "echo", "ran")
 	if code := exitOf(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "ran") {
 		t.Errorf("with --kill-grace 1s: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// firstWrite waits for the command's grandchild to write path (baton run
+// holds the lock and its command runs), failing with baton run's stderr
+// after 10s.
+func firstWrite(t *testing.T, path string, errb *syncBuffer) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write of the command's grandchild after 10s; baton run's stderr: %q", errb.String())
+		}
 	}
 }
