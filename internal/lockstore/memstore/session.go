@@ -129,15 +129,8 @@ func (s *Session) Resumed() bool { return s.resumed }
 // Done implements lockstore.Session.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Alive implements lockstore.Session.
-func (s *Session) Alive() bool {
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+// Alive reports whether the session has not ended (lockstore.Alive).
+func (s *Session) Alive() bool { return lockstore.Alive(s) }
 
 // ValidUntil implements lockstore.Session: a live Session's leases are as good as
 // just renewed.
