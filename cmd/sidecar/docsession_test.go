@@ -20,7 +20,14 @@ type docCommand struct {
 	cmd       string
 	shown     []string
 	interrupt bool // the doc shows ^C after it: the reader stops it
+	// then is what the doc says the last background command prints once
+	// this command ran ("# ...and the queued caller gets {...}").
+	then []string
 }
+
+// thenShown finds what a "# ...and X gets {json}" comment shows a
+// background command print.
+var thenShown = regexp.MustCompile(`^# \.\.\.and .* gets (\{.*\})`)
 
 // commandsOf splits a block into its commands: "$ " lines, and scripts
 // with no prompt as one command.
@@ -33,6 +40,8 @@ func commandsOf(text string) []docCommand {
 		switch {
 		case strings.HasPrefix(l, "$ "):
 			cmds = append(cmds, docCommand{cmd: strings.TrimPrefix(l, "$ ")})
+		case len(cmds) > 0 && thenShown.MatchString(l):
+			cmds[len(cmds)-1].then = []string{thenShown.FindStringSubmatch(l)[1]}
 		case len(cmds) == 0, strings.TrimSpace(l) == "", strings.HasPrefix(l, "# "):
 		case strings.HasPrefix(l, "^C"):
 			cmds[len(cmds)-1].interrupt = true
@@ -278,11 +287,11 @@ func TestDocSessions(t *testing.T) {
 				return
 			}
 			var vars []string
-			var background []*exec.Cmd
+			var background []*backgrounded
 			defer func() {
-				for _, c := range background {
-					syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-					c.Wait()
+				for _, bg := range background {
+					syscall.Kill(-bg.c.Process.Pid, syscall.SIGKILL)
+					<-bg.exited
 				}
 			}()
 			for _, c := range commandsOf(b.text) {
@@ -291,8 +300,7 @@ func TestDocSessions(t *testing.T) {
 					continue
 				}
 				if strings.HasSuffix(strings.TrimSpace(strings.Split(c.cmd, "#")[0]), "&") {
-					bg, _ := sb.start(t, strings.Join(append(slices.Clone(vars), c.cmd, "wait"), "\n"))
-					background = append(background, bg)
+					background = append(background, sb.background(t, strings.Join(append(slices.Clone(vars), c.cmd, "wait"), "\n")))
 					waitUntil(t, 10*time.Second, "the background command queued", func() bool {
 						return strings.Contains(sb.do(t, "GET", "/v1/locks?prefix=", ""), `"waiters":1`)
 					})
@@ -329,8 +337,51 @@ func TestDocSessions(t *testing.T) {
 				if err := sameShape(c.shown, out); err != nil {
 					t.Errorf("%q: %v; printed:\n%s\nthe doc shows:\n%s", c.cmd, err, out, strings.Join(c.shown, "\n"))
 				}
+				if c.then != nil {
+					checkThen(t, c, out, background)
+				}
 			}
 		})
+	}
+}
+
+// backgrounded is a command the doc runs with "&".
+type backgrounded struct {
+	c      *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+}
+
+// background starts script in the sandbox without waiting for it.
+func (sb *sandbox) background(t *testing.T, script string) *backgrounded {
+	c, out := sb.start(t, script)
+	bg := &backgrounded{c: c, out: out, exited: make(chan struct{})}
+	go func() { c.Wait(); close(bg.exited) }()
+	return bg
+}
+
+// checkThen checks what the doc says the last background command prints
+// once c ran (c printed out): it ends within 10 s, printing what the doc
+// shows, with a fence larger than any c printed.
+func checkThen(t *testing.T, c docCommand, out string, background []*backgrounded) {
+	t.Helper()
+	if len(background) == 0 {
+		t.Fatalf("%q: the doc shows a background command's answer, and none runs", c.cmd)
+	}
+	bg := background[len(background)-1]
+	select {
+	case <-bg.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%q: the background command did not end within 10s; printed:\n%s", c.cmd, bg.out.String())
+	}
+	got := bg.out.String()
+	if err := sameShape(c.then, got); err != nil {
+		t.Errorf("after %q, the background command: %v; printed:\n%s\nthe doc shows:\n%s", c.cmd, err, got, c.then[0])
+	}
+	fence := regexp.MustCompile(`"fence":(\d+)`)
+	before, after := fence.FindStringSubmatch(out), fence.FindStringSubmatch(got)
+	if before == nil || after == nil || len(after[1]) < len(before[1]) || len(after[1]) == len(before[1]) && after[1] <= before[1] {
+		t.Errorf("after %q (%s), the background command's fence is not larger: %s", c.cmd, strings.TrimSpace(out), strings.TrimSpace(got))
 	}
 }
 
