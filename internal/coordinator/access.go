@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
@@ -40,7 +42,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 				c.log.Error("etcd refuses this sidecar its scope: not ready until the etcd user's role may read and write its keys",
 					"scope", c.layout.Scope(), "prefix", c.layout.Base(), "err", err)
 			}
-			sleep(ctx, wait)
+			sleep(ctx, c.clock, wait)
 			wait = min(2*wait, accessRetryMax)
 			continue
 		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrCorrupt):
@@ -49,11 +51,11 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 				c.log.Error("etcd refuses every write for its alarm: not ready, no lock granted; the locks held go on",
 					"err", err, "held", c.heldCount())
 			}
-			sleep(ctx, accessRetry)
+			sleep(ctx, c.clock, accessRetry)
 			continue
 		case err != nil:
 			// etcd out of reach: Ready says so through the session.
-			sleep(ctx, accessRetry)
+			sleep(ctx, c.clock, accessRetry)
 			continue
 		}
 		if was := c.setRefusedNil(); was != nil {
@@ -66,7 +68,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 		}
 		wait = accessRetry
 		for ctx.Err() == nil && c.store.access.Refused() == nil {
-			sleep(ctx, accessPoll)
+			sleep(ctx, c.clock, accessPoll)
 		}
 	}
 }
@@ -111,11 +113,11 @@ func (c *Coordinator) heldCount() int {
 }
 
 // sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
+func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) {
+	t := clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-t.Chan():
 	}
 }

@@ -63,7 +63,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		}
 		h := &held{owner: rec.Owner, entry: e, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
 			acquiredAt: rec.AcquiredAt, expiresAt: expires, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
-		c.holdLocked(e, h, max(time.Until(expires), 0), true)
+		c.holdLocked(e, h, max(c.clock.Until(expires), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.
 		c.contendLocked(e, h.etcdKey, h.fence, ct.Mod, h.lease, rec)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
@@ -37,9 +38,10 @@ type Coordinator struct {
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
-	policy   Policy  // who may lock and force release what (WithPolicy)
-	history  History // etcd's past: the floor of the fences (WithHistory)
-	now      func() time.Time
+	policy   Policy           // who may lock and force release what (WithPolicy)
+	history  History          // etcd's past: the floor of the fences (WithHistory)
+	clock    clockwork.Clock  // every time and timer of the engine (WithClock)
+	now      func() time.Time // clock.Now
 	hub      *hub
 
 	stop     context.Context // cancelled by Shutdown: ends every wait
@@ -171,7 +173,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, now: time.Now,
+		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
@@ -185,7 +187,8 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	for _, o := range opts {
 		o(c)
 	}
-	c.hub = newHub(store, layout, log, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
+	c.now = c.clock.Now
+	c.hub = newHub(store, layout, log, c.clock, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
 	return c, nil
 }
 

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"container/heap"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // deadlines ends held locks at their deadline with one timer for all of
@@ -10,8 +12,8 @@ import (
 // holding 100k locks. Guarded by Coordinator.mu.
 type deadlines struct {
 	queue deadlineQueue
-	timer *time.Timer // fires at the earliest deadline, or later
-	at    time.Time   // when timer fires; zero when stopped
+	timer clockwork.Timer // fires at the earliest deadline, or later
+	at    time.Time       // when timer fires; zero when stopped
 }
 
 // deadlineQueue is a min-heap of held locks by due time.
@@ -45,7 +47,7 @@ func (q deadlineQueue) holds(h *held) bool {
 
 // armLocked makes h's deadline fire in d (again, if it was set).
 func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
-	h.entry, h.due = e, time.Now().Add(d)
+	h.entry, h.due = e, c.clock.Now().Add(d)
 	q := &c.deadlines.queue
 	if q.holds(h) {
 		heap.Fix(q, h.slot)
@@ -76,9 +78,9 @@ func (c *Coordinator) scheduleLocked() {
 		return
 	}
 	d.at = due
-	wait := time.Until(due)
+	wait := c.clock.Until(due)
 	if d.timer == nil {
-		d.timer = time.AfterFunc(wait, c.fireDeadlines)
+		d.timer = c.clock.AfterFunc(wait, c.fireDeadlines)
 		return
 	}
 	d.timer.Reset(wait)
@@ -90,7 +92,7 @@ func (c *Coordinator) fireDeadlines() {
 	c.mu.Lock()
 	d := &c.deadlines
 	d.at = time.Time{}
-	now := time.Now()
+	now := c.clock.Now()
 	var due []*held
 	for d.queue.Len() > 0 && !d.queue[0].due.After(now) {
 		due = append(due, heap.Pop(&d.queue).(*held))

@@ -131,7 +131,7 @@ func (c *Coordinator) gate(ctx context.Context, e *entry, req AcquireRequest, st
 			return nil
 		}
 		select {
-		case <-time.After(wait):
+		case <-c.clock.After(wait):
 		case <-ctx.Done():
 			c.retire(e, p.key, p.rev, p.sess)
 			if m.LostAt.IsZero() {

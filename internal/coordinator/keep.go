@@ -76,7 +76,7 @@ func (h *Hold) keep(ctx context.Context) {
 	defer close(h.over)
 	g := h.Grant()
 	done := g.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := h.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	schedule := func(retry time.Duration) {
 		timer.Stop()
@@ -84,7 +84,7 @@ func (h *Hold) keep(ctx context.Context) {
 		if !ok {
 			return // at its max hold: no renewal moves it
 		}
-		d := time.Until(at)
+		d := h.c.clock.Until(at)
 		if retry > 0 {
 			d = retry
 		}
@@ -109,7 +109,7 @@ func (h *Hold) keep(ctx context.Context) {
 			h.letGo(false, why)
 			h.err = g.Err()
 			return
-		case <-timer.C:
+		case <-timer.Chan():
 			if retry := h.renew(ctx, &fails); retry >= 0 {
 				schedule(retry)
 			}
@@ -174,7 +174,7 @@ func (h *Hold) letGo(abandoned bool, why string) {
 		select {
 		case <-g.Done(): // lost with the session, or released by someone else
 			return
-		case <-time.After(wait):
+		case <-c.clock.After(wait):
 		}
 	}
 }

@@ -137,6 +137,12 @@ func newSidecar(t testing.TB, pod string, mods ...func(*Config)) *sidecar {
 
 func newSidecarOn(t testing.TB, w *world, pod string, mods ...func(*Config)) *sidecar {
 	t.Helper()
+	return newSidecarWith(t, w, pod, nil, mods...)
+}
+
+// newSidecarWith is newSidecarOn with the coordinator's options opts.
+func newSidecarWith(t testing.TB, w *world, pod string, opts []Option, mods ...func(*Config)) *sidecar {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("pod", pod)
@@ -171,7 +177,7 @@ func newSidecarOn(t testing.TB, w *world, pod string, mods ...func(*Config)) *si
 		go func() { keeper.Run(ctx); done <- struct{}{} }()
 	}
 	s.calls = &counted{Store: s.raw}
-	c, err := New(cfg, s.calls, s.sessions, log)
+	c, err := New(cfg, s.calls, s.sessions, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

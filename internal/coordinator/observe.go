@@ -112,7 +112,7 @@ func (o *observer) run(ctx context.Context, cs []lockstore.Contender, rev int64)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(retry.NextBackOff()):
+			case <-o.c.clock.After(retry.NextBackOff()):
 			}
 			tctx, cancel := o.c.etcdCtx(ctx)
 			var err error

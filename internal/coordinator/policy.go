@@ -86,7 +86,7 @@ func (c *Coordinator) allowedWithin(ctx context.Context, req AcquireRequest) err
 			return err
 		case <-c.stop.Done():
 			return err
-		case <-time.After(retry.NextBackOff()):
+		case <-c.clock.After(retry.NextBackOff()):
 		}
 		if err = c.allowed(policy.Lock, req.Key); !errors.Is(err, ErrUnavailable) {
 			return err

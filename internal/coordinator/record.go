@@ -128,7 +128,7 @@ func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
 	}
 	e.publishDue = true
 	e.refs++ // the timer's: e stays the lock's entry until it fires
-	time.AfterFunc(d, func() { c.publish(e) })
+	c.clock.AfterFunc(d, func() { c.publish(e) })
 }
 
 // publish writes e's contender record if it still does not say what is

@@ -259,7 +259,7 @@ func (c *Coordinator) retire(e *entry, key string, rev int64, sess lockstore.Ses
 				return
 			case <-c.stop.Done():
 				return
-			case <-time.After(retry.NextBackOff()):
+			case <-c.clock.After(retry.NextBackOff()):
 			}
 			err := c.deleteKey(key, rev)
 			if err == nil {

@@ -73,7 +73,7 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		}
 		c.log.Debug("waiting through an etcd outage", "lock", req.Key.String(), "owner", req.Owner, "err", err)
 		select {
-		case <-time.After(retry.NextBackOff()):
+		case <-c.clock.After(retry.NextBackOff()):
 		case <-ctx.Done():
 			if errors.Is(context.Cause(ctx), errWaitOver) {
 				return Grant{}, err // the wait ran out while nothing could be granted: why

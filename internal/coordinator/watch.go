@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
@@ -35,6 +37,7 @@ type hub struct {
 	store    lockstore.Watches
 	layout   keyspace.Layout
 	log      *slog.Logger
+	clock    clockwork.Clock
 	onDelete func(k keyspace.Key, key string, modRev int64)
 	onResync func(k keyspace.Key, from int64) // the zero k: every lock
 	linger   time.Duration
@@ -68,9 +71,9 @@ type lockWatch struct {
 	wake    chan struct{} // made when its goroutine first starts
 }
 
-func newHub(store lockstore.Watches, layout keyspace.Layout, log *slog.Logger, linger time.Duration, maxLocks int,
+func newHub(store lockstore.Watches, layout keyspace.Layout, log *slog.Logger, clock clockwork.Clock, linger time.Duration, maxLocks int,
 	onDelete func(k keyspace.Key, key string, modRev int64), onResync func(k keyspace.Key, from int64)) *hub {
-	return &hub{store: store, layout: layout, log: log, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
+	return &hub{store: store, layout: layout, log: log, clock: clock, onDelete: onDelete, onResync: onResync, linger: linger, maxLocks: maxLocks,
 		locks: map[keyspace.Key]*lockWatch{}}
 }
 
@@ -253,7 +256,7 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-h.clock.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -272,14 +275,14 @@ func (h *hub) failingLocked(lw *lockWatch, failing bool) {
 // follow handles the responses of one watch until it ends or has not been
 // needed for a linger (idle true); next is the revision to resume from.
 func (h *hub) follow(lw *lockWatch, wch <-chan lockstore.WatchResponse, next *int64) (idle bool) {
-	tick := time.NewTicker(h.linger / 2)
+	tick := h.clock.NewTicker(h.linger / 2)
 	defer tick.Stop()
 	unneeded := 0
 	for {
 		select {
 		case <-lw.wake:
 			unneeded = 0
-		case <-tick.C:
+		case <-tick.Chan():
 			h.mu.Lock()
 			done := h.doneLocked(lw)
 			h.mu.Unlock()

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // young holds the locks granted less than Config.WatchDelay ago that
@@ -18,8 +20,8 @@ import (
 // is a goroutine and a wake-up). Guarded by Coordinator.mu.
 type young struct {
 	queue []youngLock
-	head  int         // queue[:head] were handled
-	timer *time.Timer // fires at the first due; nil before the first grant
+	head  int             // queue[:head] were handled
+	timer clockwork.Timer // fires at the first due; nil before the first grant
 	armed bool
 }
 
@@ -43,7 +45,7 @@ func (c *Coordinator) watchLaterLocked(h *held) {
 		clear(y.queue[n:])
 		y.queue, y.head = y.queue[:n], 0
 	}
-	y.queue = append(y.queue, youngLock{h: h, due: time.Now().Add(c.cfg.WatchDelay)})
+	y.queue = append(y.queue, youngLock{h: h, due: c.clock.Now().Add(c.cfg.WatchDelay)})
 	if !y.armed {
 		c.armYoungLocked(c.cfg.WatchDelay)
 	}
@@ -54,7 +56,7 @@ func (c *Coordinator) armYoungLocked(d time.Duration) {
 	y := &c.young
 	y.armed = true
 	if y.timer == nil {
-		y.timer = time.AfterFunc(d, c.matureYoung)
+		y.timer = c.clock.AfterFunc(d, c.matureYoung)
 		return
 	}
 	y.timer.Reset(d)
@@ -71,7 +73,7 @@ func (c *Coordinator) matureYoung() {
 	defer c.mu.Unlock()
 	y := &c.young
 	y.armed = false
-	now := time.Now()
+	now := c.clock.Now()
 	batch := now.Add(youngSlack(c.cfg.WatchDelay))
 	for ; y.head < len(y.queue); y.head++ {
 		l := y.queue[y.head]

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -104,12 +104,16 @@ func (e *Engine) build(reg prometheus.Registerer) error {
 		source = "the lock policy file " + cfg.PolicyFile
 	}
 	e.guard = policy.NewGuard(cfg.ServiceAccount, source, e.log, e.metrics.PolicyChanged)
+	// One clock for the engine's times and timers, and for the held locks'
+	// ages in the metrics. The lease keeper keeps real time: etcd's lease
+	// runs on etcd's clock, whatever the engine's says.
+	clock := clockwork.NewRealClock()
 	if e.coord, err = coordinator.New(cfg.Coordinator, e.store, e.sessions, e.log,
-		coordinator.WithObserver(e.metrics), coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history)); err != nil {
+		coordinator.WithObserver(e.metrics), coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
 		return err
 	}
 	e.coord.Remember(e.prev.Lost)
-	if err := e.metrics.RegisterHeld(reg, e.coord, time.Now); err != nil {
+	if err := e.metrics.RegisterHeld(reg, e.coord, clock.Now); err != nil {
 		return fmt.Errorf("register the held locks' metrics: %w", err)
 	}
 	return nil
