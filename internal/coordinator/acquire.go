@@ -38,56 +38,84 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	defer func() { c.acquired(req, start, err) }()
 
 	c.mu.Lock()
-	if c.closed || c.draining {
+	e, err := c.enterLocked(req)
+	if err != nil {
 		c.mu.Unlock()
-		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+		return Grant{}, err
 	}
-	if !req.Claim.IsExclusive() {
-		return c.acquireSharedLocked(ctx, req, start)
-	}
-	if len(c.units) > 0 {
-		if s := c.locks[slotName(req.Key, req.Owner)]; s != nil && s.held != nil {
-			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(s), Holder: c.recordOf(s.held), Fence: s.held.fence, Own: true}
-			c.mu.Unlock()
-			return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
-		}
-	}
-	e := c.refLocked(req.Key)
 	defer c.unref(e)
-	if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
+	g, answered, check, err := c.heldHereLocked(e, req, nil)
+	if check != nil {
+		c.mu.Unlock()
+		if g, answered, err := c.verifiedHere(ctx, e, req, check); answered {
+			return g, err
+		}
+		c.mu.Lock()
+	} else if answered {
+		c.mu.Unlock()
 		return g, err
 	}
-	if req.Wait == 0 {
-		return c.tryLocked(ctx, e, req)
+	if req.Wait > 0 {
+		ch, err := c.admitLocked(e, req)
+		c.mu.Unlock()
+		if err != nil {
+			return Grant{}, err
+		}
+		return c.queue(ctx, e, req, start, ch)
 	}
-	return c.queueLocked(ctx, e, req, start)
+	if e.slot != nil {
+		ch := c.lineUpLocked(e, false)
+		c.mu.Unlock()
+		return c.tryShared(ctx, e, req, ch)
+	}
+	step := c.tryStepLocked(e)
+	c.mu.Unlock()
+	return c.tryOnce(ctx, e, req, step)
+}
+
+// enterLocked returns the entry that req contends in, with one more
+// reference: the key's for an exclusive claim, the owner's slot for a
+// shared one. It refuses while the sidecar drains, and a claim of a lock
+// that its owner holds here with a claim of the other kind.
+func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
+	if c.closed || c.draining {
+		return nil, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+	}
+	exclusive := req.Claim.IsExclusive()
+	if !exclusive || len(c.units) > 0 {
+		other := req.Key.String() // where the owner's claim of the other kind would be
+		if exclusive {
+			other = slotName(req.Key, req.Owner)
+		}
+		if x := c.locks[other]; x != nil && x.held != nil && x.held.owner == req.Owner {
+			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(x), Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
+			return nil, fmt.Errorf("acquire %q: %w", req.Key, err)
+		}
+	}
+	if exclusive {
+		return c.refLocked(req.Key), nil
+	}
+	return c.slotLocked(req.Key, req.Owner, req.Claim), nil
 }
 
 // heldHereLocked answers an acquire of a lock held in this sidecar, when
 // its holder's answer is the caller's: the grant again to its owner
 // (acquire is idempotent), a refusal naming the holder to a try. answered
-// says it did; then c.mu is unlocked, else it is still locked.
-func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireRequest) (g Grant, answered bool, err error) {
+// says it did. check is a holder of the owner's that etcd must first be
+// asked about (verifiedHere), unless it is verified, which it was.
+func (c *Coordinator) heldHereLocked(e *entry, req AcquireRequest, verified *held) (g Grant, answered bool, check *held, err error) {
 	if h := e.held; h != nil && !lockstore.Alive(h.sess) {
 		// The session just ended and its watcher has not run yet: the
 		// lock is lost, not something to hand back.
 		c.loseLocked(e, h, LeaseLost)
 		c.passTurnLocked(e)
 	}
-	if h := e.held; h != nil && h.owner == req.Owner && !c.hub.covers(e.key, h.fence) {
+	if h := e.held; h != nil && h != verified && h.owner == req.Owner && !c.hub.covers(e.key, h.fence) {
 		// Asked again before the watch reports this key's deletes (a young
 		// lock, or a watch being established again): etcd says whether
 		// it is still held, so a lock force released meanwhile is never
 		// handed back.
-		c.mu.Unlock()
-		if err := c.verify(ctx, e, h); err != nil {
-			return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return Grant{}, true, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
-		}
+		return Grant{}, false, h, nil
 	}
 	h := e.held
 	// The same owner gets its grant back only from one plain acquire to
@@ -96,22 +124,44 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 	same := h != nil && h.owner == req.Owner && !h.hold && !req.Hold
 	switch {
 	case h == nil:
-		return Grant{}, false, nil
+		return Grant{}, false, nil, nil
 	case same && h.claim() != req.Claim:
 		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim(), Holder: c.recordOf(h), Fence: h.fence, Own: true}
-		c.mu.Unlock()
-		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
+		return Grant{}, true, nil, fmt.Errorf("acquire %q: %w", req.Key, err)
 	case same:
 		g := grantOf(e, h)
 		g.Repeated = true
-		c.mu.Unlock()
-		return g, true, nil
+		return g, true, nil, nil
 	case req.Wait == 0 && !h.ending:
-		err := &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence, Twin: h.owner == req.Owner}
-		c.mu.Unlock()
-		return Grant{}, true, err
+		return Grant{}, true, nil, &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence, Twin: h.owner == req.Owner}
 	}
-	return Grant{}, false, nil
+	return Grant{}, false, nil, nil
+}
+
+// verifiedHere is heldHereLocked's answer once etcd said whether h, the
+// owner's holder here, still holds the lock.
+func (c *Coordinator) verifiedHere(ctx context.Context, e *entry, req AcquireRequest, h *held) (g Grant, answered bool, err error) {
+	if err := c.verify(ctx, e, h); err != nil {
+		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return Grant{}, true, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
+	}
+	g, answered, _, err = c.heldHereLocked(e, req, h)
+	return g, answered, err
+}
+
+// here is heldHereLocked's answer, asking etcd when it must.
+func (c *Coordinator) here(ctx context.Context, e *entry, req AcquireRequest) (Grant, bool, error) {
+	c.mu.Lock()
+	g, answered, check, err := c.heldHereLocked(e, req, nil)
+	c.mu.Unlock()
+	if check != nil {
+		return c.verifiedHere(ctx, e, req, check)
+	}
+	return g, answered, err
 }
 
 // maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
@@ -119,63 +169,82 @@ func (c *Coordinator) heldHereLocked(ctx context.Context, e *entry, req AcquireR
 // refusal, nothing more).
 const maxHeldElsewhere = 1 << 16
 
-// tryLocked tries once, with c.mu locked, which it unlocks: in etcd when
-// the turn is free or is being freed by a release here, else it is
-// refused naming the holder.
-func (c *Coordinator) tryLocked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+// tryStep is what a try of a lock does next, as tryStepLocked found it
+// here: make its transaction (mine: it has the turn, f is its flight), wait
+// for a release here to free the turn (await), wait for another caller's
+// try in flight (f), or, with none of these, be refused.
+type tryStep struct {
+	f     *flight
+	mine  bool
+	await chan struct{}
+}
+
+// tryStepLocked finds what a try of e does next; the turn it takes comes
+// with the flight that the lock's other tries here wait for.
+func (c *Coordinator) tryStepLocked(e *entry) tryStep {
+	if e.takeTurn() {
+		return tryStep{f: fly(c.trying, e), mine: true}
+	}
+	if e.retiring || (e.held != nil && e.held.ending) {
+		// The lock is being released here: etcd may already show it free.
+		return tryStep{await: c.lineUpLocked(e, false)}
+	}
+	return tryStep{f: c.trying[e]}
+}
+
+// tryOnce carries out a try from step on: in etcd when the turn is free
+// or is being freed by a release here, else it is refused naming the
+// holder.
+func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
 	for {
-		if c.tryTurnLocked(e) {
-			return c.tryTracked(ctx, e, req)
-		}
-		if letGo := e.retiring || (e.held != nil && e.held.ending); letGo {
-			// The lock is being released here: etcd may already show it
-			// free. Wait for that one request, then try.
+		switch {
+		case step.mine:
+			return c.tryTracked(ctx, e, req, step.f)
+		case step.await != nil:
+			// Wait for that one request, then try.
 			wctx, cancel := c.etcdCtx(ctx)
-			err := c.waitTurnLocked(wctx, e, false)
+			err := c.awaitTurn(wctx, e, step.await, false)
 			cancel()
-			if err == nil {
-				return c.tryTracked(ctx, e, req)
+			c.mu.Lock()
+			if err == nil { // the turn was handed over
+				step = tryStep{f: fly(c.trying, e), mine: true}
+			} else {
+				step = tryStep{f: c.trying[e]}
 			}
-		}
-		f := c.trying[e]
-		if f == nil {
-			break
+			c.mu.Unlock()
+			continue
+		case step.f == nil:
+			// A local caller is queued in etcd: whoever holds the lock, it
+			// is not this caller.
+			return Grant{}, c.refusal(ctx, req.Key, false, 0)
 		}
 		// Another caller of this sidecar is trying the lock in etcd: its
-		// outcome is this caller's answer, which then names the holder
-		// (a refusal read now could find nobody, the try not committed
-		// yet).
-		c.mu.Unlock()
+		// outcome is this caller's answer, which then names the holder (a
+		// refusal read now could find nobody, the try not committed yet).
 		wctx, cancel := c.etcdCtx(ctx)
 		select {
-		case <-f.done:
+		case <-step.f.done:
 		case <-wctx.Done():
 		}
 		cancel()
-		if wctx.Err() == nil && f.shared() {
-			return Grant{}, f.err // refused as that try was, by the same holder
-		}
-		c.mu.Lock()
 		if wctx.Err() != nil {
-			break
+			return Grant{}, c.refusal(ctx, req.Key, false, 0)
 		}
-		if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
+		if step.f.shared() {
+			return Grant{}, step.f.err // refused as that try was, by the same holder
+		}
+		if g, answered, err := c.here(ctx, e, req); answered {
 			return g, err
 		}
+		c.mu.Lock()
+		step = c.tryStepLocked(e)
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
-	// A local caller is queued in etcd: whoever holds the lock, it is
-	// not this caller.
-	return Grant{}, c.refusal(ctx, req.Key, false, 0)
 }
 
-// tryTracked is try, with c.mu locked, which it unlocks; the caller has
-// the turn. While it is in flight, other tries of the lock here wait for
-// its outcome (Coordinator.trying).
-func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
-	f := &flight{done: make(chan struct{})}
-	c.trying[e] = f
-	c.mu.Unlock()
+// tryTracked is try, the caller having the turn and f, the flight that
+// the lock's other tries here wait for.
+func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest, f *flight) (Grant, error) {
 	var g Grant
 	err := c.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
@@ -198,6 +267,14 @@ func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireReque
 type flight struct {
 	done chan struct{} // closed once err is set
 	err  error         // its refusal; nil when it was granted
+}
+
+// fly starts the flight of e's try, which the lock's other tries here
+// (trying) wait for.
+func fly(trying map[*entry]*flight, e *entry) *flight {
+	f := &flight{done: make(chan struct{})}
+	trying[e] = f
+	return f
 }
 
 // shared reports whether the try's outcome is every other try's too: a

@@ -77,7 +77,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		}
 		c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now(), expiresAt: p.ExpiresAt})
 	}
-	c.signalLocked()
+	signal(c.changes)
 	c.mu.Unlock()
 
 	for _, ct := range stray {

@@ -188,6 +188,8 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		o(c)
 	}
 	c.now = c.clock.Now
+	c.deadlines.clock, c.deadlines.fire = c.clock, c.fireDeadlines
+	c.young.clock, c.young.mature = c.clock, c.matureYoung
 	c.hub = newHub(store, layout, log, c.clock, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
 	return c, nil
 }
@@ -303,7 +305,7 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bo
 	} else {
 		c.watchLaterLocked(h)
 	}
-	c.armLocked(e, h, d)
+	c.deadlines.arm(e, h, d)
 	e.held = h
 	if e.slot != nil {
 		c.units[h.etcdKey] = e
@@ -321,7 +323,7 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 	if e.held != h {
 		return
 	}
-	c.disarmLocked(h)
+	c.deadlines.disarm(h)
 	e.held = nil
 	if c.units[h.etcdKey] == e {
 		delete(c.units, h.etcdKey)
@@ -348,14 +350,15 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 
 // changedLocked notes a change of h for HeldChanges and signals Changes.
 func (c *Coordinator) changedLocked(e *entry, h *held, ended bool) {
-	c.noteLocked(e, h, ended)
-	c.signalLocked()
+	c.journal.note(e, h, ended)
+	signal(c.changes)
 }
 
-// signalLocked signals Changes.
-func (c *Coordinator) signalLocked() {
+// signal pokes ch, a channel of one: a poke already pending stands for
+// this one.
+func signal(ch chan struct{}) {
 	select {
-	case c.changes <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

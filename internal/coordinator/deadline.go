@@ -11,6 +11,8 @@ import (
 // them: a runtime timer per lock costs about 180 bytes, 18 MB for a sidecar
 // holding 100k locks. Guarded by Coordinator.mu.
 type deadlines struct {
+	clock clockwork.Clock
+	fire  func() // Coordinator.fireDeadlines
 	queue deadlineQueue
 	timer clockwork.Timer // fires at the earliest deadline, or later
 	at    time.Time       // when timer fires; zero when stopped
@@ -45,31 +47,30 @@ func (q deadlineQueue) holds(h *held) bool {
 	return h.slot >= 0 && h.slot < len(q) && q[h.slot] == h
 }
 
-// armLocked makes h's deadline fire in d (again, if it was set).
-func (c *Coordinator) armLocked(e *entry, h *held, d time.Duration) {
-	h.entry, h.due = e, c.clock.Now().Add(d)
-	q := &c.deadlines.queue
+// arm makes h's deadline fire in d (again, if it was set).
+func (d *deadlines) arm(e *entry, h *held, in time.Duration) {
+	h.entry, h.due = e, d.clock.Now().Add(in)
+	q := &d.queue
 	if q.holds(h) {
 		heap.Fix(q, h.slot)
 	} else {
 		heap.Push(q, h)
 	}
-	c.scheduleLocked()
+	d.schedule()
 }
 
-// disarmLocked cancels h's deadline.
-func (c *Coordinator) disarmLocked(h *held) {
-	q := &c.deadlines.queue
+// disarm cancels h's deadline.
+func (d *deadlines) disarm(h *held) {
+	q := &d.queue
 	if q.holds(h) {
 		heap.Remove(q, h.slot)
 	}
 	h.slot = -1
 }
 
-// scheduleLocked sets the timer for the earliest deadline when it would
-// fire later than that.
-func (c *Coordinator) scheduleLocked() {
-	d := &c.deadlines
+// schedule sets the timer for the earliest deadline when it would fire
+// later than that.
+func (d *deadlines) schedule() {
 	if d.queue.Len() == 0 {
 		return // a timer that finds nothing due does nothing
 	}
@@ -78,9 +79,9 @@ func (c *Coordinator) scheduleLocked() {
 		return
 	}
 	d.at = due
-	wait := c.clock.Until(due)
+	wait := d.clock.Until(due)
 	if d.timer == nil {
-		d.timer = c.clock.AfterFunc(wait, c.fireDeadlines)
+		d.timer = d.clock.AfterFunc(wait, d.fire)
 		return
 	}
 	d.timer.Reset(wait)
@@ -97,7 +98,7 @@ func (c *Coordinator) fireDeadlines() {
 	for d.queue.Len() > 0 && !d.queue[0].due.After(now) {
 		due = append(due, heap.Pop(&d.queue).(*held))
 	}
-	c.scheduleLocked()
+	d.schedule()
 	c.mu.Unlock()
 	for _, h := range due {
 		go c.expire(h.entry, h)

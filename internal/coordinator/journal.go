@@ -41,9 +41,8 @@ func heldLockOf(e *entry, h *held) HeldLock {
 	return HeldLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Hold: h.hold, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt}
 }
 
-// noteLocked records a change of h, unless changes are being dropped.
-func (c *Coordinator) noteLocked(e *entry, h *held, ended bool) {
-	j := &c.journal
+// note records a change of h, unless changes are being dropped.
+func (j *journal) note(e *entry, h *held, ended bool) {
 	switch {
 	case j.overflow:
 	case len(j.changes) >= maxJournal:

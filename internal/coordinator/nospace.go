@@ -59,7 +59,7 @@ func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, 
 	}
 	c.recLocked(e) // what etcd has: the record with the deadline before
 	h.expiresAt, h.ttl = exp.UTC(), ttl
-	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
+	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
 	// Written into the record once etcd takes writes again, tried every
 	// recordRetry until then.

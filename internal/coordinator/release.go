@@ -136,7 +136,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
 	c.wroteLocked(e, h.etcdKey, h.fence, out.Rev, rec)
-	c.armLocked(e, h, h.expiresAt.Sub(c.now()))
+	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
 	c.changedLocked(e, h, false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
@@ -215,12 +215,12 @@ func (c *Coordinator) expire(e *entry, h *held) {
 		return
 	}
 	if h.ending { // a release or extend is in flight: look again soon
-		c.armLocked(e, h, 100*time.Millisecond)
+		c.deadlines.arm(e, h, 100*time.Millisecond)
 		c.mu.Unlock()
 		return
 	}
 	if d := h.expiresAt.Sub(c.now()); d > 0 { // extended meanwhile
-		c.armLocked(e, h, d)
+		c.deadlines.arm(e, h, d)
 		c.mu.Unlock()
 		return
 	}

@@ -63,37 +63,20 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 	return e
 }
 
-// acquireSharedLocked is Acquire of a shared claim, with c.mu locked,
-// which it unlocks.
-func (c *Coordinator) acquireSharedLocked(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
-	if x := c.locks[req.Key.String()]; x != nil && x.held != nil && x.held.owner == req.Owner {
-		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(x), Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
-		c.mu.Unlock()
-		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
-	}
-	e := c.slotLocked(req.Key, req.Owner, req.Claim)
-	defer c.unref(e)
-	if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
-		return g, err
-	}
-	if req.Wait > 0 {
-		return c.queueLocked(ctx, e, req, start)
-	}
-	if !c.tryTurnLocked(e) {
-		// The same owner's other call is in flight: its outcome is this
-		// one's answer too.
-		wctx, cancel := c.etcdCtx(ctx)
-		err := c.waitTurnLocked(wctx, e, false)
-		cancel()
-		if err != nil {
-			if g, answered, err := c.heldHereLocked(ctx, e, req); answered {
-				return g, err
-			}
-			c.mu.Unlock()
-			return Grant{}, fmt.Errorf("acquire %q: %w: another acquire by %s is in flight; retry", req.Key, ErrUnavailable, req.Owner)
+// tryShared is a try of a shared claim, lined up for the turn of its
+// owner's slot as ch: nil when it had the turn at once, else the same
+// owner's other call is in flight, and its outcome is this one's answer
+// too.
+func (c *Coordinator) tryShared(ctx context.Context, e *entry, req AcquireRequest, ch chan struct{}) (Grant, error) {
+	wctx, cancel := c.etcdCtx(ctx)
+	err := c.awaitTurn(wctx, e, ch, false)
+	cancel()
+	if err != nil {
+		if g, answered, err := c.here(ctx, e, req); answered {
+			return g, err
 		}
+		return Grant{}, fmt.Errorf("acquire %q: %w: another acquire by %s is in flight; retry", req.Key, ErrUnavailable, req.Owner)
 	}
-	c.mu.Unlock()
 	return c.tryIn(ctx, e, req)
 }
 

@@ -43,8 +43,8 @@ func (c *Coordinator) unref(e *entry) {
 	c.mu.Unlock()
 }
 
-// tryTurnLocked takes the turn if it is free.
-func (c *Coordinator) tryTurnLocked(e *entry) bool {
+// takeTurn takes the turn if it is free. Guarded by Coordinator.mu.
+func (e *entry) takeTurn() bool {
 	if e.busy {
 		return false
 	}
@@ -52,21 +52,30 @@ func (c *Coordinator) tryTurnLocked(e *entry) bool {
 	return true
 }
 
-// waitTurnLocked queues for the turn in FIFO order. A waiter (a blocking
-// acquire, not a try waiting out a release) is counted in the lock's record
-// while it queues. It must be called with c.mu held and returns with c.mu
-// held.
-func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry, waiter bool) error {
-	if c.tryTurnLocked(e) {
+// lineUpLocked takes the turn if it is free (nil), or queues for it in
+// FIFO order and returns what awaitTurn waits on. A waiter (a blocking
+// acquire, not a try waiting out a release) is counted in the lock's
+// record while it queues.
+func (c *Coordinator) lineUpLocked(e *entry, waiter bool) chan struct{} {
+	if e.takeTurn() {
 		return nil
 	}
 	if waiter {
 		c.queueChangedLocked(e, 1)
-		defer c.queueChangedLocked(e, -1)
 	}
 	ch := make(chan struct{})
 	e.queue = append(e.queue, ch)
-	c.mu.Unlock()
+	return ch
+}
+
+// awaitTurn waits, without c.mu, for the turn that lineUpLocked queued for
+// as ch (nil: the turn was had at once). When ctx ends or the coordinator
+// shuts down first, it leaves the queue, passing the turn on if it was
+// handed over meanwhile.
+func (c *Coordinator) awaitTurn(ctx context.Context, e *entry, ch chan struct{}, waiter bool) error {
+	if ch == nil {
+		return nil
+	}
 	var err error
 	select {
 	case <-ch:
@@ -75,7 +84,14 @@ func (c *Coordinator) waitTurnLocked(ctx context.Context, e *entry, waiter bool)
 	case <-c.stop.Done():
 		err = fmt.Errorf("%w: shutting down", ErrUnavailable)
 	}
+	if err == nil && !waiter {
+		return nil
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if waiter {
+		c.queueChangedLocked(e, -1)
+	}
 	if err == nil {
 		return nil
 	}

@@ -13,14 +13,23 @@ import (
 // errWaitOver is the cause of a wait's context when the wait runs out.
 var errWaitOver = errors.New("wait over")
 
-// queueLocked waits for the lock, with c.mu locked, which it unlocks: in
-// line for the turn behind the callers of this sidecar, then in etcd.
-func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+// admitLocked admits req's waiter, when this sidecar has room for one
+// more, and lines it up for the lock's turn behind the callers of this
+// sidecar (lineUpLocked), telling it its place when it is behind one.
+func (c *Coordinator) admitLocked(e *entry, req AcquireRequest) (chan struct{}, error) {
 	if c.waiting >= c.cfg.MaxWaiters {
-		c.mu.Unlock()
-		return Grant{}, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
+		return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
 	}
 	c.waiting++
+	if e.busy && req.Position != nil {
+		req.Position.set(len(e.queue) + 1)
+	}
+	return c.lineUpLocked(e, true), nil
+}
+
+// queue waits for the lock, admitted by admitLocked, which lined it up
+// for the turn as ch: in line for the turn, then in etcd.
+func (c *Coordinator) queue(ctx context.Context, e *entry, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
 	c.hub.need(req.Key, 0) // whatever it waits behind, it must hear of its end
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
@@ -36,23 +45,21 @@ func (c *Coordinator) queueLocked(ctx context.Context, e *entry, req AcquireRequ
 			c.obs.Units(req.Key.String(), req.Claim.Limit, false, -req.Claim.Units())
 		}
 	}()
-	if err := c.awaitTurnLocked(ctx, e, req, start); err != nil {
-		return Grant{}, err
+	if err := c.awaitTurn(ctx, e, ch, true); err != nil {
+		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
 	}
 	return c.waitThrough(ctx, e, req, start)
 }
 
-// awaitTurnLocked, with c.mu locked (it unlocks it), waits in line for the
-// lock's turn behind this sidecar's other callers, telling the caller its
-// place when it is behind one (a hold stream may have told its caller
-// nothing yet).
-func (c *Coordinator) awaitTurnLocked(ctx context.Context, e *entry, req AcquireRequest, start time.Time) error {
+// turnAgain lines a waiter up for the lock's turn again, and waits for it.
+func (c *Coordinator) turnAgain(ctx context.Context, e *entry, req AcquireRequest, start time.Time) error {
+	c.mu.Lock()
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
-	err := c.waitTurnLocked(ctx, e, true)
+	ch := c.lineUpLocked(e, true)
 	c.mu.Unlock()
-	if err != nil {
+	if err := c.awaitTurn(ctx, e, ch, true); err != nil {
 		return c.waitFailed(ctx, req.Key, start, err)
 	}
 	return nil
@@ -82,8 +89,7 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		case <-c.stop.Done():
 			return Grant{}, err
 		}
-		c.mu.Lock()
-		if err := c.awaitTurnLocked(ctx, e, req, start); err != nil {
+		if err := c.turnAgain(ctx, e, req, start); err != nil {
 			return Grant{}, err
 		}
 	}

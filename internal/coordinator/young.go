@@ -19,10 +19,12 @@ import (
 // many locks are granted meanwhile, rather than once per grant (each firing
 // is a goroutine and a wake-up). Guarded by Coordinator.mu.
 type young struct {
-	queue []youngLock
-	head  int             // queue[:head] were handled
-	timer clockwork.Timer // fires at the first due; nil before the first grant
-	armed bool
+	clock  clockwork.Clock
+	mature func() // Coordinator.matureYoung
+	queue  []youngLock
+	head   int             // queue[:head] were handled
+	timer  clockwork.Timer // fires at the first due; nil before the first grant
+	armed  bool
 }
 
 // youngLock is a held lock and when its delay is up.
@@ -47,16 +49,15 @@ func (c *Coordinator) watchLaterLocked(h *held) {
 	}
 	y.queue = append(y.queue, youngLock{h: h, due: c.clock.Now().Add(c.cfg.WatchDelay)})
 	if !y.armed {
-		c.armYoungLocked(c.cfg.WatchDelay)
+		y.arm(c.cfg.WatchDelay)
 	}
 }
 
-// armYoungLocked makes the timer fire in d.
-func (c *Coordinator) armYoungLocked(d time.Duration) {
-	y := &c.young
+// arm makes the timer fire in d.
+func (y *young) arm(d time.Duration) {
 	y.armed = true
 	if y.timer == nil {
-		y.timer = c.clock.AfterFunc(d, c.matureYoung)
+		y.timer = y.clock.AfterFunc(d, y.mature)
 		return
 	}
 	y.timer.Reset(d)
@@ -78,7 +79,7 @@ func (c *Coordinator) matureYoung() {
 	for ; y.head < len(y.queue); y.head++ {
 		l := y.queue[y.head]
 		if l.due.After(batch) {
-			c.armYoungLocked(l.due.Sub(now))
+			y.arm(l.due.Sub(now))
 			return
 		}
 		y.queue[y.head] = youngLock{}
