@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +14,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	xtrace "golang.org/x/exp/trace"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 // pathRuns is how many acquires TestAcquirePath traces; a file is on the
@@ -48,53 +54,141 @@ func TestAcquirePath(t *testing.T) {
 		}
 	}
 
-	seen := map[string]int{}
-	for i := range pathRuns {
-		var buf bytes.Buffer
-		if err := trace.Start(&buf); err != nil {
-			t.Fatal(err)
-		}
+	files, pkgs := tracedPath(t, func(i int) {
 		code, body := do(t, c, http.MethodPost, fmt.Sprintf("/v1/locks/path-%d", i), `{"owner":"o"}`)
-		trace.Stop()
 		if code != http.StatusOK {
 			t.Fatalf("acquire: %d %s", code, body)
 		}
-		files, err := requestFiles(&buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			seen[f]++
-		}
-	}
-	var files []string
-	pkgs := map[string]bool{}
-	for f, n := range seen {
-		if n > pathRuns/2 {
-			files = append(files, f)
-			pkgs[path.Dir(f)] = true
-		}
-	}
-	slices.Sort(files)
-	t.Logf("the path of one acquire: %d files in %d packages: %s", len(files), len(pkgs), strings.Join(files, ", "))
+	})
+	t.Logf("the path of one acquire: %d files in %d packages: %s", len(files), pkgs, strings.Join(files, ", "))
 	// The ends of the path, or the tracer saw nothing of it.
 	for _, end := range []string{"internal/server/locks.go", "internal/lockstore/etcdstore/commit.go"} {
 		if !slices.Contains(files, end) {
 			t.Fatalf("%s is not on the traced path %v: the trace missed the request", end, files)
 		}
 	}
-	if len(files) > 8 || len(pkgs) > 4 {
-		t.Errorf("one acquire crosses %d files in %d packages; at most 8 in 4", len(files), len(pkgs))
+	if len(files) > 8 || pkgs > 4 {
+		t.Errorf("one acquire crosses %d files in %d packages; at most 8 in 4", len(files), pkgs)
 	}
+	checkPathDoc(t, "## The path of one acquire", files)
+}
+
+// TestBlockingAcquirePath is TestAcquirePath for a blocking acquire that
+// queues behind a holder and is granted when it releases: from the
+// request, through the queue write and the wait on the lock's watch, to
+// the grant. The holder is etcd's own concurrency.Mutex (as `etcdctl lock`),
+// so that the only lock request the sidecar serves is the waiter's. It must
+// cross at most 10 files.
+func TestBlockingAcquirePath(t *testing.T) {
+	dir, err := os.MkdirTemp("", "baton-path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "baton.sock")
+	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scope", "blocking-path-test", "--health-addr", "", "--metrics-addr", freePort(t))
+	waiter := unixClient(sock)
+	cli, _ := testEtcd.Client(t)
+	sess, err := concurrency.NewSession(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	layout, err := keyspace.NewLayout("blocking-path-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	handOver := func(name string) {
+		k, err := keyspace.ParseKey(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := concurrency.NewMutex(sess, layout.MutexName(k))
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 1)
+		go func() {
+			code, body := do(t, waiter, http.MethodPost, "/v1/locks/"+name, `{"owner":"w","wait":"30s"}`)
+			got <- fmt.Sprint(code, " ", body)
+		}()
+		waitUntil(t, 10*time.Second, "the waiter queued", func() bool {
+			resp, err := cli.Get(ctx, layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && resp.Count == 2
+		})
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; !strings.HasPrefix(r, "200 ") {
+			t.Fatalf("the waiter: %s", r)
+		}
+	}
+	for i := range 2 { // what is done once per process is not the path
+		handOver(fmt.Sprintf("warm-%d", i))
+	}
+	files, pkgs := tracedPath(t, func(i int) { handOver(fmt.Sprintf("path-%d", i)) })
+	t.Logf("the path of a blocking acquire: %d files in %d packages: %s", len(files), pkgs, strings.Join(files, ", "))
+	for _, end := range []string{"internal/server/locks.go", "internal/coordinator/wait.go", "internal/lockstore/etcdstore/commit.go"} {
+		if !slices.Contains(files, end) {
+			t.Fatalf("%s is not on the traced path %v: the trace missed the request", end, files)
+		}
+	}
+	if len(files) > 10 {
+		t.Errorf("a blocking acquire crosses %d files; at most 10", len(files))
+	}
+	checkPathDoc(t, "## The path of a blocking acquire", files)
+}
+
+// tracedPath traces pathRuns runs of run(i) and returns the files of
+// Baton's code on the stacks of the goroutines that served the lock
+// requests in most runs, and how many packages hold them.
+func tracedPath(t *testing.T, run func(i int)) (files []string, pkgs int) {
+	t.Helper()
+	seen := map[string]int{}
+	for i := range pathRuns {
+		var buf bytes.Buffer
+		if err := trace.Start(&buf); err != nil {
+			t.Fatal(err)
+		}
+		run(i)
+		trace.Stop()
+		fs, err := requestFiles(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			seen[f]++
+		}
+	}
+	dirs := map[string]bool{}
+	for f, n := range seen {
+		if n > pathRuns/2 {
+			files = append(files, f)
+			dirs[path.Dir(f)] = true
+		}
+	}
+	slices.Sort(files)
+	return files, len(dirs)
+}
+
+// checkPathDoc fails unless docs/design.md's section titled heading names
+// each of files.
+func checkPathDoc(t *testing.T, heading string, files []string) {
+	t.Helper()
 	doc, err := os.ReadFile("../../docs/design.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(doc), "## The path of one acquire")
+	_, section, found := strings.Cut(string(doc), heading+"\n")
+	if !found {
+		t.Fatalf("docs/design.md has no section %q", heading)
+	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	for _, f := range files {
 		if !strings.Contains(section, "`"+strings.TrimPrefix(f, "internal/")) {
-			t.Errorf("docs/design.md's path of one acquire does not name %s", strings.TrimPrefix(f, "internal/"))
+			t.Errorf("docs/design.md's %q does not name %s", strings.TrimPrefix(heading, "## "), strings.TrimPrefix(f, "internal/"))
 		}
 	}
 }
