@@ -61,13 +61,14 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		writeError(w, errors.New("this connection cannot stream"))
 		return
 	}
-	if b.Owner == "" {
-		b.Owner = coordinator.NewOwner() // known before the grant, for queued events
+	req := b.AcquireRequest
+	if req.Owner == "" {
+		req.Owner = coordinator.NewOwner() // known before the grant, for queued events
 	}
 	ctx := r.Context()
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
 	pos := coordinator.NewPosition()
-	req := coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay, Hold: true, Position: pos}
+	req.Key, req.Hold, req.Position = k, true, pos
 	res := make(chan acquired, 1)
 	go func() {
 		g, err := s.locks.Acquire(ctx, req)
@@ -82,13 +83,13 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		// A send fails when the caller hung up, which also ends the wait
 		// (the request's context) and so comes back through res.
 		case <-pos.Changed():
-			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: b.Owner, Position: pos.Ahead()})
+			_ = st.send(lockapi.Event{Event: lockapi.EventQueued, Key: k.String(), Owner: req.Owner, Position: pos.Ahead()})
 		case <-tick.C:
 			// A caller that waits hears heartbeats from the first tick,
 			// queued or not yet (a wait riding out etcd or the policy
 			// being unknown): its connection stays alive. A try's answer
 			// comes before any tick, as a plain status when refused.
-			if st.started || b.Wait > 0 {
+			if st.started || req.Wait > 0 {
 				_ = st.send(lockapi.Event{Event: lockapi.EventHeartbeat, Key: k.String()})
 			}
 		case a := <-res:

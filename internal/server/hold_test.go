@@ -118,6 +118,23 @@ func TestHoldQueuesAndHearsRelease(t *testing.T) {
 	}
 }
 
+// A hold that names no owner is given one before it queues: its queued
+// event names it, and its grant is that owner's.
+func TestHoldWithoutOwnerIsNamedBeforeItQueues(t *testing.T) {
+	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
+	a.do("POST", "/v1/locks/named", `{"owner":"first"}`).expect(t, 200, "")
+	h := b.openHold("named", `{"wait":"30s"}`)
+	q := h.next()
+	owner, _ := q["owner"].(string)
+	if q["event"] != lockapi.EventQueued || !strings.HasPrefix(owner, "exec-") {
+		t.Fatalf("first event %v, want queued with an owner made up for the caller", q)
+	}
+	a.do("DELETE", "/v1/locks/named?owner=first", "").expect(t, 200, "")
+	if g := h.next(); g["event"] != lockapi.EventGranted || g["owner"] != owner {
+		t.Fatalf("event %v, want granted to %s", g, owner)
+	}
+}
+
 func TestHoldWaitRunsOut(t *testing.T) {
 	a, b := newAPI(t, "pod-a"), newAPI(t, "pod-b")
 	a.do("POST", "/v1/locks/busy", `{"owner":"holder"}`).expect(t, 200, "")

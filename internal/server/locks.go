@@ -62,7 +62,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, err)
 		return
 	}
-	g, err := s.locks.Acquire(r.Context(), coordinator.AcquireRequest{Key: k, Owner: b.Owner, TTL: b.TTL, Wait: b.Wait, MaxHold: b.MaxHold, Claim: b.Claim, Once: b.Once, LockDelay: b.LockDelay})
+	req := b.AcquireRequest
+	req.Key = k
+	g, err := s.locks.Acquire(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -18,21 +18,14 @@ import (
 )
 
 // acquireBody is the body of POST /v1/locks/{key}, {key}:hold and
-// {key}:extend.
+// {key}:extend, decoded straight into the engine's request, which checks
+// it (Coordinator.Acquire): the key comes from the path, Hold and
+// Position from the route.
 type acquireBody struct {
-	Owner string
-	TTL   time.Duration
-	Wait  time.Duration
-	// MaxHold caps a hold stream's lock however long it is renewed.
-	MaxHold time.Duration
-	// Claim is the mode, limit and weight asked for; claimed says any of
-	// them was given (extend takes none).
-	Claim   keyspace.Claim
+	coordinator.AcquireRequest
+	// claimed says that a mode, limit or weight was given (extend takes
+	// none).
 	claimed bool
-	// Once is set for a run-once call (once: true).
-	Once *coordinator.Once
-	// LockDelay is the lock delay asked for.
-	LockDelay time.Duration
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match

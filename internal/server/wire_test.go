@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/lockapi"
 )
 
@@ -17,12 +18,12 @@ func TestDecodeBody(t *testing.T) {
 	}{
 		{``, acquireBody{}},
 		{`{}`, acquireBody{}},
-		{`{"owner":"o","ttl":"5m","wait":"30s"}`, acquireBody{Owner: "o", TTL: 5 * time.Minute, Wait: 30 * time.Second}},
-		{`{"ttl":90,"wait":0.5}`, acquireBody{TTL: 90 * time.Second, Wait: 500 * time.Millisecond}},
+		{`{"owner":"o","ttl":"5m","wait":"30s"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "o", TTL: 5 * time.Minute, Wait: 30 * time.Second}}},
+		{`{"ttl":90,"wait":0.5}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: 90 * time.Second, Wait: 500 * time.Millisecond}}},
 		{`{"wait":0}`, acquireBody{}},
 		{`{"owner":null,"ttl":null}`, acquireBody{}},
-		{" \n{\"owner\":\"x\"}\n", acquireBody{Owner: "x"}},
-		{`{"ttl":"1m","max_hold":"2h"}`, acquireBody{TTL: time.Minute, MaxHold: 2 * time.Hour}},
+		{" \n{\"owner\":\"x\"}\n", acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "x"}}},
+		{`{"ttl":"1m","max_hold":"2h"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: time.Minute, MaxHold: 2 * time.Hour}}},
 	}
 	for _, tt := range tests {
 		got, err := decodeBody(strings.NewReader(tt.in))
