@@ -43,7 +43,11 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		c.mu.Unlock()
 		return Grant{}, err
 	}
-	defer c.unref(e)
+	defer func() {
+		if err != nil || g.Repeated {
+			c.unref(e) // else a grant took the caller's reference for its holder
+		}
+	}()
 	g, answered, check, err := c.heldHereLocked(e, req, nil)
 	if check != nil {
 		c.mu.Unlock()
@@ -86,19 +90,33 @@ type tryStep struct {
 	f     *flight
 	mine  bool
 	await chan struct{}
+	// readFirst says that the lock was last seen held elsewhere (read it
+	// before writing); load is how many locks the sidecar has (the lease
+	// to put the key on). Both are read with the turn.
+	readFirst bool
+	load      int
 }
 
 // tryStepLocked finds what a try of e does next; the turn it takes comes
 // with the flight that the lock's other tries here wait for.
 func (c *Coordinator) tryStepLocked(e *entry) tryStep {
 	if e.takeTurn() {
-		return tryStep{f: fly(c.trying, e), mine: true}
+		return e.startTry(c.heldElsewhere, len(c.locks))
 	}
 	if e.retiring || (e.held != nil && e.held.ending) {
 		// The lock is being released here: etcd may already show it free.
 		return tryStep{await: c.lineUpLocked(e, false)}
 	}
-	return tryStep{f: c.trying[e]}
+	return tryStep{f: e.inFlight()}
+}
+
+// startTry is the step of a try of e that has the turn, with the locks
+// seen held elsewhere and the number of locks of the sidecar. Guarded by
+// Coordinator.mu.
+func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
+	f := &flight{done: make(chan struct{})}
+	e.trying = f
+	return tryStep{f: f, mine: true, readFirst: elsewhere[e.key.String()], load: load}
 }
 
 // tryOnce carries out a try from step on: in etcd when the turn is free
@@ -108,7 +126,7 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 	for {
 		switch {
 		case step.mine:
-			return c.tryTracked(ctx, e, req, step.f)
+			return c.tryTracked(ctx, e, req, step)
 		case step.await != nil:
 			// Wait for that one request, then try.
 			wctx, cancel := c.etcdCtx(ctx)
@@ -116,9 +134,9 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 			cancel()
 			c.mu.Lock()
 			if err == nil { // the turn was handed over
-				step = tryStep{f: fly(c.trying, e), mine: true}
+				step = e.startTry(c.heldElsewhere, len(c.locks))
 			} else {
-				step = tryStep{f: c.trying[e]}
+				step = tryStep{f: e.inFlight()}
 			}
 			c.mu.Unlock()
 			continue
@@ -151,23 +169,18 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 	}
 }
 
-// tryTracked is try, the caller having the turn and f, the flight that
-// the lock's other tries here wait for.
-func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest, f *flight) (Grant, error) {
+// tryTracked is try, the caller having the turn and step's flight, which
+// the lock's other tries here wait for until it is done.
+func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
 	var g Grant
 	err := c.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
-		g, err = c.try(ctx, e, req)
+		g, err = c.try(ctx, e, req, step)
 	} else {
 		c.leaveTurn(e)
 	}
-	c.mu.Lock()
-	if c.trying[e] == f {
-		delete(c.trying, e)
-	}
-	c.mu.Unlock()
-	f.err = err
-	close(f.done)
+	step.f.err = err
+	close(step.f.done)
 	return g, err
 }
 
@@ -178,12 +191,18 @@ type flight struct {
 	err  error         // its refusal; nil when it was granted
 }
 
-// fly starts the flight of e's try, which the lock's other tries here
-// (trying) wait for.
-func fly(trying map[*entry]*flight, e *entry) *flight {
-	f := &flight{done: make(chan struct{})}
-	trying[e] = f
-	return f
+// inFlight returns the try of e in flight here, if any. Guarded by
+// Coordinator.mu.
+func (e *entry) inFlight() *flight {
+	if f := e.trying; f != nil {
+		select {
+		case <-f.done:
+			e.trying = nil
+		default:
+			return f
+		}
+	}
+	return nil
 }
 
 // shared reports whether the try's outcome is every other try's too: a
@@ -197,7 +216,7 @@ func (f *flight) shared() bool {
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
-func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
 	sess, err := c.session(ctx)
 	if err != nil {
 		c.leaveTurn(e)
@@ -211,12 +230,8 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest) (Gr
 	// A lock last seen held elsewhere is read first: a refusal is then a
 	// linearizable read, with no raft entry (a transaction whose compare
 	// fails still costs one, and an fsync, when it has a write branch).
-	c.mu.Lock()
-	readFirst := c.heldElsewhere[req.Key.String()]
-	load := len(c.locks)
-	c.mu.Unlock()
-	id := sess.LeaseFor(load)
-	if readFirst {
+	id := sess.LeaseFor(step.load)
+	if step.readFirst {
 		first, err := c.firstContender(ctx, req.Key)
 		if err != nil {
 			c.leaveTurn(e)
@@ -318,7 +333,8 @@ func heldFrom(k keyspace.Key, first *lockstore.Contender, waited bool, wait time
 }
 
 // grant records a lock granted in etcd; the caller has the turn, which the
-// holder keeps until the lock ends. rec is the grant's record: for a try,
+// holder keeps until the lock ends, and a reference to e (Acquire's), which
+// the holder takes over when it grants. rec is the grant's record: for a try,
 // the value its transaction wrote; for a waiter, whose key still holds the
 // record it queued with, what that record becomes.
 func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session, id lockstore.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
@@ -346,8 +362,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 	if req.MaxHold > 0 {
 		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
 	}
-	e.refs++
-	c.holdLocked(e, h, req.TTL, req.Hold)
+	c.holdLocked(e, h, req.TTL, req.Hold) // the holder takes the caller's reference to e
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -47,6 +48,7 @@ type Coordinator struct {
 	stop     context.Context // cancelled by Shutdown: ends every wait
 	stopNow  context.CancelFunc
 	watching map[lockstore.Session]bool // sessions whose end is watched
+	watched  atomic.Value               // the watchedSession last made sure of, read without mu
 
 	mu    engineMutex
 	locks map[string]*entry // by name: the key's, or a shared claim's slotName
@@ -57,7 +59,6 @@ type Coordinator struct {
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
 	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
-	trying        map[*entry]*flight     // by lock entry: the try in flight, whose outcome the lock's other tries here wait for
 	journal       journal                // changes of the held locks, for HeldChanges
 	deadlines     deadlines              // when the held locks expire
 	sweptAt       time.Time              // last pruning of ended
@@ -106,6 +107,10 @@ type entry struct {
 	queued int // blocking callers in queue: the record tells other sidecars
 
 	held *held // the local holder, nil when none
+
+	// trying is the last try of the lock here: while it is in flight, the
+	// lock's other tries here wait for its outcome (inFlight).
+	trying *flight
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
 
@@ -181,7 +186,6 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		ended:         map[endedKey]endedLock{},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
-		trying:        map[*entry]*flight{},
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {

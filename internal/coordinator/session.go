@@ -20,11 +20,18 @@ func (c *Coordinator) session(ctx context.Context) (lockstore.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	if w, _ := c.watched.Load().(watchedSession); w.s == s {
+		return s, nil // as nearly always: the session of the last call
+	}
 	c.mu.Lock()
 	c.watchLocked(s)
 	c.mu.Unlock()
 	return s, nil
 }
+
+// watchedSession is the session whose end was last made sure to be
+// watched (Coordinator.watched).
+type watchedSession struct{ s lockstore.Session }
 
 // watchLocked makes sure the end of s is watched.
 func (c *Coordinator) watchLocked(s lockstore.Session) {
@@ -32,6 +39,7 @@ func (c *Coordinator) watchLocked(s lockstore.Session) {
 		c.watching[s] = true
 		go c.watchSession(s)
 	}
+	c.watched.Store(watchedSession{s})
 }
 
 // watchSession marks every lock of s lost when s ends.
