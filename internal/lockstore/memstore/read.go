@@ -9,10 +9,13 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
+// keys are the contender keys, by name. Guarded by Store.mu.
+type keys map[string]*lockstore.Contender
+
 // under returns the keys under prefix in key order.
-func (m *Store) under(prefix string) []lockstore.Contender {
+func (ks keys) under(prefix string) []lockstore.Contender {
 	var cs []lockstore.Contender
-	for name, k := range m.keys {
+	for name, k := range ks {
 		if strings.HasPrefix(name, prefix) {
 			cs = append(cs, *k)
 		}
@@ -21,8 +24,9 @@ func (m *Store) under(prefix string) []lockstore.Contender {
 	return cs
 }
 
-func (m *Store) firstLocked(lock string) *lockstore.Contender {
-	cs := m.under(lock)
+// first returns the first contender of lock, nil when it has none.
+func (ks keys) first(lock string) *lockstore.Contender {
+	cs := ks.under(lock)
 	if len(cs) == 0 {
 		return nil
 	}
@@ -30,24 +34,26 @@ func (m *Store) firstLocked(lock string) *lockstore.Contender {
 	return &f
 }
 
-func (m *Store) aheadLocked(lock, key string, create int64) (ahead []string, rev int64, mine bool) {
-	if k := m.keys[key]; k == nil || k.Create != create {
-		return nil, m.rev, false
+// ahead returns the contenders of lock created before key (created at
+// create), the last created first, and whether key is there.
+func (ks keys) ahead(lock, key string, create int64) (ahead []string, mine bool) {
+	if k := ks[key]; k == nil || k.Create != create {
+		return nil, false
 	}
-	cs := m.under(lock)
+	cs := ks.under(lock)
 	slices.SortFunc(cs, func(a, b lockstore.Contender) int { return cmp.Compare(b.Create, a.Create) })
 	for _, c := range cs {
 		if c.Create < create {
 			ahead = append(ahead, c.Key)
 		}
 	}
-	return ahead, m.rev, true
+	return ahead, true
 }
 
-// lineLocked returns the contenders of lock created before rev, first
-// created first.
-func (m *Store) lineLocked(lock string, rev int64) []lockstore.Contender {
-	cs := slices.DeleteFunc(m.under(lock), func(c lockstore.Contender) bool { return c.Create >= rev })
+// line returns the contenders of lock created before rev, first created
+// first.
+func (ks keys) line(lock string, rev int64) []lockstore.Contender {
+	cs := slices.DeleteFunc(ks.under(lock), func(c lockstore.Contender) bool { return c.Create >= rev })
 	slices.SortFunc(cs, func(a, b lockstore.Contender) int { return cmp.Compare(a.Create, b.Create) })
 	return cs
 }
@@ -68,13 +74,16 @@ func (m *Store) read(ctx context.Context, f func()) error {
 
 // First implements lockstore.Store.
 func (m *Store) First(ctx context.Context, lock string) (f *lockstore.Contender, err error) {
-	err = m.read(ctx, func() { f = m.firstLocked(lock) })
+	err = m.read(ctx, func() { f = m.keys.first(lock) })
 	return f, err
 }
 
 // Ahead implements lockstore.Store.
 func (m *Store) Ahead(ctx context.Context, lock, key string, create int64) (ahead []string, rev int64, mine bool, err error) {
-	err = m.read(ctx, func() { ahead, rev, mine = m.aheadLocked(lock, key, create) })
+	err = m.read(ctx, func() {
+		ahead, mine = m.keys.ahead(lock, key, create)
+		rev = m.rev
+	})
 	return ahead, rev, mine, err
 }
 
@@ -85,7 +94,7 @@ func (m *Store) Line(ctx context.Context, lock, key string, create int64) (line 
 		if k := m.keys[key]; k == nil || k.Create != create {
 			return
 		}
-		line, mine = m.lineLocked(lock, create), true
+		line, mine = m.keys.line(lock, create), true
 	})
 	return line, rev, mine, err
 }
@@ -93,7 +102,7 @@ func (m *Store) Line(ctx context.Context, lock, key string, create int64) (line 
 // Contenders implements lockstore.Store.
 func (m *Store) Contenders(ctx context.Context, prefix string, limit int) (cs []lockstore.Contender, more bool, err error) {
 	err = m.read(ctx, func() {
-		cs = m.under(prefix)
+		cs = m.keys.under(prefix)
 		if limit > 0 && len(cs) > limit {
 			cs, more = cs[:limit], true
 		}

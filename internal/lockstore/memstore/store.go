@@ -26,7 +26,7 @@ var ErrDown = errors.New("memory store: down")
 type Store struct {
 	mu       sync.Mutex
 	rev      int64
-	keys     map[string]*lockstore.Contender
+	keys     keys
 	leases   map[lockstore.LeaseID]map[string]bool // live leases and the keys they carry
 	lastID   lockstore.LeaseID
 	down     bool
@@ -47,7 +47,7 @@ var _ lockstore.Store = (*Store)(nil)
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{rev: 1, keys: map[string]*lockstore.Contender{}, leases: map[lockstore.LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}, records: map[string][]byte{}}
+	return &Store{rev: 1, keys: keys{}, leases: map[lockstore.LeaseID]map[string]bool{}, watches: map[*memWatch]bool{}, records: map[string][]byte{}}
 }
 
 // SetDown makes every call fail with ErrDown (true) and every watch end,
@@ -71,7 +71,7 @@ func (m *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 	if err := m.checkWrite(p); err != nil {
 		return lockstore.Outcome{}, err
 	}
-	f := m.firstLocked(lock)
+	f := m.keys.first(lock)
 	gate, gated := m.records[p.Gate]
 	if f != nil || (p.Gate != "" && gated) {
 		return lockstore.Outcome{Rev: m.rev, First: f, Gate: gate}, nil
@@ -81,7 +81,7 @@ func (m *Store) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 
 // Queue implements lockstore.Store.
 func (m *Store) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	return m.enqueue(p, func(out *lockstore.Outcome) { out.Ahead, _, _ = m.aheadLocked(lock, p.Key, out.Rev) })
+	return m.enqueue(p, func(out *lockstore.Outcome) { out.Ahead, _ = m.keys.ahead(lock, p.Key, out.Rev) })
 }
 
 // enqueue creates p.Key unless it exists and lets read fill in, under the
@@ -110,7 +110,7 @@ func (m *Store) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outco
 	if err := m.checkWrite(p); err != nil {
 		return lockstore.Outcome{}, err
 	}
-	line := m.lineLocked(lock, m.rev+1)
+	line := m.keys.line(lock, m.rev+1)
 	gate, gated := m.records[p.Gate]
 	if (len(line) == 0 || line[len(line)-1].Create <= seen) && (p.Gate == "" || !gated) {
 		return lockstore.Outcome{OK: true, Rev: m.putLocked(p)}, nil
@@ -120,7 +120,7 @@ func (m *Store) TryIn(lock string, p lockstore.Put, seen int64) (lockstore.Outco
 
 // Join implements lockstore.Store.
 func (m *Store) Join(lock string, p lockstore.Put) (lockstore.Outcome, error) {
-	return m.enqueue(p, func(out *lockstore.Outcome) { out.Line = m.lineLocked(lock, out.Rev) })
+	return m.enqueue(p, func(out *lockstore.Outcome) { out.Line = m.keys.line(lock, out.Rev) })
 }
 
 // Update implements lockstore.Store.

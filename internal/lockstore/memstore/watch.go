@@ -45,7 +45,7 @@ func (m *Store) WatchAll(ctx context.Context, prefix string, from int64) <-chan 
 
 // Snapshot implements lockstore.Store.
 func (m *Store) Snapshot(ctx context.Context, prefix string) (cs []lockstore.Contender, rev int64, err error) {
-	err = m.read(ctx, func() { cs, rev = m.under(prefix), m.rev })
+	err = m.read(ctx, func() { cs, rev = m.keys.under(prefix), m.rev })
 	return cs, rev, err
 }
 
