@@ -48,33 +48,17 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 			c.unref(e) // else a grant took the caller's reference for its holder
 		}
 	}()
-	g, answered, check, err := c.heldHereLocked(e, req, nil)
-	if check != nil {
-		c.mu.Unlock()
-		if g, answered, err := c.verifiedHere(ctx, e, req, check); answered {
-			return g, err
-		}
-		c.mu.Lock()
-	} else if answered {
-		c.mu.Unlock()
-		return g, err
-	}
-	if req.Wait > 0 {
-		ch, err := c.admitLocked(e, req)
-		c.mu.Unlock()
-		if err != nil {
-			return Grant{}, err
-		}
-		return c.queue(ctx, e, req, start, ch)
-	}
-	if e.slot != nil {
-		ch := c.lineUpLocked(e, false)
-		c.mu.Unlock()
-		return c.tryShared(ctx, e, req, ch)
-	}
-	step := c.tryStepLocked(e)
+	d := c.decideLocked(e, req, nil, true)
 	c.mu.Unlock()
-	return c.tryOnce(ctx, e, req, step)
+	switch d = c.settle(ctx, e, req, d, true); {
+	case d.answered:
+		return d.g, d.err
+	case req.Wait > 0:
+		return c.queue(ctx, e, req, start, d.ch)
+	case e.slot != nil:
+		return c.tryShared(ctx, e, req, d.ch)
+	}
+	return c.tryOnce(ctx, e, req, d.step)
 }
 
 // maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
@@ -160,12 +144,13 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 		if step.f.shared() {
 			return Grant{}, step.f.err // refused as that try was, by the same holder
 		}
-		if g, answered, err := c.here(ctx, e, req); answered {
-			return g, err
-		}
 		c.mu.Lock()
-		step = c.tryStepLocked(e)
+		d := c.decideLocked(e, req, nil, true)
 		c.mu.Unlock()
+		if d = c.settle(ctx, e, req, d, true); d.answered {
+			return d.g, d.err
+		}
+		step = d.step
 	}
 }
 
@@ -363,6 +348,7 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
 	}
 	c.holdLocked(e, h, req.TTL, req.Hold) // the holder takes the caller's reference to e
+	e.trying = nil                        // the holder answers the lock's tries here now
 	delete(c.ended, endedKey{req.Key.String(), req.Owner})
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.

@@ -76,28 +76,57 @@ func (c *Coordinator) heldHereLocked(e *entry, req AcquireRequest, verified *hel
 	return Grant{}, false, nil, nil
 }
 
-// verifiedHere is heldHereLocked's answer once etcd said whether h, the
-// owner's holder here, still holds the lock.
-func (c *Coordinator) verifiedHere(ctx context.Context, e *entry, req AcquireRequest, h *held) (g Grant, answered bool, err error) {
-	if err := c.verify(ctx, e, h); err != nil {
-		return Grant{}, true, fmt.Errorf("acquire %q: %w", req.Key, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return Grant{}, true, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
-	}
-	g, answered, _, err = c.heldHereLocked(e, req, h)
-	return g, answered, err
+// decision is what an acquire does next, as decideLocked found the lock
+// here: an answer (answered: g, or err), or the way on: a waiter's or a
+// shared try's place in line for the turn (ch), or an exclusive try's step
+// (step). check is a holder of the owner's that etcd must be asked about
+// first (settle).
+type decision struct {
+	g        Grant
+	err      error
+	answered bool
+	ch       chan struct{}
+	step     tryStep
+	check    *held
 }
 
-// here is heldHereLocked's answer, asking etcd when it must.
-func (c *Coordinator) here(ctx context.Context, e *entry, req AcquireRequest) (Grant, bool, error) {
-	c.mu.Lock()
-	g, answered, check, err := c.heldHereLocked(e, req, nil)
-	c.mu.Unlock()
-	if check != nil {
-		return c.verifiedHere(ctx, e, req, check)
+// decideLocked decides what req does next with e: heldHereLocked's answer,
+// else, when proceed, the way on (admitLocked, lineUpLocked or
+// tryStepLocked), in the same hold of the mutex. verified is a holder etcd
+// was asked about (settle).
+func (c *Coordinator) decideLocked(e *entry, req AcquireRequest, verified *held, proceed bool) decision {
+	g, answered, check, err := c.heldHereLocked(e, req, verified)
+	switch {
+	case check != nil:
+		return decision{check: check}
+	case answered:
+		return decision{g: g, err: err, answered: true}
+	case !proceed:
+		return decision{}
+	case req.Wait > 0:
+		ch, err := c.admitLocked(e, req)
+		return decision{ch: ch, err: err, answered: err != nil}
+	case e.slot != nil:
+		return decision{ch: c.lineUpLocked(e, false)}
 	}
-	return g, answered, err
+	return decision{step: c.tryStepLocked(e)}
+}
+
+// settle asks etcd about each holder of the owner's that d must check
+// (verify), deciding again after each, until the decision needs no check.
+func (c *Coordinator) settle(ctx context.Context, e *entry, req AcquireRequest, d decision, proceed bool) decision {
+	for d.check != nil {
+		h := d.check
+		if err := c.verify(ctx, e, h); err != nil {
+			return decision{answered: true, err: fmt.Errorf("acquire %q: %w", req.Key, err)}
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return decision{answered: true, err: fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)}
+		}
+		d = c.decideLocked(e, req, h, proceed)
+		c.mu.Unlock()
+	}
+	return d
 }

@@ -30,6 +30,12 @@ func TestEntriesGoWhenUnused(t *testing.T) {
 	if n, ok := refs("used"); !ok || n != 1 {
 		t.Fatalf("a held lock's entry: refs %d (found %v); want the holder's 1", n, ok)
 	}
+	a.c.mu.Lock()
+	kept := a.c.locks["used"].trying
+	a.c.mu.Unlock()
+	if kept != nil {
+		t.Fatal("a held lock's entry keeps the try that granted it: a sidecar holding many locks would keep one each")
+	}
 	if g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "o"}); err != nil || !g.Repeated {
 		t.Fatalf("the owner's repeated acquire: %+v, %v", g, err)
 	}

@@ -72,8 +72,11 @@ func (c *Coordinator) tryShared(ctx context.Context, e *entry, req AcquireReques
 	err := c.awaitTurn(wctx, e, ch, false)
 	cancel()
 	if err != nil {
-		if g, answered, err := c.here(ctx, e, req); answered {
-			return g, err
+		c.mu.Lock()
+		d := c.decideLocked(e, req, nil, false)
+		c.mu.Unlock()
+		if d = c.settle(ctx, e, req, d, false); d.answered {
+			return d.g, d.err
 		}
 		return Grant{}, fmt.Errorf("acquire %q: %w: another acquire by %s is in flight; retry", req.Key, ErrUnavailable, req.Owner)
 	}
