@@ -101,6 +101,7 @@ func TestRunCommandUnderLock(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
 		ended := func(err error, free bool) {
@@ -115,9 +116,15 @@ func TestRunCommandUnderLock(t *testing.T) {
 				do(t, c, "DELETE", "/v1/locks/long?owner="+owner, "")
 			}
 		}
+		// The intruder tries only once the command holds the lock: a try
+		// before baton run's own (a busy machine starts it slowly) would
+		// take the lock from under it.
+		waitUntil(t, 10*time.Second, "baton run holds the lock", func() bool {
+			_, body := do(t, c, "GET", "/v1/locks/long", "")
+			return strings.Contains(body, `"owner":"job-1"`)
+		})
 		// The lock must be seen held past three of its ttl windows: how
 		// often it is seen depends on how busy the machine is.
-		start := time.Now()
 		held, heldAt := 0, time.Duration(0)
 		for {
 			select {
