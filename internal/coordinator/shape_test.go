@@ -59,17 +59,16 @@ func TestMethodsPerType(t *testing.T) {
 	}
 }
 
-// methodsPerType counts the methods of each type declared in dir's
-// non-test files, by "package.Type".
-func methodsPerType(t *testing.T, dir string) map[string]int {
+// productFiles parses the non-test Go files of dir.
+func productFiles(t *testing.T, dir string) (*token.FileSet, []*ast.File) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
 	fset := token.NewFileSet()
-	for _, path := range files {
+	var files []*ast.File
+	for _, path := range paths {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
 		}
@@ -77,6 +76,18 @@ func methodsPerType(t *testing.T, dir string) map[string]int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		files = append(files, f)
+	}
+	return fset, files
+}
+
+// methodsPerType counts the methods of each type declared in dir's
+// non-test files, by "package.Type".
+func methodsPerType(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	_, files := productFiles(t, dir)
+	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok || fd.Recv == nil {
@@ -105,19 +116,8 @@ func TestLockedNeverUnlocks(t *testing.T) {
 	parallel(t)
 	locked := 0
 	for _, dir := range enginePackages {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fset := token.NewFileSet()
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		fset, files := productFiles(t, dir)
+		for _, f := range files {
 			for _, d := range f.Decls {
 				fd, ok := d.(*ast.FuncDecl)
 				if !ok || fd.Body == nil || !strings.HasSuffix(fd.Name.Name, "Locked") {
