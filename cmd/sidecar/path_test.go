@@ -36,15 +36,7 @@ const pathRuns = 5
 // most 8 files in at most 4 packages, and docs/design.md must name each of
 // them where it walks through the path.
 func TestAcquirePath(t *testing.T) {
-	dir, err := os.MkdirTemp("", "baton-path")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "baton.sock")
-	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
-		"--scope", "path-test", "--health-addr", "", "--metrics-addr", freePort(t))
-	c := unixClient(sock)
+	c := pathSidecar(t, "path-test")
 	for range 3 { // what is done once per process is not the path
 		if code, body := do(t, c, http.MethodPost, "/v1/locks/warm", `{"owner":"o"}`); code != http.StatusOK {
 			t.Fatalf("warm-up acquire: %d %s", code, body)
@@ -80,15 +72,7 @@ func TestAcquirePath(t *testing.T) {
 // so that the only lock request the sidecar serves is the waiter's. It must
 // cross at most 10 files.
 func TestBlockingAcquirePath(t *testing.T) {
-	dir, err := os.MkdirTemp("", "baton-path")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "baton.sock")
-	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
-		"--scope", "blocking-path-test", "--health-addr", "", "--metrics-addr", freePort(t))
-	waiter := unixClient(sock)
+	waiter := pathSidecar(t, "blocking-path-test")
 	cli, _ := testEtcd.Client(t)
 	sess, err := concurrency.NewSession(cli)
 	if err != nil {
@@ -139,6 +123,21 @@ func TestBlockingAcquirePath(t *testing.T) {
 		t.Errorf("a blocking acquire crosses %d files; at most 10", len(files))
 	}
 	checkPathDoc(t, "## The path of a blocking acquire", files)
+}
+
+// pathSidecar serves a sidecar for scope, wired as `baton serve` wires
+// it, on a socket of a short path, and returns its client.
+func pathSidecar(t *testing.T, scope string) *http.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "baton-path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "baton.sock")
+	serveInProcess(t, "--socket", sock, "--etcd-endpoints", strings.Join(testEtcd.Endpoints(), ","),
+		"--scope", scope, "--health-addr", "", "--metrics-addr", freePort(t))
+	return unixClient(sock)
 }
 
 // tracedPath traces pathRuns runs of run(i) and returns the files of
