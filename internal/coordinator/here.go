@@ -40,7 +40,7 @@ func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
 // its holder's answer is the caller's: the grant again to its owner
 // (acquire is idempotent), a refusal naming the holder to a try. answered
 // says it did. check is a holder of the owner's that etcd must first be
-// asked about (verifiedHere), unless it is verified, which it was.
+// asked about (settle), unless it is verified, which it was.
 func (c *Coordinator) heldHereLocked(e *entry, req AcquireRequest, verified *held) (g Grant, answered bool, check *held, err error) {
 	if h := e.held; h != nil && !lockstore.Alive(h.sess) {
 		// The session just ended and its watcher has not run yet: the
