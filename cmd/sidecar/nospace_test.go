@@ -47,7 +47,10 @@ func TestEmbeddedEtcdOutOfSpace(t *testing.T) {
 	ctx := context.Background()
 	c, hc := client.New(sock), unixClient(sock)
 
-	const ttl = 2 * time.Second
+	// A ttl of 4s: renewals go through a read of etcd, which its own
+	// compaction and defragmentation, once full, may hold up a second or
+	// more on a busy machine.
+	const ttl = 4 * time.Second
 	st, err := c.Hold(ctx, "job/long", lockapi.Request{Owner: "long", TTL: ttl.String()})
 	if err != nil {
 		t.Fatal(err)
