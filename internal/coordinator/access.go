@@ -3,10 +3,12 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
@@ -34,11 +36,11 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
 		actx, cancel := c.etcdCtx(ctx)
-		err := c.store.access.CheckAccess(actx, c.scopePrefixes()...)
+		err := c.store.access.CheckAccess(actx, scopePrefixes(c.layout)...)
 		cancel()
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
-			if c.setRefused(err) {
+			if c.refused.set(err) {
 				c.log.Error("etcd refuses this sidecar its scope: not ready until the etcd user's role may read and write its keys",
 					"scope", c.layout.Scope(), "prefix", c.layout.Base(), "err", err)
 			}
@@ -47,9 +49,12 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 			continue
 		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrCorrupt):
 			// Asked every second: the alarm goes as soon as room is made.
-			if c.setRefused(err) {
+			if c.refused.set(err) {
+				c.mu.Lock()
+				held := c.journal.held
+				c.mu.Unlock()
 				c.log.Error("etcd refuses every write for its alarm: not ready, no lock granted; the locks held go on",
-					"err", err, "held", c.heldCount())
+					"err", err, "held", held)
 			}
 			sleep(ctx, c.clock, accessRetry)
 			continue
@@ -58,7 +63,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 			sleep(ctx, c.clock, accessRetry)
 			continue
 		}
-		if was := c.setRefusedNil(); was != nil {
+		if was := c.refused.clear(); was != nil {
 			switch {
 			case errors.Is(was, ErrPermissionDenied):
 				c.log.Info("etcd grants this sidecar its scope", "scope", c.layout.Scope(), "prefix", c.layout.Base())
@@ -73,43 +78,44 @@ func (c *Coordinator) checkAccess(ctx context.Context) {
 	}
 }
 
-// scopePrefixes are the prefixes the sidecar reads and writes: its
+// scopePrefixes are the prefixes a sidecar of l reads and writes: its
 // scope's locks, run-once records and lock-delay markers.
-func (c *Coordinator) scopePrefixes() []string {
-	return []string{c.layout.Base(), c.layout.OncePrefix(), c.layout.DelayPrefix()}
+func scopePrefixes(l keyspace.Layout) []string {
+	return []string{l.Base(), l.OncePrefix(), l.DelayPrefix()}
 }
 
-// setRefused records why etcd refuses the scope and reports whether the
-// reason changed.
-func (c *Coordinator) setRefused(err error) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	changed := c.refused == nil || err.Error() != c.refused.Error()
-	c.refused = err
+// refusal is why etcd refuses the scope (checkAccess), nil while it
+// allows it.
+type refusal struct {
+	mu  sync.Mutex
+	err error
+}
+
+// set records why etcd refuses the scope and reports whether the reason
+// changed.
+func (r *refusal) set(err error) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := r.err == nil || err.Error() != r.err.Error()
+	r.err = err
 	return changed
 }
 
-// setRefusedNil records that etcd takes the scope's reads and writes and
-// returns why it did not before, if it did not.
-func (c *Coordinator) setRefusedNil() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	was := c.refused
-	c.refused = nil
+// clear records that etcd takes the scope's reads and writes and returns
+// why it did not before, if it did not.
+func (r *refusal) clear() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	was := r.err
+	r.err = nil
 	return was
 }
 
-// heldCount is the number of locks held here.
-func (c *Coordinator) heldCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, e := range c.locks {
-		if e.held != nil {
-			n++
-		}
-	}
-	return n
+// get returns why etcd refuses the scope, or nil.
+func (r *refusal) get() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // sleep waits for d or until ctx ends.

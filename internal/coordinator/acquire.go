@@ -23,7 +23,7 @@ func (c *Coordinator) Acquire(ctx context.Context, req AcquireRequest) (Grant, e
 }
 
 func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
-	if err := c.checkAcquire(&req); err != nil {
+	if err := c.cfg.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}
 	start := c.now()
@@ -32,7 +32,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		ctx, cancel = context.WithTimeoutCause(ctx, req.Wait, errWaitOver)
 		defer cancel()
 	}
-	if err := c.allowedWithin(ctx, req); err != nil {
+	if err := c.guard.within(ctx, req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	defer func() { c.acquired(req, start, err) }()
@@ -45,20 +45,20 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	}
 	defer func() {
 		if err != nil || g.Repeated {
-			c.unref(e) // else a grant took the caller's reference for its holder
+			e.unref() // else a grant took the caller's reference for its holder
 		}
 	}()
-	d := c.decideLocked(e, req, nil, true)
+	d := e.decideLocked(req, nil, true)
 	c.mu.Unlock()
-	switch d = c.settle(ctx, e, req, d, true); {
+	switch d = e.settle(ctx, req, d, true); {
 	case d.answered:
 		return d.g, d.err
 	case req.Wait > 0:
-		return c.queue(ctx, e, req, start, d.ch)
+		return e.waitAdmitted(ctx, req, start, d.ch)
 	case e.slot != nil:
-		return c.tryShared(ctx, e, req, d.ch)
+		return sharedLine{e}.tryShared(ctx, req, d.ch)
 	}
-	return c.tryOnce(ctx, e, req, d.step)
+	return e.tryOnce(ctx, req, d.step)
 }
 
 // maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
@@ -83,13 +83,14 @@ type tryStep struct {
 
 // tryStepLocked finds what a try of e does next; the turn it takes comes
 // with the flight that the lock's other tries here wait for.
-func (c *Coordinator) tryStepLocked(e *entry) tryStep {
+func (e *entry) tryStepLocked() tryStep {
+	c := e.co
 	if e.takeTurn() {
 		return e.startTry(c.heldElsewhere, len(c.locks))
 	}
 	if e.retiring || (e.held != nil && e.held.ending) {
 		// The lock is being released here: etcd may already show it free.
-		return tryStep{await: c.lineUpLocked(e, false)}
+		return tryStep{await: e.lineUpLocked(false)}
 	}
 	return tryStep{f: e.inFlight()}
 }
@@ -106,15 +107,16 @@ func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
 // tryOnce carries out a try from step on: in etcd when the turn is free
 // or is being freed by a release here, else it is refused naming the
 // holder.
-func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
+func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+	c := e.co
 	for {
 		switch {
 		case step.mine:
-			return c.tryTracked(ctx, e, req, step)
+			return e.tryTracked(ctx, req, step)
 		case step.await != nil:
 			// Wait for that one request, then try.
 			wctx, cancel := c.etcdCtx(ctx)
-			err := c.awaitTurn(wctx, e, step.await, false)
+			err := e.awaitTurn(wctx, step.await, false)
 			cancel()
 			c.mu.Lock()
 			if err == nil { // the turn was handed over
@@ -145,9 +147,9 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 			return Grant{}, step.f.err // refused as that try was, by the same holder
 		}
 		c.mu.Lock()
-		d := c.decideLocked(e, req, nil, true)
+		d := e.decideLocked(req, nil, true)
 		c.mu.Unlock()
-		if d = c.settle(ctx, e, req, d, true); d.answered {
+		if d = e.settle(ctx, req, d, true); d.answered {
 			return d.g, d.err
 		}
 		step = d.step
@@ -156,13 +158,14 @@ func (c *Coordinator) tryOnce(ctx context.Context, e *entry, req AcquireRequest,
 
 // tryTracked is try, the caller having the turn and step's flight, which
 // the lock's other tries here wait for until it is done.
-func (c *Coordinator) tryTracked(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
+func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+	c := e.co
 	var g Grant
-	err := c.rewound(fmt.Sprintf("acquire %q", req.Key))
+	err := c.floor.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
-		g, err = c.try(ctx, e, req, step)
+		g, err = e.try(ctx, req, step)
 	} else {
-		c.leaveTurn(e)
+		e.leaveTurn()
 	}
 	step.f.err = err
 	close(step.f.done)
@@ -201,10 +204,11 @@ func (f *flight) shared() bool {
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
-func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest, step tryStep) (Grant, error) {
+func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+	c := e.co
 	sess, err := c.session(ctx)
 	if err != nil {
-		c.leaveTurn(e)
+		e.leaveTurn()
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	key, pfx := c.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
@@ -219,11 +223,11 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest, ste
 	if step.readFirst {
 		first, err := c.firstContender(ctx, req.Key)
 		if err != nil {
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if first != nil {
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return Grant{}, c.refusedBy(ctx, req.Key, first)
 		}
 		c.mu.Lock()
@@ -239,27 +243,27 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest, ste
 	for range 2 {
 		out, err := c.store.lines.Try(pfx, put)
 		if err != nil {
-			c.retire(e, key, 0, sess) // the put may have committed
+			e.retire(key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if out.OK {
-			if err := c.aboveFloor(e, req, key, out.Rev, sess); err != nil {
+			if err := e.aboveFloor(req, key, out.Rev, sess); err != nil {
 				return Grant{}, err
 			}
 			if err := c.mark(req, key, out.Rev); err != nil {
-				c.retire(e, key, out.Rev, sess)
+				e.retire(key, out.Rev, sess)
 				return Grant{}, err
 			}
-			return c.grant(e, req, sess, id, key, out.Rev, rec)
+			return e.grant(req, sess, id, key, out.Rev, rec)
 		}
 		if out.First == nil && out.Gate != nil {
 			wait, m, err := c.heldBack(req.Key, out.Gate)
 			if err != nil {
-				c.leaveTurn(e)
+				e.leaveTurn()
 				return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 			}
 			if wait > 0 {
-				c.leaveTurn(e)
+				e.leaveTurn()
 				return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 			}
 			continue
@@ -270,10 +274,10 @@ func (c *Coordinator) try(ctx context.Context, e *entry, req AcquireRequest, ste
 		}
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
-		c.leaveTurn(e)
+		e.leaveTurn()
 		return Grant{}, c.refusedBy(ctx, req.Key, out.First)
 	}
-	c.leaveTurn(e)
+	e.leaveTurn()
 	return Grant{}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
 }
 
@@ -322,8 +326,9 @@ func heldFrom(k keyspace.Key, first *lockstore.Contender, waited bool, wait time
 // the holder takes over when it grants. rec is the grant's record: for a try,
 // the value its transaction wrote; for a waiter, whose key still holds the
 // record it queued with, what that record becomes.
-func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session, id lockstore.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
-	if err := c.aboveFloor(e, req, key, fence, sess); err != nil {
+func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.LeaseID, key string, fence int64, rec keyspace.Holder) (Grant, error) {
+	c := e.co
+	if err := e.aboveFloor(req, key, fence, sess); err != nil {
 		return Grant{}, err
 	}
 	c.mu.Lock()
@@ -331,13 +336,13 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 		// The sidecar is about to shut down: its key is let go now, so
 		// that the waiters behind it elsewhere need not wait for that.
 		c.mu.Unlock()
-		c.retire(e, key, fence, sess)
+		e.retire(key, fence, sess)
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
 	defer c.mu.Unlock()
 	if c.closed || !lockstore.Alive(sess) {
 		// The lease is being revoked or is gone: the key goes with it.
-		c.passTurnLocked(e)
+		e.passTurnLocked()
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)
 	}
 	h := &held{
@@ -347,13 +352,13 @@ func (c *Coordinator) grant(e *entry, req AcquireRequest, sess lockstore.Session
 	if req.MaxHold > 0 {
 		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
 	}
-	c.holdLocked(e, h, req.TTL, req.Hold) // the holder takes the caller's reference to e
-	e.trying = nil                        // the holder answers the lock's tries here now
-	delete(c.ended, endedKey{req.Key.String(), req.Owner})
+	h.holdLocked(req.TTL, req.Hold) // the holder takes the caller's reference to e
+	e.trying = nil                  // the holder answers the lock's tries here now
+	delete(c.ended.m, endedKey{req.Key.String(), req.Owner})
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.
 	h.mod = fence
-	c.publishLaterLocked(e)
+	e.publishLaterLocked()
 	c.log.Info("lock granted", "lock", req.Key.String(), "owner", req.Owner, "fence", fence, "expiresAt", h.expiresAt)
 	g := grantOf(e, h)
 	g.LockDelay = req.LockDelay // its holder's to know (ValidFor); the lock keeps it in its key's name

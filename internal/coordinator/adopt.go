@@ -63,10 +63,10 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		}
 		h := &held{owner: rec.Owner, entry: e, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
 			acquiredAt: rec.AcquiredAt, expiresAt: expires, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
-		c.holdLocked(e, h, max(c.clock.Until(expires), 0), true)
+		h.holdLocked(max(c.clock.Until(expires), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.
-		c.contendLocked(e, h.etcdKey, h.fence, ct.Mod, h.lease, rec)
+		e.contendLocked(h.etcdKey, h.fence, ct.Mod, h.lease, rec)
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	}
@@ -75,7 +75,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		if err != nil || p.Hold || found[fmt.Sprintf("%s\x00%d", p.Key, p.Fence)] {
 			continue
 		}
-		c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now(), expiresAt: p.ExpiresAt})
+		c.ended.remember(c.now(), k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now(), expiresAt: p.ExpiresAt})
 	}
 	signal(c.changes)
 	c.mu.Unlock()
@@ -113,7 +113,7 @@ func (c *Coordinator) Forget(previous []HeldLock) {
 	defer c.mu.Unlock()
 	for _, p := range previous {
 		if k, err := keyspace.ParseKey(p.Key); err == nil && !p.Hold {
-			c.rememberLocked(k, endedLock{owner: p.Owner, fence: p.Fence, reason: LeaseLost, at: c.now(), expiresAt: p.ExpiresAt})
+			c.ended.remember(c.now(), k, endedLock{owner: p.Owner, fence: p.Fence, reason: LeaseLost, at: c.now(), expiresAt: p.ExpiresAt})
 		}
 	}
 }

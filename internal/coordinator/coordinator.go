@@ -39,8 +39,8 @@ type Coordinator struct {
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
-	policy   Policy           // who may lock and force release what (WithPolicy)
-	history  History          // etcd's past: the floor of the fences (WithHistory)
+	guard    *policyGuard     // who may lock and force release what (WithPolicy)
+	floor    *fenceFloor      // etcd's past: the floor of the fences (WithHistory)
 	clock    clockwork.Clock  // every time and timer of the engine (WithClock)
 	now      func() time.Time // clock.Now
 	hub      *hub
@@ -53,7 +53,7 @@ type Coordinator struct {
 	mu    engineMutex
 	locks map[string]*entry // by name: the key's, or a shared claim's slotName
 	units map[string]*entry // the shared claims held here, by contender key
-	ended map[endedKey]endedLock
+	ended endedLocks        // the locks that ended without their owners' release
 	// heldElsewhere names the locks that a try found held by another
 	// sidecar and whose holder's delete has not been seen since: the next
 	// try reads first, so a refusal costs no etcd write.
@@ -61,15 +61,13 @@ type Coordinator struct {
 	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
 	journal       journal                // changes of the held locks, for HeldChanges
 	deadlines     deadlines              // when the held locks expire
-	sweptAt       time.Time              // last pruning of ended
-	probedAt      time.Time              // last read of etcd's revision while below the floor (historyErr)
 	waiting       int                    // blocking acquires in progress
 	young         young                  // held locks not watched yet, until their watch delay is up
 	closed        bool
 	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
-	refused       error         // why etcd refuses the scope (checkAccess); nil while allowed
+	refused       refusal       // why etcd refuses the scope (checkAccess)
 }
 
 // stores are the store as each part of the engine uses it: the line
@@ -94,6 +92,7 @@ func storesOf(s lockstore.Store) stores {
 // entry is the local state of one lock. All fields are guarded by
 // Coordinator.mu.
 type entry struct {
+	co   *Coordinator // the registry of lines and the session they share
 	key  keyspace.Key
 	refs int // callers and holders using the entry; 0 lets it go
 
@@ -161,7 +160,7 @@ func (h *held) doneChan() <-chan struct{} {
 			close(h.done)
 		}
 	}
-	h.co.watchHeldLocked(h)
+	h.watchHeldLocked()
 	return h.done
 }
 
@@ -178,12 +177,12 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, policy: allowAll{}, history: noHistory{}, clock: clockwork.NewRealClock(),
+		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
 		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
 		units:         map[string]*entry{},
-		ended:         map[endedKey]endedLock{},
+		ended:         endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
 		heldElsewhere: map[string]bool{},
 		reads:         map[string]*sharedRead{},
 		changes:       make(chan struct{}, 1),
@@ -192,6 +191,13 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		o(c)
 	}
 	c.now = c.clock.Now
+	c.floor.now = c.now
+	c.guard.connected, c.guard.stop, c.guard.clock = c.connected, c.stop.Done(), c.clock
+	c.floor.probe = func() {
+		ctx, cancel := c.etcdCtx(context.Background())
+		defer cancel()
+		_, _, _ = c.store.records.Read(ctx, c.layout.Floor()) // History learns etcd's revision from it
+	}
 	c.deadlines.clock, c.deadlines.fire = c.clock, c.fireDeadlines
 	c.young.clock, c.young.mature = c.clock, c.matureYoung
 	c.hub = newHub(store, layout, log, c.clock, cfg.WatchLinger, cfg.MaxLockWatches, c.onDelete, c.checkHeld)
@@ -223,7 +229,7 @@ func (c *Coordinator) Ready() error {
 	if err := c.connected(); err != nil {
 		return err
 	}
-	if err := c.policy.Ready(); err != nil {
+	if err := c.guard.Ready(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -233,7 +239,7 @@ func (c *Coordinator) Ready() error {
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
-	closed, refused := c.closed || c.draining, c.refused
+	closed, refused := c.closed || c.draining, c.refused.get()
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
@@ -250,7 +256,7 @@ func (c *Coordinator) connected() error {
 	if c.hub.broken() {
 		return fmt.Errorf("%w: the watch on etcd failed and is not established again", ErrUnavailable)
 	}
-	if err := c.historyErr(); err != nil {
+	if err := c.floor.err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -282,20 +288,22 @@ func (c *Coordinator) Shutdown() {
 	for _, e := range c.locks {
 		if h := e.held; h != nil {
 			h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: at}
-			c.endLocked(e, h)
+			h.endLocked()
 			c.closedLosses = append(c.closedLosses, LostLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: at, ExpiresAt: h.expiresAt})
 		}
 	}
 }
 
 // loseLocked ends h as lost for reason and remembers it for its owner.
-func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
+func (h *held) loseLocked(reason LostReason) {
+	c := h.co
+	e := h.entry
 	if e.held != h {
 		return
 	}
 	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
-	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
+	h.endLocked()
+	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
 	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
 }
 
@@ -303,11 +311,13 @@ func (c *Coordinator) loseLocked(e *entry, h *held, reason LostReason) {
 // With watchNow (a hold stream's lock, whose caller is told of a loss as it
 // happens, or one held since before this process) h is watched at once,
 // otherwise once it has been held for the watch delay.
-func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bool) {
+func (h *held) holdLocked(d time.Duration, watchNow bool) {
+	c := h.co
+	e := h.entry
 	if watchNow {
-		c.watchHeldLocked(h)
+		h.watchHeldLocked()
 	} else {
-		c.watchLaterLocked(h)
+		h.watchLaterLocked()
 	}
 	c.deadlines.arm(e, h, d)
 	e.held = h
@@ -319,11 +329,13 @@ func (c *Coordinator) holdLocked(e *entry, h *held, d time.Duration, watchNow bo
 		c.obs.Units(e.key.String(), cl.Limit, true, cl.Units())
 	}
 	c.journal.held++
-	c.changedLocked(e, h, false)
+	h.changedLocked(false)
 }
 
 // endLocked forgets h as e's holder; the caller decides about the turn.
-func (c *Coordinator) endLocked(e *entry, h *held) {
+func (h *held) endLocked() {
+	c := h.co
+	e := h.entry
 	if e.held != h {
 		return
 	}
@@ -349,11 +361,13 @@ func (c *Coordinator) endLocked(e *entry, h *held) {
 		c.obs.Units(e.key.String(), cl.Limit, true, -cl.Units())
 	}
 	c.journal.held--
-	c.changedLocked(e, h, true)
+	h.changedLocked(true)
 }
 
 // changedLocked notes a change of h for HeldChanges and signals Changes.
-func (c *Coordinator) changedLocked(e *entry, h *held, ended bool) {
+func (h *held) changedLocked(ended bool) {
+	c := h.co
+	e := h.entry
 	c.journal.note(e, h, ended)
 	signal(c.changes)
 }

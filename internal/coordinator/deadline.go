@@ -101,6 +101,6 @@ func (c *Coordinator) fireDeadlines() {
 	d.schedule()
 	c.mu.Unlock()
 	for _, h := range due {
-		go c.expire(h.entry, h)
+		go h.expire()
 	}
 }

@@ -43,7 +43,9 @@ func (e *DelayedError) Is(target error) bool { return target == ErrHeld }
 
 // markerOf is the lock-delay marker h deletes when it lets go cleanly; ""
 // when it was granted without a lock delay.
-func (c *Coordinator) markerOf(e *entry, h *held) string {
+func (h *held) markerOf() string {
+	c := h.co
+	e := h.entry
 	if keyspace.IsDelayContender(h.etcdKey) {
 		return c.layout.Delay(e.key)
 	}
@@ -106,7 +108,8 @@ func (c *Coordinator) heldBack(k keyspace.Key, v []byte) (time.Duration, keyspac
 // gate waits out, for a waiter first in line (p), the lock delay of a
 // holder lost before it; the caller has the turn. When it fails, p's key
 // is being deleted or is gone, and the turn passes on.
-func (c *Coordinator) gate(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place) error {
+func (e *entry) gate(ctx context.Context, req AcquireRequest, start time.Time, p place) error {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	for {
 		tctx, cancel := c.etcdCtx(ctx)
@@ -121,7 +124,7 @@ func (c *Coordinator) gate(ctx context.Context, e *entry, req AcquireRequest, st
 			wait, m, err = c.heldBack(req.Key, v)
 		}
 		if err != nil {
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			if isContextErr(ctx, err) {
 				return c.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
@@ -133,16 +136,16 @@ func (c *Coordinator) gate(ctx context.Context, e *entry, req AcquireRequest, st
 		select {
 		case <-c.clock.After(wait):
 		case <-ctx.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			if m.LostAt.IsZero() {
 				return c.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return fmt.Errorf("%s: %w", op, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 		case <-p.sess.Done():
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
 		case <-c.stop.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			return fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
 		}
 	}

@@ -48,24 +48,32 @@ type LostLock struct {
 	ExpiresAt time.Time
 }
 
-// rememberLocked remembers l, and forgets what is past its time.
-func (c *Coordinator) rememberLocked(k keyspace.Key, l endedLock) {
-	if now := c.now(); now.Sub(c.sweptAt) > c.cfg.EndedRetention/8 {
-		c.sweptAt = now
-		for name, old := range c.ended {
-			if now.After(old.until(c.cfg.EndedRetention)) {
-				delete(c.ended, name)
+// endedLocks are the locks remembered as ended without their owners'
+// release, guarded by Coordinator.mu.
+type endedLocks struct {
+	m         map[endedKey]endedLock
+	retention time.Duration // Config.EndedRetention
+	sweptAt   time.Time     // last pruning of m
+}
+
+// remember remembers l, and forgets what is past its time at now.
+func (d *endedLocks) remember(now time.Time, k keyspace.Key, l endedLock) {
+	if now.Sub(d.sweptAt) > d.retention/8 {
+		d.sweptAt = now
+		for name, old := range d.m {
+			if now.After(old.until(d.retention)) {
+				delete(d.m, name)
 			}
 		}
 	}
-	c.ended[endedKey{k.String(), l.owner}] = l
+	d.m[endedKey{k.String(), l.owner}] = l
 }
 
-// lostLocked returns the LostError for owner if its lock of k ended
-// without its release and is still remembered.
-func (c *Coordinator) lostLocked(k keyspace.Key, owner string) error {
-	l, ok := c.ended[endedKey{k.String(), owner}]
-	if !ok || c.now().After(l.until(c.cfg.EndedRetention)) {
+// lost returns the LostError for owner if its lock of k ended without its
+// release and is still remembered at now.
+func (d *endedLocks) lost(now time.Time, k keyspace.Key, owner string) error {
+	l, ok := d.m[endedKey{k.String(), owner}]
+	if !ok || now.After(l.until(d.retention)) {
 		return nil
 	}
 	return &LostError{Key: k, Owner: owner, Fence: l.fence, Reason: l.reason, At: l.at}
@@ -78,9 +86,9 @@ func (c *Coordinator) Losses() []LostLock {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	out := make([]LostLock, 0, len(c.ended)+len(c.closedLosses))
-	for k, l := range c.ended {
-		if !now.After(l.until(c.cfg.EndedRetention)) {
+	out := make([]LostLock, 0, len(c.ended.m)+len(c.closedLosses))
+	for k, l := range c.ended.m {
+		if !now.After(l.until(c.ended.retention)) {
 			out = append(out, LostLock{Key: k.lock, Owner: l.owner, Fence: l.fence, Reason: l.reason, At: l.at, ExpiresAt: l.expiresAt})
 		}
 	}
@@ -102,9 +110,9 @@ func (c *Coordinator) Remember(ls []LostLock) {
 		if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.owner == l.Owner {
 			continue
 		}
-		if _, known := c.ended[endedKey{l.Key, l.Owner}]; known {
+		if _, known := c.ended.m[endedKey{l.Key, l.Owner}]; known {
 			continue
 		}
-		c.rememberLocked(k, endedLock{owner: l.Owner, fence: l.Fence, reason: l.Reason, at: l.At, expiresAt: l.ExpiresAt})
+		c.ended.remember(c.now(), k, endedLock{owner: l.Owner, fence: l.Fence, reason: l.Reason, at: l.At, expiresAt: l.ExpiresAt})
 	}
 }

@@ -24,7 +24,7 @@ type Forced struct {
 // its watch sees the delete.
 func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence int64, by string) (Forced, error) {
 	op := fmt.Sprintf("force release %q", k)
-	if err := c.allowed(policy.ForceRelease, k); err != nil {
+	if err := c.guard.allowed(policy.ForceRelease, k); err != nil {
 		return Forced{}, fmt.Errorf("%s: %w", op, err)
 	}
 	line, err := c.lineOf(ctx, k)
@@ -50,8 +50,8 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 		e = u
 	}
 	if e != nil && e.held != nil && e.held.fence == target.Create && !e.held.ending {
-		c.loseLocked(e, e.held, ForceReleased)
-		c.passTurnLocked(e)
+		e.held.loseLocked(ForceReleased)
+		e.passTurnLocked()
 	}
 	c.mu.Unlock()
 	return Forced{Holder: target.Holder, Fence: target.Create}, nil

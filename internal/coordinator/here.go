@@ -26,7 +26,7 @@ func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
 			other = slotName(req.Key, req.Owner)
 		}
 		if x := c.locks[other]; x != nil && x.held != nil && x.held.owner == req.Owner {
-			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(x), Holder: c.recordOf(x.held), Fence: x.held.fence, Own: true}
+			err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: claimOf(x), Holder: x.held.recordOf(), Fence: x.held.fence, Own: true}
 			return nil, fmt.Errorf("acquire %q: %w", req.Key, err)
 		}
 	}
@@ -41,12 +41,13 @@ func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
 // (acquire is idempotent), a refusal naming the holder to a try. answered
 // says it did. check is a holder of the owner's that etcd must first be
 // asked about (settle), unless it is verified, which it was.
-func (c *Coordinator) heldHereLocked(e *entry, req AcquireRequest, verified *held) (g Grant, answered bool, check *held, err error) {
+func (e *entry) heldHereLocked(req AcquireRequest, verified *held) (g Grant, answered bool, check *held, err error) {
+	c := e.co
 	if h := e.held; h != nil && !lockstore.Alive(h.sess) {
 		// The session just ended and its watcher has not run yet: the
 		// lock is lost, not something to hand back.
-		c.loseLocked(e, h, LeaseLost)
-		c.passTurnLocked(e)
+		h.loseLocked(LeaseLost)
+		e.passTurnLocked()
 	}
 	if h := e.held; h != nil && h != verified && h.owner == req.Owner && !c.hub.covers(e.key, h.fence) {
 		// Asked again before the watch reports this key's deletes (a young
@@ -64,14 +65,14 @@ func (c *Coordinator) heldHereLocked(e *entry, req AcquireRequest, verified *hel
 	case h == nil:
 		return Grant{}, false, nil, nil
 	case same && h.claim() != req.Claim:
-		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim(), Holder: c.recordOf(h), Fence: h.fence, Own: true}
+		err := &MismatchError{Key: req.Key, Asked: req.Claim, InForce: h.claim(), Holder: h.recordOf(), Fence: h.fence, Own: true}
 		return Grant{}, true, nil, fmt.Errorf("acquire %q: %w", req.Key, err)
 	case same:
 		g := grantOf(e, h)
 		g.Repeated = true
 		return g, true, nil, nil
 	case req.Wait == 0 && !h.ending:
-		return Grant{}, true, nil, &HeldError{Key: req.Key, Holder: c.recordOf(h), Fence: h.fence, Twin: h.owner == req.Owner}
+		return Grant{}, true, nil, &HeldError{Key: req.Key, Holder: h.recordOf(), Fence: h.fence, Twin: h.owner == req.Owner}
 	}
 	return Grant{}, false, nil, nil
 }
@@ -94,8 +95,8 @@ type decision struct {
 // else, when proceed, the way on (admitLocked, lineUpLocked or
 // tryStepLocked), in the same hold of the mutex. verified is a holder etcd
 // was asked about (settle).
-func (c *Coordinator) decideLocked(e *entry, req AcquireRequest, verified *held, proceed bool) decision {
-	g, answered, check, err := c.heldHereLocked(e, req, verified)
+func (e *entry) decideLocked(req AcquireRequest, verified *held, proceed bool) decision {
+	g, answered, check, err := e.heldHereLocked(req, verified)
 	switch {
 	case check != nil:
 		return decision{check: check}
@@ -104,20 +105,21 @@ func (c *Coordinator) decideLocked(e *entry, req AcquireRequest, verified *held,
 	case !proceed:
 		return decision{}
 	case req.Wait > 0:
-		ch, err := c.admitLocked(e, req)
+		ch, err := e.admitLocked(req)
 		return decision{ch: ch, err: err, answered: err != nil}
 	case e.slot != nil:
-		return decision{ch: c.lineUpLocked(e, false)}
+		return decision{ch: e.lineUpLocked(false)}
 	}
-	return decision{step: c.tryStepLocked(e)}
+	return decision{step: e.tryStepLocked()}
 }
 
 // settle asks etcd about each holder of the owner's that d must check
 // (verify), deciding again after each, until the decision needs no check.
-func (c *Coordinator) settle(ctx context.Context, e *entry, req AcquireRequest, d decision, proceed bool) decision {
+func (e *entry) settle(ctx context.Context, req AcquireRequest, d decision, proceed bool) decision {
+	c := e.co
 	for d.check != nil {
 		h := d.check
-		if err := c.verify(ctx, e, h); err != nil {
+		if err := h.verify(ctx); err != nil {
 			return decision{answered: true, err: fmt.Errorf("acquire %q: %w", req.Key, err)}
 		}
 		c.mu.Lock()
@@ -125,7 +127,7 @@ func (c *Coordinator) settle(ctx context.Context, e *entry, req AcquireRequest, 
 			c.mu.Unlock()
 			return decision{answered: true, err: fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)}
 		}
-		d = c.decideLocked(e, req, h, proceed)
+		d = e.decideLocked(req, h, proceed)
 		c.mu.Unlock()
 	}
 	return d

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lockstore"
@@ -24,7 +25,7 @@ type History interface {
 
 // WithHistory makes the coordinator refuse every grant that etcd's history
 // says could repeat a fence. Without it, etcd is trusted.
-func WithHistory(h History) Option { return func(c *Coordinator) { c.history = h } }
+func WithHistory(h History) Option { return func(c *Coordinator) { c.floor.History = h } }
 
 // noHistory is the history of a coordinator given none.
 type noHistory struct{}
@@ -32,40 +33,40 @@ type noHistory struct{}
 func (noHistory) Floor() int64 { return 0 }
 func (noHistory) Err() error   { return nil }
 
+// fenceFloor keeps grants above the highest fence granted, as History
+// knows it.
+type fenceFloor struct {
+	History
+	now      func() time.Time
+	probe    func()       // reads etcd's floor key, which tells History etcd's revision
+	probedAt atomic.Int64 // the last probe, in Unix nanoseconds
+}
+
 // rewound returns, for op, the error of a grant that could repeat a fence;
 // nil while etcd's revision is past the floor.
-func (c *Coordinator) rewound(op string) error {
-	if err := c.historyErr(); err != nil {
+func (f *fenceFloor) rewound(op string) error {
+	if err := f.err(); err != nil {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}
 	return nil
 }
 
-// historyErr is History.Err. While etcd is below the floor, nothing the
-// sidecar does tells it etcd's revision (no grant is even tried): once a
-// second at most, a read of the floor key asks etcd, so that grants resume
-// by themselves once an operator bumped its revision.
-func (c *Coordinator) historyErr() error {
-	err := c.history.Err()
+// err is History.Err. While etcd is below the floor, nothing the sidecar
+// does tells it etcd's revision (no grant is even tried): once a second at
+// most, a read of the floor key asks etcd, so that grants resume by
+// themselves once an operator bumped its revision.
+func (f *fenceFloor) err() error {
+	err := f.Err()
 	if err == nil {
 		return nil
 	}
-	c.mu.Lock()
-	probe := c.now().Sub(c.probedAt) >= time.Second
-	if probe {
-		c.probedAt = c.now()
-	}
-	c.mu.Unlock()
-	if !probe {
+	now := f.now().UnixNano()
+	last := f.probedAt.Load()
+	if now-last < int64(time.Second) || !f.probedAt.CompareAndSwap(last, now) {
 		return err
 	}
-	ctx, cancel := c.etcdCtx(context.Background())
-	_, _, rerr := c.store.records.Read(ctx, c.layout.Floor())
-	cancel()
-	if rerr != nil {
-		return err
-	}
-	return c.history.Err()
+	f.probe()
+	return f.Err()
 }
 
 // Rewound is told that etcd went back in time (err says how). Every lock
@@ -94,8 +95,8 @@ func (c *Coordinator) Rewound(err error) {
 		// Gone, or etcd cannot say: the lock cannot be vouched for.
 		c.mu.Lock()
 		if es[i].held == h && !h.ending {
-			c.loseLocked(es[i], h, EtcdRewound)
-			c.passTurnLocked(es[i])
+			h.loseLocked(EtcdRewound)
+			es[i].passTurnLocked()
 		}
 		c.mu.Unlock()
 	}
@@ -104,13 +105,14 @@ func (c *Coordinator) Rewound(err error) {
 // aboveFloor checks, for a key just created at fence, that fence is above
 // the highest fence known to have been granted; if not, the key is deleted
 // and the turn passes on, and the caller is told why.
-func (c *Coordinator) aboveFloor(e *entry, req AcquireRequest, key string, fence int64, sess lockstore.Session) error {
-	floor := c.history.Floor()
+func (e *entry) aboveFloor(req AcquireRequest, key string, fence int64, sess lockstore.Session) error {
+	c := e.co
+	floor := c.floor.Floor()
 	if fence > floor {
 		return nil
 	}
-	c.retire(e, key, fence, sess)
-	why := c.history.Err()
+	e.retire(key, fence, sess)
+	why := c.floor.Err()
 	if why == nil {
 		why = fmt.Errorf("%w: etcd created the lock's key at revision %d, and fences up to %d were granted before", ErrRewound, fence, floor)
 	}

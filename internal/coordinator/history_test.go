@@ -42,7 +42,7 @@ func TestRewound(t *testing.T) {
 	parallel(t)
 	a := newSidecar(t, "pod-a")
 	h := &floorAt{}
-	a.c.history = h
+	a.c.floor.History = h
 
 	kept, gone := key(t, uniq("kept")), key(t, uniq("gone"))
 	keptG := a.mustAcquire(t, kept, "o1")

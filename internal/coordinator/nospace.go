@@ -36,7 +36,9 @@ const noSpaceHint = "the locks held go on (their holders may extend and release 
 // again (the record is written then, tried every recordRetry): other
 // sidecars, watches and Lock objects show that one meanwhile, and a
 // sidecar that restarts meanwhile keeps the later one of its state file.
-func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, h *held, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
+func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
+	c := h.co
+	e := h.entry
 	tctx, cancel := c.etcdCtx(ctx)
 	mine, err := c.store.lines.Holds(tctx, h.etcdKey, h.fence)
 	cancel()
@@ -48,22 +50,22 @@ func (c *Coordinator) extendHere(ctx context.Context, k keyspace.Key, e *entry, 
 	case err != nil:
 		return Grant{}, unavailable(op, cause)
 	case e.held != h:
-		if lost := c.lostLocked(k, h.owner); lost != nil {
+		if lost := c.ended.lost(c.now(), k, h.owner); lost != nil {
 			return Grant{}, fmt.Errorf("%s: %w", op, lost)
 		}
 		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	case !mine:
-		c.loseLocked(e, h, goneReason(h.sess))
-		c.passTurnLocked(e)
-		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, h.owner))
+		h.loseLocked(goneReason(h.sess))
+		e.passTurnLocked()
+		return Grant{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, h.owner))
 	}
-	c.recLocked(e) // what etcd has: the record with the deadline before
+	e.recLocked() // what etcd has: the record with the deadline before
 	h.expiresAt, h.ttl = exp.UTC(), ttl
 	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
-	c.changedLocked(e, h, false)
+	h.changedLocked(false)
 	// Written into the record once etcd takes writes again, tried every
 	// recordRetry until then.
-	c.publishAfterLocked(e, recordRetry)
+	e.publishAfterLocked(recordRetry)
 	if level < slog.LevelWarn {
 		level += slog.LevelInfo - slog.LevelDebug // Renew's debug: info; Extend's info: warn
 	}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -147,7 +148,12 @@ func TestObserveAcrossAGap(t *testing.T) {
 	w.down(t)
 	w.up(t)
 	waitFor(t, 10*time.Second, "the sidecar ready again", func() bool { return a.c.Ready() == nil })
-	_, _ = a.c.Release(context.Background(), k, "holder") // lost with the outage, or released now
+	// Lost with the outage, or released now: a release that etcd, just back,
+	// did not take yet is asked again.
+	waitFor(t, 10*time.Second, "the holder's lock let go", func() bool {
+		_, err := a.c.Release(context.Background(), k, "holder")
+		return !errors.Is(err, ErrUnavailable)
+	})
 	next, err := a.c.Acquire(context.Background(), AcquireRequest{Key: k, Owner: "after", Wait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

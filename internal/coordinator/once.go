@@ -94,7 +94,7 @@ func (c *Coordinator) checkOnce(req *AcquireRequest) error {
 // acquireOnce is Acquire of a run-once call: granted only when the work
 // is to run.
 func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Grant, error) {
-	if err := c.checkAcquire(&req); err != nil {
+	if err := c.cfg.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}
 	if err := c.checkOnce(&req); err != nil {
@@ -106,7 +106,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 		wctx, cancel = context.WithTimeout(ctx, req.Wait)
 		defer cancel()
 	}
-	if err := c.allowedWithin(wctx, req); err != nil {
+	if err := c.guard.within(wctx, req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	if err := c.settled(ctx, req); err != nil {
@@ -195,7 +195,7 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 	cancel()
 	var out lockstore.Outcome
 	if err == nil {
-		out, err = c.store.records.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, c.markerOf(e, h))
+		out, err = c.store.records.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, h.markerOf())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -204,18 +204,18 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 		return keyspace.Run{}, unavailable(op, err)
 	}
 	if e.held != h {
-		if lost := c.lostLocked(k, owner); lost != nil {
+		if lost := c.ended.lost(c.now(), k, owner); lost != nil {
 			return keyspace.Run{}, fmt.Errorf("%s: %w", op, lost)
 		}
 		return keyspace.Run{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
 	if !out.OK {
-		c.loseLocked(e, h, goneReason(h.sess))
-		c.passTurnLocked(e)
-		return keyspace.Run{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+		h.loseLocked(goneReason(h.sess))
+		e.passTurnLocked()
+		return keyspace.Run{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, owner))
 	}
-	c.endLocked(e, h)
-	c.passTurnLocked(e)
+	h.endLocked()
+	e.passTurnLocked()
 	c.log.Info("run finished", "lock", k.String(), "owner", owner, "fence", h.fence, "status", run.Status, "ranFor", now.Sub(h.acquiredAt))
 	return run, nil
 }

@@ -22,7 +22,7 @@ func TestPolicy(t *testing.T) {
 	a := newSidecar(t, "pod-a")
 	b := newSidecar(t, "pod-b")
 	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	a.c.policy = guard
+	a.c.guard.Policy = guard
 	if err := a.c.Ready(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, policy.ErrNoPolicy) {
 		t.Fatalf("ready with no policy known: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestPolicyAtTheGrant(t *testing.T) {
 	parallel(t)
 	a, b, c := newSidecar(t, "pod-a"), newSidecar(t, "pod-b"), newSidecar(t, "pod-c")
 	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	a.c.policy = guard
+	a.c.guard.Policy = guard
 	allow := func(rev string, keys ...string) {
 		guard.Set(policy.Document{Policies: []policy.Policy{{Name: "p", Rules: []policy.Rule{{ServiceAccounts: []string{"runner"}, Keys: keys}}}}}, rev)
 	}
@@ -120,7 +120,7 @@ func TestWaitRidesOutAnUnknownPolicy(t *testing.T) {
 	w := newOwnWorld(t)
 	a := newSidecarOn(t, w, "pod-a")
 	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	a.c.policy = guard
+	a.c.guard.Policy = guard
 	guard.Set(policy.Document{}, "1")
 	k := key(t, "ride/out")
 
@@ -159,7 +159,7 @@ func TestWaiterKeepsItsPlaceWhilePolicyUnknown(t *testing.T) {
 	parallel(t)
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
 	guard := policy.NewGuard("runner", "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	a.c.policy = guard
+	a.c.guard.Policy = guard
 	guard.Set(policy.Document{}, "1")
 	k := key(t, "unknown/at-turn")
 	b.mustAcquire(t, k, "holder")

@@ -44,7 +44,8 @@ func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holde
 	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Cluster: id.Cluster, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
 }
 
-func (c *Coordinator) recordOf(h *held) keyspace.Holder {
+func (h *held) recordOf() keyspace.Holder {
+	c := h.co
 	r := c.record(h.owner, h.acquiredAt, h.expiresAt)
 	r.Claim = h.claim()
 	r.Hold = h.hold
@@ -55,27 +56,27 @@ func (c *Coordinator) recordOf(h *held) keyspace.Holder {
 // revision create (and last written at mod) with rec under lease id,
 // unless it is noted already; then writes the record again later if it
 // does not say what is true here (a waiter just granted, say).
-func (c *Coordinator) contendLocked(e *entry, key string, create, mod int64, id lockstore.LeaseID, rec keyspace.Holder) {
+func (e *entry) contendLocked(key string, create, mod int64, id lockstore.LeaseID, rec keyspace.Holder) {
 	if r := e.rec; r == nil || r.key != key || r.create != create {
 		e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
 	}
-	c.publishLaterLocked(e)
+	e.publishLaterLocked()
 }
 
 // recLocked returns e's contender record, made from its holder when it
 // keeps none (etcd then has the holder's record with nobody queued).
-func (c *Coordinator) recLocked(e *entry) *contenderRecord {
+func (e *entry) recLocked() *contenderRecord {
 	if h := e.held; e.rec == nil && h != nil {
-		e.rec = &contenderRecord{key: h.etcdKey, create: h.fence, mod: h.mod, lease: h.lease, wrote: c.recordOf(h)}
+		e.rec = &contenderRecord{key: h.etcdKey, create: h.fence, mod: h.mod, lease: h.lease, wrote: h.recordOf()}
 	}
 	return e.rec
 }
 
 // wantLocked returns what e's contender record should say now.
-func (c *Coordinator) wantLocked(e *entry) keyspace.Holder {
+func (e *entry) wantLocked() keyspace.Holder {
 	want := e.rec.wrote
 	if h := e.held; h != nil && h.etcdKey == e.rec.key && h.fence == e.rec.create {
-		want = c.recordOf(h)
+		want = h.recordOf()
 	}
 	want.Queued = e.queued
 	return want
@@ -84,7 +85,7 @@ func (c *Coordinator) wantLocked(e *entry) keyspace.Holder {
 // wroteLocked notes that etcd took rec as the value of e's contender key
 // (created at create) at revision rev, and writes it again later if the
 // lock's state here has moved on meanwhile.
-func (c *Coordinator) wroteLocked(e *entry, key string, create, rev int64, rec keyspace.Holder) {
+func (e *entry) wroteLocked(key string, create, rev int64, rec keyspace.Holder) {
 	switch r := e.rec; {
 	case r == nil:
 		h := e.held
@@ -97,30 +98,31 @@ func (c *Coordinator) wroteLocked(e *entry, key string, create, rev int64, rec k
 	case rev > r.mod:
 		r.mod, r.wrote = rev, rec
 	}
-	c.publishLaterLocked(e)
+	e.publishLaterLocked()
 }
 
 // queueChangedLocked adds delta to the callers queued behind e's turn.
-func (c *Coordinator) queueChangedLocked(e *entry, delta int) {
+func (e *entry) queueChangedLocked(delta int) {
 	e.queued += delta
-	c.publishLaterLocked(e)
+	e.publishLaterLocked()
 }
 
 // publishLaterLocked writes e's contender record in recordDelay if it does
 // not say what is true here.
-func (c *Coordinator) publishLaterLocked(e *entry) {
-	c.publishAfterLocked(e, recordDelay)
+func (e *entry) publishLaterLocked() {
+	e.publishAfterLocked(recordDelay)
 }
 
-func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
+func (e *entry) publishAfterLocked(d time.Duration) {
+	c := e.co
 	if e.rec == nil && e.queued == 0 {
 		return // nothing to write, and nothing to keep
 	}
-	r := c.recLocked(e)
+	r := e.recLocked()
 	if r == nil || e.publishDue || c.closed {
 		return
 	}
-	if sameRecord(c.wantLocked(e), r.wrote) {
+	if sameRecord(e.wantLocked(), r.wrote) {
 		if h := e.held; h != nil && e.queued == 0 && h.etcdKey == r.key && h.fence == r.create {
 			h.mod, e.rec = r.mod, nil // in step: the holder alone says it all
 		}
@@ -128,7 +130,7 @@ func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
 	}
 	e.publishDue = true
 	e.refs++ // the timer's: e stays the lock's entry until it fires
-	c.clock.AfterFunc(d, func() { c.publish(e) })
+	c.clock.AfterFunc(d, func() { e.publish() })
 }
 
 // publish writes e's contender record if it still does not say what is
@@ -136,17 +138,18 @@ func (c *Coordinator) publishAfterLocked(e *entry, d time.Duration) {
 // or taken anew is left alone) and its mod revision (an extend of ours that
 // committed meanwhile wrote a newer deadline, which this write must not
 // undo; that extend's own report writes again if the queue moved).
-func (c *Coordinator) publish(e *entry) {
+func (e *entry) publish() {
+	c := e.co
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.unrefLocked(e) // the timer's reference
+	defer e.unrefLocked() // the timer's reference
 	e.publishDue = false
 	r := e.rec
 	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending) {
 		// The key is being deleted, or an extend in flight reports back.
 		return
 	}
-	want := c.wantLocked(e)
+	want := e.wantLocked()
 	if sameRecord(want, r.wrote) {
 		return
 	}
@@ -158,10 +161,10 @@ func (c *Coordinator) publish(e *entry) {
 	case err != nil:
 		c.log.Debug("cannot update a contender record", "key", key, "err", err)
 		if e.rec == r {
-			c.publishAfterLocked(e, recordRetry)
+			e.publishAfterLocked(recordRetry)
 		}
 	case out.OK:
-		c.wroteLocked(e, key, create, out.Rev, want)
+		e.wroteLocked(key, create, out.Rev, want)
 	}
 	// A compare that failed: the key is gone (its turn passes) or an
 	// extend of ours landed first and reports back itself.

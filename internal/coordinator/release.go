@@ -41,7 +41,7 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 		return Released{}, fmt.Errorf("%s: %w", op, err)
 	}
 	var out lockstore.Outcome
-	marker := c.markerOf(e, h)
+	marker := h.markerOf()
 	if marker != "" && clean {
 		out, err = c.store.markers.DeleteWith(h.etcdKey, h.fence, marker) // a clean release: no lock delay
 	} else {
@@ -55,18 +55,18 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 		return Released{}, unavailable(op, err)
 	}
 	if e.held != h {
-		if lost := c.lostLocked(k, owner); lost != nil {
+		if lost := c.ended.lost(c.now(), k, owner); lost != nil {
 			return Released{}, fmt.Errorf("%s: %w", op, lost)
 		}
 		return Released{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
 	if !out.OK {
-		c.loseLocked(e, h, goneReason(h.sess))
-		c.passTurnLocked(e)
-		return Released{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+		h.loseLocked(goneReason(h.sess))
+		e.passTurnLocked()
+		return Released{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, owner))
 	}
-	c.endLocked(e, h)
-	c.passTurnLocked(e)
+	h.endLocked()
+	e.passTurnLocked()
 	heldFor := c.now().Sub(h.acquiredAt)
 	if marker != "" && !clean {
 		c.log.Warn("lock let go without its release: held back by its lock delay", "lock", k.String(), "owner", owner, "fence", h.fence, "heldFor", heldFor)
@@ -79,7 +79,7 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 // Extend moves owner's deadline of k to now+ttl (ttl 0: the default TTL),
 // never past the lock's max hold; ttl becomes the lock's window.
 func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, ttl time.Duration) (Grant, error) {
-	ttl, err := c.checkTTL(ttl)
+	ttl, err := c.cfg.checkTTL(ttl)
 	if err != nil {
 		return Grant{}, fmt.Errorf("extend %q: %w", k, err)
 	}
@@ -108,13 +108,13 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		exp = h.capAt
 	}
 	c.mu.Lock()
-	rec := c.recordOf(h)
+	rec := h.recordOf()
 	rec.ExpiresAt = exp.UTC()
 	rec.Queued = e.queued
 	c.mu.Unlock()
 	out, err := c.store.lines.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
 	if errors.Is(err, ErrNoSpace) {
-		return c.extendHere(ctx, k, e, h, op, exp, ttl, level, err)
+		return h.extendHere(ctx, k, op, exp, ttl, level, err)
 	}
 
 	c.mu.Lock()
@@ -124,20 +124,20 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		return Grant{}, unavailable(op, err)
 	}
 	if e.held != h {
-		if lost := c.lostLocked(k, owner); lost != nil {
+		if lost := c.ended.lost(c.now(), k, owner); lost != nil {
 			return Grant{}, fmt.Errorf("%s: %w", op, lost)
 		}
 		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
 	}
 	if !out.OK {
-		c.loseLocked(e, h, goneReason(h.sess))
-		c.passTurnLocked(e)
-		return Grant{}, fmt.Errorf("%s: %w", op, c.lostLocked(k, owner))
+		h.loseLocked(goneReason(h.sess))
+		e.passTurnLocked()
+		return Grant{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, owner))
 	}
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
-	c.wroteLocked(e, h.etcdKey, h.fence, out.Rev, rec)
+	e.wroteLocked(h.etcdKey, h.fence, out.Rev, rec)
 	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
-	c.changedLocked(e, h, false)
+	h.changedLocked(false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
 }
@@ -166,8 +166,8 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	}
 	if h != nil && !h.ending && !lockstore.Alive(h.sess) {
 		// The session was given up and its watcher has not run yet.
-		c.loseLocked(e, h, LeaseLost)
-		c.passTurnLocked(e)
+		h.loseLocked(LeaseLost)
+		e.passTurnLocked()
 		h = nil
 	}
 	if h != nil && h.owner == owner {
@@ -179,12 +179,12 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 		c.mu.Unlock()
 		return e, h, nil
 	}
-	if lost := c.lostLocked(k, owner); lost != nil {
+	if lost := c.ended.lost(c.now(), k, owner); lost != nil {
 		c.mu.Unlock()
 		return nil, nil, lost
 	}
 	if h != nil {
-		err := &NotOwnerError{Key: k, Owner: owner, Holder: c.recordOf(h)}
+		err := &NotOwnerError{Key: k, Owner: owner, Holder: h.recordOf()}
 		c.mu.Unlock()
 		return nil, nil, err
 	}
@@ -208,7 +208,9 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 }
 
 // expire ends h at its deadline and deletes its key.
-func (c *Coordinator) expire(e *entry, h *held) {
+func (h *held) expire() {
+	c := h.co
+	e := h.entry
 	c.mu.Lock()
 	if e.held != h {
 		c.mu.Unlock()
@@ -229,12 +231,12 @@ func (c *Coordinator) expire(e *entry, h *held) {
 		reason, what = MaxHoldReached, "lock reached its max hold of %v"
 	}
 	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}
-	c.endLocked(e, h)
-	c.rememberLocked(e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
+	h.endLocked()
+	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
 	c.log.Warn(fmt.Sprintf(what, h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
 	c.mu.Unlock()
-	c.retire(e, h.etcdKey, h.fence, h.sess)
+	e.retire(h.etcdKey, h.fence, h.sess)
 }
 
 // retire deletes a contender key of ours, then passes the turn. The turn is
@@ -242,16 +244,17 @@ func (c *Coordinator) expire(e *entry, h *held) {
 // is the key's create revision, or 0 when unknown (a put whose outcome was
 // lost). On failure it retries in the background until the key is deleted
 // or its session has ended (taking the key with it).
-func (c *Coordinator) retire(e *entry, key string, rev int64, sess lockstore.Session) {
+func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
+	c := e.co
 	c.mu.Lock()
 	e.retiring = true
 	c.mu.Unlock()
 	if c.deleteKey(key, rev) == nil {
-		c.leaveTurn(e)
+		e.leaveTurn()
 		return
 	}
 	go func() {
-		defer c.leaveTurn(e)
+		defer e.leaveTurn()
 		retry := retryBackoff(2 * time.Second)
 		for {
 			select {
@@ -295,12 +298,14 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	}
 	h := e.held
 	c.mu.Unlock()
-	go c.lostByDelete(e, h)
+	go h.lostByDelete()
 }
 
 // lostByDelete marks h lost after its key was deleted: lease_lost when its
 // lease is gone too, force_released otherwise.
-func (c *Coordinator) lostByDelete(e *entry, h *held) {
+func (h *held) lostByDelete() {
+	c := h.co
+	e := h.entry
 	reason := ForceReleased
 	ctx, cancel := c.etcdCtx(c.stop)
 	gone, err := c.store.leases.LeaseGone(ctx, h.lease)
@@ -311,25 +316,26 @@ func (c *Coordinator) lostByDelete(e *entry, h *held) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.held == h && !h.ending {
-		c.loseLocked(e, h, reason)
-		c.passTurnLocked(e)
+		h.loseLocked(reason)
+		e.passTurnLocked()
 	}
 }
 
 // verify reads whether h's key is still in etcd, and loses h if it is not.
-func (c *Coordinator) verify(ctx context.Context, e *entry, h *held) error {
-	ok, err := c.keyHeld(ctx, h)
+func (h *held) verify(ctx context.Context) error {
+	ok, err := h.keyHeld(ctx)
 	if err != nil {
 		return unavailable("read holder", err)
 	}
 	if !ok {
-		c.lostByDelete(e, h)
+		h.lostByDelete()
 	}
 	return nil
 }
 
 // keyHeld reads whether h's key is still in etcd, created at its fence.
-func (c *Coordinator) keyHeld(ctx context.Context, h *held) (bool, error) {
+func (h *held) keyHeld(ctx context.Context) (bool, error) {
+	c := h.co
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
 	return c.store.lines.Holds(tctx, h.etcdKey, h.fence)
@@ -349,16 +355,15 @@ func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
 	}
 
 	var hs []*held
-	var es []*entry
 	for _, e := range c.locks {
 		if e.held != nil && (k.IsZero() || e.key == k) && e.held.fence < from-1 {
-			hs, es = append(hs, e.held), append(es, e)
+			hs = append(hs, e.held)
 		}
 	}
 	c.mu.Unlock()
-	for i, h := range hs {
-		if ok, err := c.keyHeld(context.Background(), h); err == nil && !ok {
-			c.lostByDelete(es[i], h) // else still held, or unknown
+	for _, h := range hs {
+		if ok, err := h.keyHeld(context.Background()); err == nil && !ok {
+			h.lostByDelete() // else still held, or unknown
 		}
 	}
 }

@@ -52,7 +52,9 @@ type AcquireRequest struct {
 	Claim keyspace.Claim
 }
 
-func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
+// checkAcquire validates req against the sidecar's limits and fills in its
+// defaults: an owner, the ttl, the lock delay.
+func (cfg *Config) checkAcquire(req *AcquireRequest) error {
 	if req.Key.IsZero() {
 		return invalid("key", "no key")
 	}
@@ -61,7 +63,7 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	} else if err := CheckOwner(req.Owner); err != nil {
 		return err
 	}
-	ttl, err := c.checkTTL(req.TTL)
+	ttl, err := cfg.checkTTL(req.TTL)
 	if err != nil {
 		return err
 	}
@@ -73,8 +75,8 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 		return invalid("max_hold", "applies to hold streams (POST /v1/locks/KEY:hold), which renew their lock; a plain acquire ends at its ttl")
 	case req.MaxHold > 0 && req.MaxHold < time.Second:
 		return invalid("max_hold", "%v is shorter than 1s", req.MaxHold)
-	case req.MaxHold > c.cfg.MaxHold:
-		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v", req.MaxHold, c.cfg.MaxHold)
+	case req.MaxHold > cfg.MaxHold:
+		return invalid("max_hold", "%v is longer than the sidecar's maximum hold %v", req.MaxHold, cfg.MaxHold)
 	case req.MaxHold > 0 && req.TTL > req.MaxHold:
 		req.TTL = req.MaxHold // the cap comes first
 	}
@@ -84,12 +86,12 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 	switch {
 	case req.LockDelay < 0:
 		return invalid("lock_delay", "%v is negative", req.LockDelay)
-	case req.LockDelay > c.cfg.MaxLockDelay:
-		return invalid("lock_delay", "%v is longer than the sidecar's maximum lock delay %v", req.LockDelay, c.cfg.MaxLockDelay)
+	case req.LockDelay > cfg.MaxLockDelay:
+		return invalid("lock_delay", "%v is longer than the sidecar's maximum lock delay %v", req.LockDelay, cfg.MaxLockDelay)
 	case req.LockDelay > 0 && !req.Claim.IsExclusive():
 		return invalid("lock_delay", "applies to locks held whole, not to readers or semaphores")
 	case req.LockDelay == 0 && req.Claim.IsExclusive():
-		req.LockDelay = c.cfg.LockDelay
+		req.LockDelay = cfg.LockDelay
 	}
 	switch {
 	case req.Wait < 0:
@@ -98,9 +100,9 @@ func (c *Coordinator) checkAcquire(req *AcquireRequest) error {
 		// A hold stream's heartbeats keep its connection alive while it
 		// waits: it may wait as long as it asks, forever included.
 	case req.Wait == WaitForever:
-		return invalid("wait", "forever is for hold streams (POST /v1/locks/KEY:hold, baton run), whose heartbeats keep the connection alive; a plain acquire waits at most the sidecar's maximum wait %v", c.cfg.MaxWait)
-	case req.Wait > c.cfg.MaxWait:
-		return invalid("wait", "%v is longer than the sidecar's maximum wait %v; a hold stream (POST /v1/locks/KEY:hold, baton run) may wait longer, or forever", req.Wait, c.cfg.MaxWait)
+		return invalid("wait", "forever is for hold streams (POST /v1/locks/KEY:hold, baton run), whose heartbeats keep the connection alive; a plain acquire waits at most the sidecar's maximum wait %v", cfg.MaxWait)
+	case req.Wait > cfg.MaxWait:
+		return invalid("wait", "%v is longer than the sidecar's maximum wait %v; a hold stream (POST /v1/locks/KEY:hold, baton run) may wait longer, or forever", req.Wait, cfg.MaxWait)
 	}
 	return nil
 }
@@ -123,16 +125,17 @@ func checkClaim(cl *keyspace.Claim) error {
 	return nil
 }
 
-func (c *Coordinator) checkTTL(ttl time.Duration) (time.Duration, error) {
+// checkTTL validates a lock's ttl; 0 is the default ttl.
+func (cfg *Config) checkTTL(ttl time.Duration) (time.Duration, error) {
 	switch {
 	case ttl == 0:
-		return c.cfg.DefaultTTL, nil
+		return cfg.DefaultTTL, nil
 	case ttl < 0:
 		return 0, invalid("ttl", "%v is negative", ttl)
 	case ttl < time.Second:
 		return 0, invalid("ttl", "%v is shorter than 1s", ttl)
-	case ttl > c.cfg.MaxHold:
-		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v", ttl, c.cfg.MaxHold)
+	case ttl > cfg.MaxHold:
+		return 0, invalid("ttl", "%v is longer than the sidecar's maximum hold %v", ttl, cfg.MaxHold)
 	}
 	return ttl, nil
 }

@@ -54,10 +54,10 @@ func (c *Coordinator) watchSession(s lockstore.Session) {
 	delete(c.watching, s)
 	for _, e := range c.locks {
 		if h := e.held; h != nil && h.sess == s {
-			c.loseLocked(e, h, LeaseLost)
+			h.loseLocked(LeaseLost)
 			// The key went with the lease; the next local caller contends
 			// under a new session with a new key, so the turn can pass.
-			c.passTurnLocked(e)
+			e.passTurnLocked()
 		}
 	}
 }

@@ -56,7 +56,7 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 	if e == nil {
 		var tag [4]byte
 		_, _ = rand.Read(tag[:]) // never fails on Linux
-		e = &entry{key: k, slot: &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}}
+		e = &entry{co: c, key: k, slot: &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}}
 		c.locks[name] = e
 	}
 	e.refs++
@@ -67,20 +67,21 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 // owner's slot as ch: nil when it had the turn at once, else the same
 // owner's other call is in flight, and its outcome is this one's answer
 // too.
-func (c *Coordinator) tryShared(ctx context.Context, e *entry, req AcquireRequest, ch chan struct{}) (Grant, error) {
+func (e sharedLine) tryShared(ctx context.Context, req AcquireRequest, ch chan struct{}) (Grant, error) {
+	c := e.co
 	wctx, cancel := c.etcdCtx(ctx)
-	err := c.awaitTurn(wctx, e, ch, false)
+	err := e.awaitTurn(wctx, ch, false)
 	cancel()
 	if err != nil {
 		c.mu.Lock()
-		d := c.decideLocked(e, req, nil, false)
+		d := e.decideLocked(req, nil, false)
 		c.mu.Unlock()
-		if d = c.settle(ctx, e, req, d, false); d.answered {
+		if d = e.settle(ctx, req, d, false); d.answered {
 			return d.g, d.err
 		}
 		return Grant{}, fmt.Errorf("acquire %q: %w: another acquire by %s is in flight; retry", req.Key, ErrUnavailable, req.Owner)
 	}
-	return c.tryIn(ctx, e, req)
+	return e.tryIn(ctx, req)
 }
 
 // maxTryIn bounds the transactions of one try of a shared claim: each
@@ -91,15 +92,16 @@ const maxTryIn = 4
 // full is read first, so a refusal of a full lock costs a read and no
 // write; a transaction that finds newcomers in line reads the line in the
 // same round trip.
-func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (Grant, error) {
+func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error) {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	sess, err := c.session(ctx)
 	if err != nil {
-		c.leaveTurn(e)
+		e.leaveTurn()
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := c.rewound(op); err != nil {
-		c.leaveTurn(e)
+	if err := c.floor.rewound(op); err != nil {
+		e.leaveTurn()
 		return Grant{}, err
 	}
 	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
@@ -116,11 +118,11 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 	if readFirst {
 		line, err := c.lineOf(ctx, req.Key)
 		if err != nil {
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return Grant{}, unavailable(op, err)
 		}
-		if err := c.judge(req, line); err != nil {
-			c.leaveTurn(e)
+		if err := e.judge(req, line); err != nil {
+			e.leaveTurn()
 			return Grant{}, err
 		}
 		seen = lastCreated(line)
@@ -128,38 +130,44 @@ func (c *Coordinator) tryIn(ctx context.Context, e *entry, req AcquireRequest) (
 	for range maxTryIn {
 		out, err := c.store.shared.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}, seen)
 		if err != nil {
-			c.retire(e, key, 0, sess) // the put may have committed
+			e.retire(key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(op, err)
 		}
 		if out.OK {
-			return c.grant(e, req, sess, id, key, out.Rev, rec)
+			return e.grant(req, sess, id, key, out.Rev, rec)
 		}
-		if err := c.judge(req, out.Line); err != nil {
-			c.leaveTurn(e)
+		if err := e.judge(req, out.Line); err != nil {
+			e.leaveTurn()
 			return Grant{}, err
 		}
 		if out.Gate != nil {
 			// Room in line, but a lost holder's lock delay holds it back.
 			wait, m, err := c.heldBack(req.Key, out.Gate)
 			if err != nil {
-				c.leaveTurn(e)
+				e.leaveTurn()
 				return Grant{}, unavailable(op, err)
 			}
 			if wait > 0 {
-				c.leaveTurn(e)
+				e.leaveTurn()
 				return Grant{}, fmt.Errorf("%s: %w", op, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 			}
 		}
 		seen = lastCreated(out.Line)
 	}
-	c.leaveTurn(e)
+	e.leaveTurn()
 	return Grant{}, fmt.Errorf("%s: %w: contenders kept joining the line while trying; retry, or wait", op, ErrUnavailable)
 }
+
+// sharedLine is the line of a shared claim (a reader, a writer or a
+// semaphore's units), whose admission depends on the claims ahead of it:
+// etcd's Mutex layout with each contender's claim in its record.
+type sharedLine struct{ *entry }
 
 // judge returns nil when req's claim would hold the lock behind line, and
 // else why not: the claims disagree, or it is held, which the next try
 // reads first.
-func (c *Coordinator) judge(req AcquireRequest, line []lockstore.Contender) error {
+func (e sharedLine) judge(req AcquireRequest, line []lockstore.Contender) error {
+	c := e.co
 	if err := agree(req, line); err != nil {
 		return err
 	}

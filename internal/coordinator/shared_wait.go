@@ -12,9 +12,10 @@ import (
 // waitShared is wait for a shared claim: it joins the line, learning the
 // claims ahead in the same transaction, and waits until they leave room
 // for it. The caller has the turn.
-func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
-	p, rec, err := c.placeFor(ctx, e, req, op, func(sess lockstore.Session) string {
+	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string {
 		return c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag)
 	})
 	if err != nil {
@@ -24,11 +25,11 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 	p.w = c.hub.register(req.Key) // before any read, so no delete goes unseen
 	defer c.hub.unregister(req.Key, p.w)
 	out, err := c.store.shared.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
-	if err := c.queued(e, &p, rec, out, err, op); err != nil {
+	if err := e.placed(&p, rec, out, err, op); err != nil {
 		return Grant{}, err
 	}
 	if err := agree(req, out.Line); err != nil {
-		c.retire(e, p.key, p.rev, sess)
+		e.retire(p.key, p.rev, sess)
 		return Grant{}, err
 	}
 	delayed := out.Gate != nil
@@ -36,30 +37,31 @@ func (c *Coordinator) waitShared(ctx context.Context, e *entry, req AcquireReque
 		delayed = delayed || keyspace.IsDelayContender(ct.Key)
 	}
 	if fits(out.Line, req.Claim) && !delayed {
-		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+		return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 	}
-	if err := c.waitRoom(ctx, e, req, start, p, out.Line); err != nil {
+	if err := e.waitRoom(ctx, req, start, p, out.Line); err != nil {
 		return Grant{}, err
 	}
 	if delayed {
-		if err := c.gate(ctx, e, req, start, p); err != nil {
+		if err := e.gate(ctx, req, start, p); err != nil {
 			return Grant{}, err
 		}
 	}
-	if err := c.stillAllowed(ctx, e, req, p); err != nil {
+	if err := e.stillAllowed(ctx, req, p); err != nil {
 		return Grant{}, err
 	}
 	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
-	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 }
 
 // waitRoom waits until the contenders ahead of p, line as read at p.rev,
 // leave room for its claim. It follows their deletes on the watch and
 // reads the line again only when the watch may have missed some. When it
 // fails, p's key is being deleted or is gone, and the turn passes on.
-func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, line []lockstore.Contender) error {
+func (e sharedLine) waitRoom(ctx context.Context, req AcquireRequest, start time.Time, p place, line []lockstore.Contender) error {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	readRev := p.rev
 	told := -1
@@ -71,23 +73,23 @@ func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest
 		rest, covered, mineGone := p.w.pruned(line, p.key, readRev)
 		switch {
 		case mineGone:
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 		case covered:
 			line = rest
 		default:
 			var mine bool
 			var err error
-			line, readRev, mine, err = c.lineAhead(ctx, p)
+			line, readRev, mine, err = e.lineAhead(ctx, p)
 			switch {
 			case err != nil:
-				c.retire(e, p.key, p.rev, p.sess)
+				e.retire(p.key, p.rev, p.sess)
 				if isContextErr(ctx, err) {
 					return c.waitFailed(ctx, req.Key, start, ctx.Err())
 				}
 				return unavailable(op, err)
 			case !mine:
-				c.leaveTurn(e)
+				e.leaveTurn()
 				return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 			}
 		}
@@ -97,13 +99,13 @@ func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest
 		select {
 		case <-p.w.notify:
 		case <-ctx.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			return c.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-p.sess.Done():
-			c.leaveTurn(e) // the key went with the lease
+			e.leaveTurn() // the key went with the lease
 			return fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
 		case <-c.stop.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			return fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
 		}
 	}
@@ -111,7 +113,8 @@ func (c *Coordinator) waitRoom(ctx context.Context, e *entry, req AcquireRequest
 
 // lineAhead reads the contenders ahead of p, whether p's key is still
 // there, and the revision of the read.
-func (c *Coordinator) lineAhead(ctx context.Context, p place) (line []lockstore.Contender, rev int64, mine bool, err error) {
+func (e sharedLine) lineAhead(ctx context.Context, p place) (line []lockstore.Contender, rev int64, mine bool, err error) {
+	c := e.co
 	tctx, cancel := c.etcdCtx(ctx)
 	defer cancel()
 	return c.store.shared.Line(tctx, p.lock, p.key, p.rev)

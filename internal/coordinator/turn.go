@@ -18,28 +18,30 @@ import (
 func (c *Coordinator) refLocked(k keyspace.Key) *entry {
 	e := c.locks[k.String()]
 	if e == nil {
-		e = &entry{key: k}
+		e = &entry{co: c, key: k}
 		c.locks[k.String()] = e
 	}
 	e.refs++
 	return e
 }
 
-func (c *Coordinator) unrefLocked(e *entry) {
+func (e *entry) unrefLocked() {
 	e.refs--
-	c.dropIfIdleLocked(e)
+	e.dropIfIdleLocked()
 }
 
 // dropIfIdleLocked forgets an entry nobody uses.
-func (c *Coordinator) dropIfIdleLocked(e *entry) {
+func (e *entry) dropIfIdleLocked() {
+	c := e.co
 	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
 		delete(c.locks, nameOf(e))
 	}
 }
 
-func (c *Coordinator) unref(e *entry) {
+func (e *entry) unref() {
+	c := e.co
 	c.mu.Lock()
-	c.unrefLocked(e)
+	e.unrefLocked()
 	c.mu.Unlock()
 }
 
@@ -56,12 +58,12 @@ func (e *entry) takeTurn() bool {
 // FIFO order and returns what awaitTurn waits on. A waiter (a blocking
 // acquire, not a try waiting out a release) is counted in the lock's
 // record while it queues.
-func (c *Coordinator) lineUpLocked(e *entry, waiter bool) chan struct{} {
+func (e *entry) lineUpLocked(waiter bool) chan struct{} {
 	if e.takeTurn() {
 		return nil
 	}
 	if waiter {
-		c.queueChangedLocked(e, 1)
+		e.queueChangedLocked(1)
 	}
 	ch := make(chan struct{})
 	e.queue = append(e.queue, ch)
@@ -72,7 +74,8 @@ func (c *Coordinator) lineUpLocked(e *entry, waiter bool) chan struct{} {
 // as ch (nil: the turn was had at once). When ctx ends or the coordinator
 // shuts down first, it leaves the queue, passing the turn on if it was
 // handed over meanwhile.
-func (c *Coordinator) awaitTurn(ctx context.Context, e *entry, ch chan struct{}, waiter bool) error {
+func (e *entry) awaitTurn(ctx context.Context, ch chan struct{}, waiter bool) error {
+	c := e.co
 	if ch == nil {
 		return nil
 	}
@@ -90,7 +93,7 @@ func (c *Coordinator) awaitTurn(ctx context.Context, e *entry, ch chan struct{},
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if waiter {
-		c.queueChangedLocked(e, -1)
+		e.queueChangedLocked(-1)
 	}
 	if err == nil {
 		return nil
@@ -102,17 +105,17 @@ func (c *Coordinator) awaitTurn(ctx context.Context, e *entry, ch chan struct{},
 		}
 	}
 	// The turn was handed to us while we gave up: pass it on.
-	c.passTurnLocked(e)
+	e.passTurnLocked()
 	return err
 }
 
 // passTurnLocked gives the turn to the next queued caller, or frees it.
-func (c *Coordinator) passTurnLocked(e *entry) {
+func (e *entry) passTurnLocked() {
 	e.retiring = false
 	e.rec = nil // the key is gone, or goes with its session
 	if len(e.queue) == 0 {
 		e.busy = false
-		c.dropIfIdleLocked(e)
+		e.dropIfIdleLocked()
 		return
 	}
 	next := e.queue[0]
@@ -121,8 +124,9 @@ func (c *Coordinator) passTurnLocked(e *entry) {
 }
 
 // leaveTurn passes the turn on.
-func (c *Coordinator) leaveTurn(e *entry) {
+func (e *entry) leaveTurn() {
+	c := e.co
 	c.mu.Lock()
-	c.passTurnLocked(e)
+	e.passTurnLocked()
 	c.mu.Unlock()
 }

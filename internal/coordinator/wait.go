@@ -16,7 +16,8 @@ var errWaitOver = errors.New("wait over")
 // admitLocked admits req's waiter, when this sidecar has room for one
 // more, and lines it up for the lock's turn behind the callers of this
 // sidecar (lineUpLocked), telling it its place when it is behind one.
-func (c *Coordinator) admitLocked(e *entry, req AcquireRequest) (chan struct{}, error) {
+func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
+	c := e.co
 	if c.waiting >= c.cfg.MaxWaiters {
 		return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
 	}
@@ -24,12 +25,13 @@ func (c *Coordinator) admitLocked(e *entry, req AcquireRequest) (chan struct{}, 
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
-	return c.lineUpLocked(e, true), nil
+	return e.lineUpLocked(true), nil
 }
 
-// queue waits for the lock, admitted by admitLocked, which lined it up
+// waitAdmitted waits for the lock, admitted by admitLocked, which lined it up
 // for the turn as ch: in line for the turn, then in etcd.
-func (c *Coordinator) queue(ctx context.Context, e *entry, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
+func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
+	c := e.co
 	c.hub.need(req.Key, 0) // whatever it waits behind, it must hear of its end
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
@@ -45,21 +47,22 @@ func (c *Coordinator) queue(ctx context.Context, e *entry, req AcquireRequest, s
 			c.obs.Units(req.Key.String(), req.Claim.Limit, false, -req.Claim.Units())
 		}
 	}()
-	if err := c.awaitTurn(ctx, e, ch, true); err != nil {
+	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
 	}
-	return c.waitThrough(ctx, e, req, start)
+	return e.waitThrough(ctx, req, start)
 }
 
 // turnAgain lines a waiter up for the lock's turn again, and waits for it.
-func (c *Coordinator) turnAgain(ctx context.Context, e *entry, req AcquireRequest, start time.Time) error {
+func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Time) error {
+	c := e.co
 	c.mu.Lock()
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
-	ch := c.lineUpLocked(e, true)
+	ch := e.lineUpLocked(true)
 	c.mu.Unlock()
-	if err := c.awaitTurn(ctx, e, ch, true); err != nil {
+	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return c.waitFailed(ctx, req.Key, start, err)
 	}
 	return nil
@@ -71,10 +74,11 @@ func (c *Coordinator) turnAgain(ctx context.Context, e *entry, req AcquireReques
 // next session (behind whoever queued meanwhile) until the caller's wait
 // runs out. Nothing is granted without an etcd commit; a wait that runs
 // out while etcd is still unreachable answers unavailable.
-func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+	c := e.co
 	retry := retryBackoff(time.Second)
 	for {
-		g, err := c.wait(ctx, e, req, start)
+		g, err := e.wait(ctx, req, start)
 		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return g, err
 		}
@@ -89,7 +93,7 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 		case <-c.stop.Done():
 			return Grant{}, err
 		}
-		if err := c.turnAgain(ctx, e, req, start); err != nil {
+		if err := e.turnAgain(ctx, req, start); err != nil {
 			return Grant{}, err
 		}
 	}
@@ -97,15 +101,16 @@ func (c *Coordinator) waitThrough(ctx context.Context, e *entry, req AcquireRequ
 
 // wait queues in etcd behind the contenders created before it; the caller
 // has the turn.
-func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, start time.Time) (Grant, error) {
+func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+	c := e.co
 	if e.slot != nil {
-		return c.waitShared(ctx, e, req, start)
+		return sharedLine{e}.waitShared(ctx, req, start)
 	}
 	op := fmt.Sprintf("acquire %q", req.Key)
 	// The key's name stays that of the session (its first lease), as in
 	// concurrency.Mutex, so one session has one contender key per lock
 	// whatever lease carries it.
-	p, rec, err := c.placeFor(ctx, e, req, op, func(sess lockstore.Session) string { return c.contenderKey(req, sess) })
+	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string { return c.contenderKey(req, sess) })
 	if err != nil {
 		return Grant{}, err
 	}
@@ -116,32 +121,32 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.
 	out, err := c.store.lines.Queue(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
-	if err := c.queued(e, &p, rec, out, err, op); err != nil {
+	if err := e.placed(&p, rec, out, err, op); err != nil {
 		return Grant{}, err
 	}
 	delayed := mayBeHeldBack(out)
 	if len(out.Ahead) > 0 {
-		if err := c.waitFirst(ctx, e, req, start, p, out.Ahead); err != nil {
+		if err := e.waitFirst(ctx, req, start, p, out.Ahead); err != nil {
 			return Grant{}, err
 		}
 	}
 	if delayed {
-		if err := c.gate(ctx, e, req, start, p); err != nil {
+		if err := e.gate(ctx, req, start, p); err != nil {
 			return Grant{}, err
 		}
 	}
-	if err := c.stillAllowed(ctx, e, req, p); err != nil {
+	if err := e.stillAllowed(ctx, req, p); err != nil {
 		return Grant{}, err
 	}
-	if err := c.aboveFloor(e, req, p.key, p.rev, sess); err != nil {
+	if err := e.aboveFloor(req, p.key, p.rev, sess); err != nil {
 		return Grant{}, err
 	}
 	if err := c.mark(req, p.key, p.rev); err != nil {
-		c.retire(e, p.key, p.rev, sess)
+		e.retire(p.key, p.rev, sess)
 		return Grant{}, err
 	}
 	if len(out.Ahead) == 0 && !delayed {
-		return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+		return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 	}
 	// First in line, and the key (so the session) was still there when
 	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
@@ -150,20 +155,21 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, req AcquireRequest, st
 	now := c.now()
 	rec = c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Hold = req.Hold
-	return c.grant(e, req, sess, p.lease, p.key, p.rev, rec)
+	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 }
 
 // placeFor makes the place of req's waiter, with the key keyOf names
 // for the current session, and the record it queues with; the caller has
 // the turn, which passes on when there is no session.
-func (c *Coordinator) placeFor(ctx context.Context, e *entry, req AcquireRequest, op string, keyOf func(lockstore.Session) string) (place, keyspace.Holder, error) {
+func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, keyOf func(lockstore.Session) string) (place, keyspace.Holder, error) {
+	c := e.co
 	sess, err := c.session(ctx)
 	if err != nil {
-		c.leaveTurn(e)
+		e.leaveTurn()
 		return place{}, keyspace.Holder{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := c.rewound(op); err != nil {
-		c.leaveTurn(e)
+	if err := c.floor.rewound(op); err != nil {
+		e.leaveTurn()
 		return place{}, keyspace.Holder{}, err
 	}
 	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
@@ -177,23 +183,24 @@ func (c *Coordinator) placeFor(ctx context.Context, e *entry, req AcquireRequest
 	return p, rec, nil
 }
 
-// queued takes in the outcome of the write that queued p (Queue or Join),
+// placed takes in the outcome of the write that queued p (Queue or Join),
 // which wrote rec; on failure p's key is being deleted and the turn
 // passes on.
-func (c *Coordinator) queued(e *entry, p *place, rec keyspace.Holder, out lockstore.Outcome, err error, op string) error {
+func (e *entry) placed(p *place, rec keyspace.Holder, out lockstore.Outcome, err error, op string) error {
+	c := e.co
 	if err != nil {
-		c.retire(e, p.key, 0, p.sess)
+		e.retire(p.key, 0, p.sess)
 		return unavailable(op, err)
 	}
 	if !out.OK {
 		// Only this sidecar writes this key and it has the turn: a key left
 		// by an earlier call whose outcome was unknown. Remove it.
-		c.retire(e, p.key, 0, p.sess)
+		e.retire(p.key, 0, p.sess)
 		return fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
 	p.rev = out.Rev
 	c.mu.Lock()
-	c.contendLocked(e, p.key, p.rev, p.rev, p.lease, rec)
+	e.contendLocked(p.key, p.rev, p.rev, p.lease, rec)
 	c.mu.Unlock()
 	return nil
 }
@@ -210,14 +217,15 @@ type place struct {
 // waitFirst waits until p is first in line, ahead (as read at p.rev)
 // being the contenders ahead of it, the last created first. When it fails,
 // p's key is being deleted or is gone, and the turn passes on.
-func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, ahead []string) error {
+func (e *entry) waitFirst(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string) error {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	readRev := p.rev
 	for {
 		if req.Position != nil {
 			req.Position.set(len(ahead))
 		}
-		first, err := c.waitAhead(ctx, e, req, start, p, ahead, readRev)
+		first, err := e.waitAhead(ctx, req, start, p, ahead, readRev)
 		if first || err != nil {
 			return err
 		}
@@ -225,13 +233,13 @@ func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireReques
 		ahead, readRev, mine, err = c.predecessor(ctx, p.key, p.lock, p.rev)
 		switch {
 		case err != nil:
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			if isContextErr(ctx, err) {
 				return c.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return unavailable(op, err)
 		case !mine:
-			c.leaveTurn(e)
+			e.leaveTurn()
 			return fmt.Errorf("%s: %w: this sidecar's contender key was deleted while it waited (session lost or force release); retry", op, ErrUnavailable)
 		case len(ahead) == 0:
 			return nil
@@ -241,7 +249,8 @@ func (c *Coordinator) waitFirst(ctx context.Context, e *entry, req AcquireReques
 
 // waitAhead follows the deletes of the contenders ahead (read at readRev)
 // on the watch until the waiter is first (first) or must read again.
-func (c *Coordinator) waitAhead(ctx context.Context, e *entry, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
+func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
+	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	// With a Position, any contender ahead leaving is news; otherwise only
 	// the one right ahead matters.
@@ -265,13 +274,13 @@ func (c *Coordinator) waitAhead(ctx context.Context, e *entry, req AcquireReques
 		select {
 		case <-p.w.notify:
 		case <-ctx.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			return false, c.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-p.sess.Done():
-			c.leaveTurn(e) // the key went with the lease
+			e.leaveTurn() // the key went with the lease
 			return false, fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
 		case <-c.stop.Done():
-			c.retire(e, p.key, p.rev, p.sess)
+			e.retire(p.key, p.rev, p.sess)
 			return false, fmt.Errorf("%s: %w: shutting down", op, ErrUnavailable)
 		}
 	}

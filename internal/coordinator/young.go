@@ -35,9 +35,10 @@ type youngLock struct {
 
 // watchLaterLocked has h watched once it has been held for the watch delay,
 // or at once when the delay is 0.
-func (c *Coordinator) watchLaterLocked(h *held) {
+func (h *held) watchLaterLocked() {
+	c := h.co
 	if c.cfg.WatchDelay == 0 {
-		c.watchHeldLocked(h)
+		h.watchHeldLocked()
 		return
 	}
 	y := &c.young
@@ -84,7 +85,7 @@ func (c *Coordinator) matureYoung() {
 		}
 		y.queue[y.head] = youngLock{}
 		if !l.h.ended {
-			c.watchHeldLocked(l.h)
+			l.h.watchHeldLocked()
 		}
 	}
 	y.queue, y.head = y.queue[:0], 0
@@ -94,7 +95,8 @@ func (c *Coordinator) matureYoung() {
 // delete of its key by anyone else is reported at once as a loss. The
 // watch, if it opens for h, starts just after h's grant: a delete during
 // its watch delay is delivered too.
-func (c *Coordinator) watchHeldLocked(h *held) {
+func (h *held) watchHeldLocked() {
+	c := h.co
 	if h.watched || h.ended {
 		return
 	}
