@@ -129,7 +129,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (
 		case step.f == nil:
 			// A local caller is queued in etcd: whoever holds the lock, it
 			// is not this caller.
-			return Grant{}, c.refusal(ctx, req.Key, false, 0)
+			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
 		// Another caller of this sidecar is trying the lock in etcd: its
 		// outcome is this caller's answer, which then names the holder (a
@@ -141,7 +141,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (
 		}
 		cancel()
 		if wctx.Err() != nil {
-			return Grant{}, c.refusal(ctx, req.Key, false, 0)
+			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
 		if step.f.shared() {
 			return Grant{}, step.f.err // refused as that try was, by the same holder
@@ -211,7 +211,7 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 		e.leaveTurn()
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	key, pfx := c.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
+	key, pfx := c.delay.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
 	rec := c.record(req.Owner, now, now.Add(req.TTL))
 	rec.Hold = req.Hold
@@ -221,14 +221,14 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 	// fails still costs one, and an fsync, when it has a write branch).
 	id := sess.LeaseFor(step.load)
 	if step.readFirst {
-		first, err := c.firstContender(ctx, req.Key)
+		first, err := c.reads.first(ctx, req.Key)
 		if err != nil {
 			e.leaveTurn()
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if first != nil {
 			e.leaveTurn()
-			return Grant{}, c.refusedBy(ctx, req.Key, first)
+			return Grant{}, c.reads.refusedBy(ctx, req.Key, first)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -250,14 +250,14 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 			if err := e.aboveFloor(req, key, out.Rev, sess); err != nil {
 				return Grant{}, err
 			}
-			if err := c.mark(req, key, out.Rev); err != nil {
+			if err := c.delay.mark(req, key, out.Rev); err != nil {
 				e.retire(key, out.Rev, sess)
 				return Grant{}, err
 			}
 			return e.grant(req, sess, id, key, out.Rev, rec)
 		}
 		if out.First == nil && out.Gate != nil {
-			wait, m, err := c.heldBack(req.Key, out.Gate)
+			wait, m, err := c.delay.heldBack(req.Key, out.Gate)
 			if err != nil {
 				e.leaveTurn()
 				return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
@@ -275,40 +275,10 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 		c.heldElsewhere[req.Key.String()] = true
 		c.mu.Unlock()
 		e.leaveTurn()
-		return Grant{}, c.refusedBy(ctx, req.Key, out.First)
+		return Grant{}, c.reads.refusedBy(ctx, req.Key, out.First)
 	}
 	e.leaveTurn()
 	return Grant{}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
-}
-
-// refusal reads who holds k (a read, no write) for a refused caller.
-func (c *Coordinator) refusal(ctx context.Context, k keyspace.Key, waited bool, wait time.Duration) error {
-	first, err := c.firstContender(ctx, k)
-	if err != nil {
-		return unavailable(fmt.Sprintf("acquire %q", k), err)
-	}
-	return c.holdersOf(ctx, k, first, waited, wait)
-}
-
-// refusedBy is the refusal of an exclusive try by first, the lock's first
-// contender: a semaphore's tells the caller that it asks for the wrong
-// kind of lock; readers' are named all, which one more read finds.
-func (c *Coordinator) refusedBy(ctx context.Context, k keyspace.Key, first *lockstore.Contender) error {
-	if first != nil && !first.Holder.Foreign && first.Holder.Limit > 0 {
-		return fmt.Errorf("acquire %q: %w", k, &MismatchError{Key: k, InForce: first.Holder.Claim, Holder: first.Holder, Fence: first.Create})
-	}
-	return c.holdersOf(ctx, k, first, false, 0)
-}
-
-// holdersOf is the refusal naming first, and with it every holder when
-// first shares the lock (a read more; if it fails, first alone).
-func (c *Coordinator) holdersOf(ctx context.Context, k keyspace.Key, first *lockstore.Contender, waited bool, wait time.Duration) error {
-	if first != nil && !first.Holder.Foreign && !keyspace.ClaimOf(first.Holder).IsExclusive() {
-		if line, err := c.lineOf(ctx, k); err == nil && len(line) > 0 {
-			return sharedHeld(k, line, waited, wait)
-		}
-	}
-	return heldFrom(k, first, waited, wait)
 }
 
 // heldFrom is the refusal naming first, which is nil when the lock was

@@ -39,11 +39,13 @@ type Coordinator struct {
 	layout   keyspace.Layout
 	log      *slog.Logger
 	obs      Observer
+	delay    *lockDelay       // the lock delay's markers
 	guard    *policyGuard     // who may lock and force release what (WithPolicy)
 	floor    *fenceFloor      // etcd's past: the floor of the fences (WithHistory)
 	clock    clockwork.Clock  // every time and timer of the engine (WithClock)
 	now      func() time.Time // clock.Now
 	hub      *hub
+	reads    *etcdReader // the reads of refusals and statuses
 
 	stop     context.Context // cancelled by Shutdown: ends every wait
 	stopNow  context.CancelFunc
@@ -58,11 +60,10 @@ type Coordinator struct {
 	// sidecar and whose holder's delete has not been seen since: the next
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
-	reads         map[string]*sharedRead // by lock: the read of its first contender in flight
-	journal       journal                // changes of the held locks, for HeldChanges
-	deadlines     deadlines              // when the held locks expire
-	waiting       int                    // blocking acquires in progress
-	young         young                  // held locks not watched yet, until their watch delay is up
+	journal       journal   // changes of the held locks, for HeldChanges
+	deadlines     deadlines // when the held locks expire
+	waiting       int       // blocking acquires in progress
+	young         young     // held locks not watched yet, until their watch delay is up
 	closed        bool
 	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
@@ -184,7 +185,6 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		units:         map[string]*entry{},
 		ended:         endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
 		heldElsewhere: map[string]bool{},
-		reads:         map[string]*sharedRead{},
 		changes:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {
@@ -192,6 +192,8 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	c.now = c.clock.Now
 	c.floor.now = c.now
+	c.reads = &etcdReader{lines: store, watches: store, layout: layout, timeout: cfg.RequestTimeout, inflight: map[string]*sharedRead{}}
+	c.delay = &lockDelay{layout: layout, markers: c.store.markers, pod: cfg.Identity.Pod, now: c.now, log: log}
 	c.guard.connected, c.guard.stop, c.guard.clock = c.connected, c.stop.Done(), c.clock
 	c.floor.probe = func() {
 		ctx, cancel := c.etcdCtx(context.Background())

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -52,22 +53,33 @@ func (h *held) markerOf() string {
 	return ""
 }
 
+// lockDelay holds a lock back, after a holder that asked for a lock delay
+// was lost, until the delay has passed: its marker, written beside the
+// holder's key, outlives the holder's lease.
+type lockDelay struct {
+	layout  keyspace.Layout
+	markers lockstore.Markers
+	pod     string // this sidecar's pod, named in the markers
+	now     func() time.Time
+	log     *slog.Logger
+}
+
 // contenderKey is the key a session contends with for req.
-func (c *Coordinator) contenderKey(req AcquireRequest, sess lockstore.Session) string {
+func (d *lockDelay) contenderKey(req AcquireRequest, sess lockstore.Session) string {
 	if req.LockDelay > 0 {
-		return c.layout.DelayContenderKey(req.Key, int64(sess.ID()))
+		return d.layout.DelayContenderKey(req.Key, int64(sess.ID()))
 	}
-	return c.layout.ContenderKey(req.Key, int64(sess.ID()))
+	return d.layout.ContenderKey(req.Key, int64(sess.ID()))
 }
 
 // mark writes the lock-delay marker of a holder just granted with a lock
 // delay, before its caller hears of the grant.
-func (c *Coordinator) mark(req AcquireRequest, key string, fence int64) error {
+func (d *lockDelay) mark(req AcquireRequest, key string, fence int64) error {
 	if req.LockDelay == 0 {
 		return nil
 	}
-	m := keyspace.DelayMark{Fence: fence, Delay: req.LockDelay, Owner: req.Owner, Pod: c.cfg.Identity.Pod}
-	out, err := c.store.markers.Mark(key, fence, c.layout.Delay(req.Key), m.Encode())
+	m := keyspace.DelayMark{Fence: fence, Delay: req.LockDelay, Owner: req.Owner, Pod: d.pod}
+	out, err := d.markers.Mark(key, fence, d.layout.Delay(req.Key), m.Encode())
 	switch {
 	case err != nil:
 		return unavailable(fmt.Sprintf("acquire %q: write its lock-delay marker", req.Key), err)
@@ -80,28 +92,28 @@ func (c *Coordinator) mark(req AcquireRequest, key string, fence int64) error {
 // heldBack reads the marker v of a lost holder: how long k is held back
 // still, with the marker; 0 when its delay has passed (the marker is then
 // deleted). The first to read it sets when the loss was found.
-func (c *Coordinator) heldBack(k keyspace.Key, v []byte) (time.Duration, keyspace.DelayMark, error) {
-	marker := c.layout.Delay(k)
+func (d *lockDelay) heldBack(k keyspace.Key, v []byte) (time.Duration, keyspace.DelayMark, error) {
+	marker := d.layout.Delay(k)
 	m, err := keyspace.DecodeDelayMark(v)
 	if err != nil {
-		c.log.Warn("deleting a lock-delay marker that cannot be read", "lock", k.String(), "err", err)
-		_, err := c.store.markers.Swap(marker, string(v), "")
+		d.log.Warn("deleting a lock-delay marker that cannot be read", "lock", k.String(), "err", err)
+		_, err := d.markers.Swap(marker, string(v), "")
 		return 0, m, err
 	}
-	now := c.now()
+	now := d.now()
 	if m.LostAt.IsZero() {
 		m.LostAt = now.UTC()
-		out, err := c.store.markers.Swap(marker, string(v), m.Encode())
+		out, err := d.markers.Swap(marker, string(v), m.Encode())
 		if err != nil || !out.OK {
 			return time.Millisecond, m, err // changed meanwhile: read again
 		}
 		v = []byte(m.Encode())
-		c.log.Info("lock held back by the lock delay of a holder that was lost", "lock", k.String(), "owner", m.Owner, "fence", m.Fence, "delay", m.Delay)
+		d.log.Info("lock held back by the lock delay of a holder that was lost", "lock", k.String(), "owner", m.Owner, "fence", m.Fence, "delay", m.Delay)
 	}
 	if left := m.LostAt.Add(m.Delay).Sub(now); left > 0 {
 		return left, m, nil
 	}
-	_, err = c.store.markers.Swap(marker, string(v), "")
+	_, err = d.markers.Swap(marker, string(v), "")
 	return 0, m, err
 }
 
@@ -121,7 +133,7 @@ func (e *entry) gate(ctx context.Context, req AcquireRequest, start time.Time, p
 		var wait time.Duration
 		var m keyspace.DelayMark
 		if err == nil {
-			wait, m, err = c.heldBack(req.Key, v)
+			wait, m, err = c.delay.heldBack(req.Key, v)
 		}
 		if err != nil {
 			e.retire(p.key, p.rev, p.sess)

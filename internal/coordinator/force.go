@@ -27,7 +27,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	if err := c.guard.allowed(policy.ForceRelease, k); err != nil {
 		return Forced{}, fmt.Errorf("%s: %w", op, err)
 	}
-	line, err := c.lineOf(ctx, k)
+	line, err := c.reads.lineOf(ctx, k)
 	if err != nil {
 		return Forced{}, unavailable(op, err)
 	}

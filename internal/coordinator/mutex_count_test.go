@@ -27,14 +27,17 @@ var mutexCeilings = map[string]int64{
 }
 
 // TestMutexTakenPerOperation counts how often the engine's core mutexes
-// (Coordinator.mu and the watch hub's) are taken per operation, the least
+// (Coordinator.mu, the watch hub's and the etcd reader's) are taken per
+// operation, the least
 // of several runs (a timer of the engine's may take them meanwhile), and
 // holds each count to its ceiling in mutexCeilings. make test runs it
 // (go test -tags lockcount), apart from the packages' tests run together,
 // so that its build adds no load to their timed cases.
 func TestMutexTakenPerOperation(t *testing.T) {
 	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
-	taken := func(s *sidecar) int64 { return s.c.mu.taken.Load() + s.c.hub.mu.taken.Load() }
+	taken := func(s *sidecar) int64 {
+		return s.c.mu.taken.Load() + s.c.hub.mu.taken.Load() + s.c.reads.mu.taken.Load()
+	}
 	least := func(runs int, op func(i int) int64) int64 {
 		best := int64(-1)
 		for i := range runs {

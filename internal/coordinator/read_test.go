@@ -63,11 +63,11 @@ func TestSharedReadHonoursTheCallersContext(t *testing.T) {
 	// A read in flight that never ends, as far as the caller can tell.
 	r := &sharedRead{done: make(chan struct{})}
 	a.c.mu.Lock()
-	a.c.reads[k.String()] = r
+	a.c.reads.inflight[k.String()] = r
 	a.c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := a.c.firstContender(ctx, k); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.c.reads.first(ctx, k); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want the context's", err)
 	}
 }

@@ -116,7 +116,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	id := sess.LeaseFor(load)
 	var seen int64
 	if readFirst {
-		line, err := c.lineOf(ctx, req.Key)
+		line, err := c.reads.lineOf(ctx, req.Key)
 		if err != nil {
 			e.leaveTurn()
 			return Grant{}, unavailable(op, err)
@@ -142,7 +142,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 		}
 		if out.Gate != nil {
 			// Room in line, but a lost holder's lock delay holds it back.
-			wait, m, err := c.heldBack(req.Key, out.Gate)
+			wait, m, err := c.delay.heldBack(req.Key, out.Gate)
 			if err != nil {
 				e.leaveTurn()
 				return Grant{}, unavailable(op, err)
@@ -244,18 +244,6 @@ func lastCreated(line []lockstore.Contender) int64 {
 		return 0
 	}
 	return line[len(line)-1].Create
-}
-
-// lineOf reads the line of k: its contenders, first created first.
-func (c *Coordinator) lineOf(ctx context.Context, k keyspace.Key) ([]lockstore.Contender, error) {
-	tctx, cancel := c.etcdCtx(ctx)
-	defer cancel()
-	cs, _, err := c.store.watches.Contenders(tctx, c.layout.LockPrefix(k), 0)
-	if err != nil {
-		return nil, err
-	}
-	sortLine(cs)
-	return cs, nil
 }
 
 func sortLine(cs []lockstore.Contender) {

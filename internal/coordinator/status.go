@@ -42,7 +42,7 @@ func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error
 	if err != nil {
 		return Status{}, unavailable(fmt.Sprintf("status %q", k), err)
 	}
-	if locks := c.summarize(cs); len(locks) == 1 {
+	if locks := c.reads.summarize(cs); len(locks) == 1 {
 		return locks[0], nil
 	}
 	return Status{Key: k}, nil
@@ -61,34 +61,7 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 	if err != nil {
 		return nil, false, unavailable("list", err)
 	}
-	return c.summarize(cs), more, nil
-}
-
-// summarize returns the status of each lock of the contenders cs, in the
-// order the locks first appear. A lock's holders are the front of its
-// line that keyspace.Holders says; its waiters are the callers of every
-// contender (each counts those queued behind it in its sidecar) but the
-// holders.
-func (c *Coordinator) summarize(cs []lockstore.Contender) []Status {
-	var order []string
-	lines := map[string][]lockstore.Contender{}
-	keys := map[string]keyspace.Key{}
-	for _, ct := range cs {
-		k, pfx, ok := c.layout.ParseContender(ct.Key)
-		if !ok {
-			continue
-		}
-		if _, seen := lines[pfx]; !seen {
-			order = append(order, pfx)
-			keys[pfx] = k
-		}
-		lines[pfx] = append(lines[pfx], ct)
-	}
-	locks := make([]Status, 0, len(order))
-	for _, pfx := range order {
-		locks = append(locks, statusOf(keys[pfx], lines[pfx]))
-	}
-	return locks
+	return c.reads.summarize(cs), more, nil
 }
 
 // statusOf is the status of lock k with the contenders line.

@@ -110,7 +110,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (
 	// The key's name stays that of the session (its first lease), as in
 	// concurrency.Mutex, so one session has one contender key per lock
 	// whatever lease carries it.
-	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string { return c.contenderKey(req, sess) })
+	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string { return c.delay.contenderKey(req, sess) })
 	if err != nil {
 		return Grant{}, err
 	}
@@ -141,7 +141,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (
 	if err := e.aboveFloor(req, p.key, p.rev, sess); err != nil {
 		return Grant{}, err
 	}
-	if err := c.mark(req, p.key, p.rev); err != nil {
+	if err := c.delay.mark(req, p.key, p.rev); err != nil {
 		e.retire(p.key, p.rev, sess)
 		return Grant{}, err
 	}
@@ -230,7 +230,7 @@ func (e *entry) waitFirst(ctx context.Context, req AcquireRequest, start time.Ti
 			return err
 		}
 		var mine bool
-		ahead, readRev, mine, err = c.predecessor(ctx, p.key, p.lock, p.rev)
+		ahead, readRev, mine, err = c.reads.ahead(ctx, p.key, p.lock, p.rev)
 		switch {
 		case err != nil:
 			e.retire(p.key, p.rev, p.sess)
@@ -291,20 +291,11 @@ func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Ti
 // contender right ahead leaves (each check costs a look-up per key ahead).
 const maxFollowedAhead = 64
 
-// predecessor reads the contenders created before myRev, the last created
-// first (none when key is first in line), the revision the read saw, and
-// whether key (created at myRev) still exists.
-func (c *Coordinator) predecessor(ctx context.Context, key, pfx string, myRev int64) (ahead []string, rev int64, mine bool, err error) {
-	tctx, cancel := c.etcdCtx(ctx)
-	defer cancel()
-	return c.store.lines.Ahead(tctx, pfx, key, myRev)
-}
-
 // waitFailed turns the end of a wait into the caller's error: a wait that
 // ran out is a refusal naming the holder.
 func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time.Time, err error) error {
 	if errors.Is(context.Cause(ctx), errWaitOver) {
-		return c.refusal(context.WithoutCancel(ctx), k, true, c.now().Sub(start))
+		return c.reads.refusal(context.WithoutCancel(ctx), k, true, c.now().Sub(start))
 	}
 	return fmt.Errorf("acquire %q: %w", k, err)
 }
