@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // sidecar cannot serve until the role grants them.
 var ErrPermissionDenied = lockstore.ErrPermissionDenied
 
-// How often checkAccess asks again while etcd refuses the scope: from
+// How often scopeAccess.check asks again while etcd refuses the scope: from
 // accessRetry, doubling up to accessRetryMax, so that a namespace of
 // misconfigured pods does not press on etcd. accessPoll is how often it
 // looks, while allowed, for an operation refused since.
@@ -28,52 +29,63 @@ const (
 	accessPoll     = time.Second
 )
 
-// checkAccess asks the store whether this sidecar may read and write its
+// scopeAccess knows whether etcd lets this sidecar read and write its
+// scope, and why not when it does not.
+type scopeAccess struct {
+	store   lockstore.Access
+	layout  keyspace.Layout
+	timeout time.Duration // Config.RequestTimeout: bounds each check
+	clock   clockwork.Clock
+	log     *slog.Logger
+	held    func() int // the locks held here, for the log
+
+	mu  sync.Mutex
+	err error // why etcd refuses the scope; nil while it allows it
+}
+
+// check asks the store whether this sidecar may read and write its
 // scope, at start and again whenever an operation has been refused, until
 // ctx ends. While it may not (etcd refuses its user the keys, or an alarm
 // refuses every write), the sidecar is not ready and its log says why.
-func (c *Coordinator) checkAccess(ctx context.Context) {
+func (a *scopeAccess) check(ctx context.Context) {
 	wait := accessRetry
 	for ctx.Err() == nil {
-		actx, cancel := c.etcdCtx(ctx)
-		err := c.store.access.CheckAccess(actx, scopePrefixes(c.layout)...)
+		actx, cancel := context.WithTimeout(ctx, a.timeout)
+		err := a.store.CheckAccess(actx, scopePrefixes(a.layout)...)
 		cancel()
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
-			if c.refused.set(err) {
-				c.log.Error("etcd refuses this sidecar its scope: not ready until the etcd user's role may read and write its keys",
-					"scope", c.layout.Scope(), "prefix", c.layout.Base(), "err", err)
+			if a.set(err) {
+				a.log.Error("etcd refuses this sidecar its scope: not ready until the etcd user's role may read and write its keys",
+					"scope", a.layout.Scope(), "prefix", a.layout.Base(), "err", err)
 			}
-			sleep(ctx, c.clock, wait)
+			sleep(ctx, a.clock, wait)
 			wait = min(2*wait, accessRetryMax)
 			continue
 		case errors.Is(err, ErrNoSpace), errors.Is(err, ErrCorrupt):
 			// Asked every second: the alarm goes as soon as room is made.
-			if c.refused.set(err) {
-				c.mu.Lock()
-				held := c.journal.held
-				c.mu.Unlock()
-				c.log.Error("etcd refuses every write for its alarm: not ready, no lock granted; the locks held go on",
-					"err", err, "held", held)
+			if a.set(err) {
+				a.log.Error("etcd refuses every write for its alarm: not ready, no lock granted; the locks held go on",
+					"err", err, "held", a.held())
 			}
-			sleep(ctx, c.clock, accessRetry)
+			sleep(ctx, a.clock, accessRetry)
 			continue
 		case err != nil:
 			// etcd out of reach: Ready says so through the session.
-			sleep(ctx, c.clock, accessRetry)
+			sleep(ctx, a.clock, accessRetry)
 			continue
 		}
-		if was := c.refused.clear(); was != nil {
+		if was := a.clear(); was != nil {
 			switch {
 			case errors.Is(was, ErrPermissionDenied):
-				c.log.Info("etcd grants this sidecar its scope", "scope", c.layout.Scope(), "prefix", c.layout.Base())
+				a.log.Info("etcd grants this sidecar its scope", "scope", a.layout.Scope(), "prefix", a.layout.Base())
 			default:
-				c.log.Info("etcd takes writes again: its alarm is gone", "was", was)
+				a.log.Info("etcd takes writes again: its alarm is gone", "was", was)
 			}
 		}
 		wait = accessRetry
-		for ctx.Err() == nil && c.store.access.Refused() == nil {
-			sleep(ctx, c.clock, accessPoll)
+		for ctx.Err() == nil && a.store.Refused() == nil {
+			sleep(ctx, a.clock, accessPoll)
 		}
 	}
 }
@@ -84,38 +96,31 @@ func scopePrefixes(l keyspace.Layout) []string {
 	return []string{l.Base(), l.OncePrefix(), l.DelayPrefix()}
 }
 
-// refusal is why etcd refuses the scope (checkAccess), nil while it
-// allows it.
-type refusal struct {
-	mu  sync.Mutex
-	err error
-}
-
 // set records why etcd refuses the scope and reports whether the reason
 // changed.
-func (r *refusal) set(err error) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	changed := r.err == nil || err.Error() != r.err.Error()
-	r.err = err
+func (a *scopeAccess) set(err error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	changed := a.err == nil || err.Error() != a.err.Error()
+	a.err = err
 	return changed
 }
 
 // clear records that etcd takes the scope's reads and writes and returns
 // why it did not before, if it did not.
-func (r *refusal) clear() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	was := r.err
-	r.err = nil
+func (a *scopeAccess) clear() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	was := a.err
+	a.err = nil
 	return was
 }
 
 // get returns why etcd refuses the scope, or nil.
-func (r *refusal) get() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
+func (a *scopeAccess) get() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
 }
 
 // sleep waits for d or until ctx ends.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -35,7 +34,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	if err := c.guard.within(ctx, req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	defer func() { c.acquired(req, start, err) }()
+	defer func() { c.obs.acquired(req, c.now().Sub(start), err) }()
 
 	c.mu.Lock()
 	e, err := c.enterLocked(req)
@@ -115,7 +114,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (
 			return e.tryTracked(ctx, req, step)
 		case step.await != nil:
 			// Wait for that one request, then try.
-			wctx, cancel := c.etcdCtx(ctx)
+			wctx, cancel := c.cfg.etcdCtx(ctx)
 			err := e.awaitTurn(wctx, step.await, false)
 			cancel()
 			c.mu.Lock()
@@ -134,7 +133,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (
 		// Another caller of this sidecar is trying the lock in etcd: its
 		// outcome is this caller's answer, which then names the holder (a
 		// refusal read now could find nobody, the try not committed yet).
-		wctx, cancel := c.etcdCtx(ctx)
+		wctx, cancel := c.cfg.etcdCtx(ctx)
 		select {
 		case <-step.f.done:
 		case <-wctx.Done():
@@ -206,14 +205,14 @@ func (f *flight) shared() bool {
 // try makes one attempt in one etcd transaction; the caller has the turn.
 func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
 	c := e.co
-	sess, err := c.session(ctx)
+	sess, err := c.sessions.current(ctx)
 	if err != nil {
 		e.leaveTurn()
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	key, pfx := c.delay.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
-	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Hold = req.Hold
 
 	// A lock last seen held elsewhere is read first: a refusal is then a
@@ -333,26 +332,4 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 	g := grantOf(e, h)
 	g.LockDelay = req.LockDelay // its holder's to know (ValidFor); the lock keeps it in its key's name
 	return g, nil
-}
-
-// acquired reports the end of an acquire to the observer and, for a
-// refusal, to the log.
-func (c *Coordinator) acquired(req AcquireRequest, start time.Time, err error) {
-	result := "granted"
-	var he *HeldError
-	switch {
-	case err == nil:
-	case errors.As(err, &he):
-		result = "refused"
-		if he.Waited {
-			result = "wait_timeout"
-		}
-		// LogAttrs: a refusal is the hot path of a burst of duplicates,
-		// and attributes cost nothing when the level is off.
-		c.log.LogAttrs(context.Background(), slog.LevelInfo, "lock refused", slog.String("lock", req.Key.String()), slog.String("owner", req.Owner),
-			slog.String("holder", he.Holder.Owner), slog.Int64("fence", he.Fence), slog.Bool("waited", he.Waited))
-	default:
-		result = "error"
-	}
-	c.obs.Acquired(req.Key.String(), result, req.Wait > 0, c.now().Sub(start))
 }

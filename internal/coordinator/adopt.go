@@ -16,7 +16,7 @@ import (
 // process) are deleted. A lock of previous whose key is gone was force
 // released meanwhile and is reported lost to its owner.
 func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previous []HeldLock) (adopted int, err error) {
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	cs, _, err := c.store.watches.Contenders(tctx, c.layout.Base(), 0)
 	cancel()
 	if err != nil {
@@ -32,7 +32,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	found := map[string]bool{}
 	var stray []lockstore.Contender
 	c.mu.Lock()
-	c.watchLocked(sess)
+	c.sessions.watch(sess)
 	for _, ct := range cs {
 		k, _, ok := c.layout.ParseContender(ct.Key)
 		if !ok || !lockstore.Owns(sess, ct.Lease) {
@@ -81,7 +81,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 	c.mu.Unlock()
 
 	for _, ct := range stray {
-		if err := c.deleteKey(ct.Key, ct.Create); err != nil {
+		if _, err := c.store.lines.Delete(ct.Key, ct.Create); err != nil {
 			return adopted, unavailable("delete a stray key", err)
 		}
 	}

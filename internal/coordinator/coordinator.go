@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -34,23 +33,23 @@ import (
 // Coordinator serves lock requests for one scope.
 type Coordinator struct {
 	cfg      Config
-	store    stores // the store, as each part of the engine uses it
-	sessions lockstore.Sessions
+	store    stores        // the store, as each part of the engine uses it
+	sessions *sessionWatch // the session, its end watched
 	layout   keyspace.Layout
 	log      *slog.Logger
-	obs      Observer
+	obs      observed
 	delay    *lockDelay       // the lock delay's markers
 	guard    *policyGuard     // who may lock and force release what (WithPolicy)
 	floor    *fenceFloor      // etcd's past: the floor of the fences (WithHistory)
 	clock    clockwork.Clock  // every time and timer of the engine (WithClock)
 	now      func() time.Time // clock.Now
 	hub      *hub
-	reads    *etcdReader // the reads of refusals and statuses
+	access   *scopeAccess // whether etcd lets this sidecar have its scope
+	runs     *runRecords  // the run-once records
+	reads    *etcdReader  // the reads of refusals and statuses
 
-	stop     context.Context // cancelled by Shutdown: ends every wait
-	stopNow  context.CancelFunc
-	watching map[lockstore.Session]bool // sessions whose end is watched
-	watched  atomic.Value               // the watchedSession last made sure of, read without mu
+	stop    context.Context // cancelled by Shutdown: ends every wait
+	stopNow context.CancelFunc
 
 	mu    engineMutex
 	locks map[string]*entry // by name: the key's, or a shared claim's slotName
@@ -68,7 +67,6 @@ type Coordinator struct {
 	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
 	changes       chan struct{} // poked when the set of held locks changes
-	refused       refusal       // why etcd refuses the scope (checkAccess)
 }
 
 // stores are the store as each part of the engine uses it: the line
@@ -178,9 +176,8 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	}
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg: cfg, store: storesOf(store), sessions: sessions, layout: layout, log: log, obs: nopObserver{}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
+		cfg: cfg, store: storesOf(store), layout: layout, log: log, obs: observed{Observer: nopObserver{}, log: log}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
-		watching:      map[lockstore.Session]bool{},
 		locks:         map[string]*entry{},
 		units:         map[string]*entry{},
 		ended:         endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
@@ -191,12 +188,19 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		o(c)
 	}
 	c.now = c.clock.Now
+	c.sessions = &sessionWatch{sessions: sessions, timeout: cfg.RequestTimeout, stop: c.stop.Done(), ended: c.sessionEnded, watching: map[lockstore.Session]bool{}}
 	c.floor.now = c.now
-	c.reads = &etcdReader{lines: store, watches: store, layout: layout, timeout: cfg.RequestTimeout, inflight: map[string]*sharedRead{}}
+	c.reads = &etcdReader{lines: store, watches: store, layout: layout, timeout: cfg.RequestTimeout, now: c.now, inflight: map[string]*sharedRead{}}
+	c.runs = &runRecords{records: c.store.records, layout: layout, timeout: cfg.RequestTimeout, now: c.now, log: log}
+	c.access = &scopeAccess{store: c.store.access, layout: layout, timeout: cfg.RequestTimeout, clock: c.clock, log: log, held: func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.journal.held
+	}}
 	c.delay = &lockDelay{layout: layout, markers: c.store.markers, pod: cfg.Identity.Pod, now: c.now, log: log}
 	c.guard.connected, c.guard.stop, c.guard.clock = c.connected, c.stop.Done(), c.clock
 	c.floor.probe = func() {
-		ctx, cancel := c.etcdCtx(context.Background())
+		ctx, cancel := c.cfg.etcdCtx(context.Background())
 		defer cancel()
 		_, _, _ = c.store.records.Read(ctx, c.layout.Floor()) // History learns etcd's revision from it
 	}
@@ -217,7 +221,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	checked := make(chan struct{})
 	go func() {
 		defer close(checked)
-		c.checkAccess(actx)
+		c.access.check(actx)
 	}()
 	err := c.hub.run(ctx)
 	cancel()
@@ -241,7 +245,7 @@ func (c *Coordinator) Ready() error {
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
-	closed, refused := c.closed || c.draining, c.refused.get()
+	closed, refused := c.closed || c.draining, c.access.get()
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
@@ -252,7 +256,7 @@ func (c *Coordinator) connected() error {
 	if refused != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, refused)
 	}
-	if _, err := c.sessions.Current(); err != nil {
+	if _, err := c.sessions.sessions.Current(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if c.hub.broken() {
@@ -383,9 +387,9 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// etcdCtx bounds one etcd call.
-func (c *Coordinator) etcdCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+// etcdCtx bounds one etcd call: RequestTimeout.
+func (cfg *Config) etcdCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, cfg.RequestTimeout)
 }
 
 // NewOwner returns a fresh execution id for callers that gave none.

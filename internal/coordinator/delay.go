@@ -124,7 +124,7 @@ func (e *entry) gate(ctx context.Context, req AcquireRequest, start time.Time, p
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	for {
-		tctx, cancel := c.etcdCtx(ctx)
+		tctx, cancel := c.cfg.etcdCtx(ctx)
 		v, found, err := c.store.records.Read(tctx, c.layout.Delay(req.Key))
 		cancel()
 		if err == nil && !found {
@@ -138,7 +138,7 @@ func (e *entry) gate(ctx context.Context, req AcquireRequest, start time.Time, p
 		if err != nil {
 			e.retire(p.key, p.rev, p.sess)
 			if isContextErr(ctx, err) {
-				return c.waitFailed(ctx, req.Key, start, ctx.Err())
+				return c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return unavailable(op, err)
 		}
@@ -150,7 +150,7 @@ func (e *entry) gate(ctx context.Context, req AcquireRequest, start time.Time, p
 		case <-ctx.Done():
 			e.retire(p.key, p.rev, p.sess)
 			if m.LostAt.IsZero() {
-				return c.waitFailed(ctx, req.Key, start, ctx.Err())
+				return c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return fmt.Errorf("%s: %w", op, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 		case <-p.sess.Done():

@@ -86,7 +86,7 @@ func (c *Coordinator) Rewound(err error) {
 	}
 	c.mu.Unlock()
 	for i, h := range hs {
-		ctx, cancel := c.etcdCtx(context.Background())
+		ctx, cancel := c.cfg.etcdCtx(context.Background())
 		ok, herr := c.store.lines.Holds(ctx, h.etcdKey, h.fence)
 		cancel()
 		if herr == nil && ok {

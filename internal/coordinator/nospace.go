@@ -39,7 +39,7 @@ const noSpaceHint = "the locks held go on (their holders may extend and release 
 func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
 	c := h.co
 	e := h.entry
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	mine, err := c.store.lines.Holds(tctx, h.etcdKey, h.fence)
 	cancel()
 

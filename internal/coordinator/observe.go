@@ -67,7 +67,7 @@ func (c *Coordinator) Observe(ctx context.Context, k keyspace.Key, prefix string
 		base = c.layout.ListPrefix(prefix)
 	}
 	o := &observer{c: c, base: base, one: k, out: make(chan LockEvent, 64), lines: map[string]*obsLine{}}
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	cs, rev, err := c.store.watches.Snapshot(tctx, base)
 	cancel()
 	if err != nil {
@@ -114,7 +114,7 @@ func (o *observer) run(ctx context.Context, cs []lockstore.Contender, rev int64)
 				return
 			case <-o.c.clock.After(retry.NextBackOff()):
 			}
-			tctx, cancel := o.c.etcdCtx(ctx)
+			tctx, cancel := o.c.cfg.etcdCtx(ctx)
 			var err error
 			cs, rev, err = o.c.store.watches.Snapshot(tctx, o.base)
 			cancel()
@@ -295,7 +295,7 @@ func (o *observer) ending(ctx context.Context, h Holding, gone map[string]lockst
 		if ct.Create != h.Fence {
 			continue
 		}
-		tctx, cancel := o.c.etcdCtx(ctx)
+		tctx, cancel := o.c.cfg.etcdCtx(ctx)
 		lost, err := o.c.store.leases.LeaseGone(tctx, ct.Lease)
 		cancel()
 		if err == nil && lost {

@@ -1,6 +1,11 @@
 package coordinator
 
-import "time"
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
 
 // Observer hears what happens to locks, for metrics. Keys are lock keys as
 // the user wrote them.
@@ -23,7 +28,7 @@ type Observer interface {
 type Option func(*Coordinator)
 
 // WithObserver makes o hear what happens to locks.
-func WithObserver(o Observer) Option { return func(c *Coordinator) { c.obs = o } }
+func WithObserver(o Observer) Option { return func(c *Coordinator) { c.obs.Observer = o } }
 
 type nopObserver struct{}
 
@@ -32,3 +37,31 @@ func (nopObserver) Waiting(string, int)                          {}
 func (nopObserver) Granted(string)                               {}
 func (nopObserver) Ended(string, string, time.Duration)          {}
 func (nopObserver) Units(string, int, bool, int)                 {}
+
+// observed is the Observer with the log, for what both are told.
+type observed struct {
+	Observer
+	log *slog.Logger
+}
+
+// acquired reports the end of an acquire, which took took, to the
+// observer and, for a refusal, to the log.
+func (o observed) acquired(req AcquireRequest, took time.Duration, err error) {
+	result := "granted"
+	var he *HeldError
+	switch {
+	case err == nil:
+	case errors.As(err, &he):
+		result = "refused"
+		if he.Waited {
+			result = "wait_timeout"
+		}
+		// LogAttrs: a refusal is the hot path of a burst of duplicates,
+		// and attributes cost nothing when the level is off.
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "lock refused", slog.String("lock", req.Key.String()), slog.String("owner", req.Owner),
+			slog.String("holder", he.Holder.Owner), slog.Int64("fence", he.Fence), slog.Bool("waited", he.Waited))
+	default:
+		result = "error"
+	}
+	o.Acquired(req.Key.String(), result, req.Wait > 0, took)
+}

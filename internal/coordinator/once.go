@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -65,7 +66,7 @@ func (e *DoneError) Error() string {
 func (e *DoneError) Is(target error) bool { return target == ErrDone }
 
 // checkOnce validates a run-once call and fills in its defaults.
-func (c *Coordinator) checkOnce(req *AcquireRequest) error {
+func checkOnce(req *AcquireRequest) error {
 	o := req.Once
 	switch {
 	case req.Claim != (keyspace.Claim{}):
@@ -82,6 +83,12 @@ func (c *Coordinator) checkOnce(req *AcquireRequest) error {
 	default:
 		return invalid("once", "if_failed %q: use retry (run again after a failure) or skip", o.IfFailed)
 	}
+	return nil
+}
+
+// running refuses a run-once call of an owner that runs the work already:
+// it would wait for its own outcome.
+func (c *Coordinator) running(req AcquireRequest) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner && !e.held.hold && !req.Hold {
@@ -97,7 +104,10 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 	if err := c.cfg.checkAcquire(&req); err != nil {
 		return Grant{}, err
 	}
-	if err := c.checkOnce(&req); err != nil {
+	if err := checkOnce(&req); err != nil {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	}
+	if err := c.running(req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	wctx := ctx
@@ -109,7 +119,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 	if err := c.guard.within(wctx, req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	if err := c.settled(ctx, req); err != nil {
+	if err := c.runs.settled(ctx, req); err != nil {
 		return Grant{}, err
 	}
 	g, err := c.acquire(ctx, req)
@@ -117,7 +127,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 		return Grant{}, err
 	}
 	// Held: a run that finished while this caller waited is not run again.
-	if err := c.settled(ctx, req); err != nil {
+	if err := c.runs.settled(ctx, req); err != nil {
 		if _, rerr := c.Release(context.WithoutCancel(ctx), req.Key, req.Owner); rerr != nil {
 			c.log.Warn("cannot let go of a run-once lock whose work is done", "lock", req.Key.String(), "owner", req.Owner, "err", rerr)
 		}
@@ -126,10 +136,20 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 	return g, nil
 }
 
+// runRecords are the records of the runs of run-once locks, which say
+// whether the work is to run again.
+type runRecords struct {
+	records lockstore.Records
+	layout  keyspace.Layout
+	timeout time.Duration // Config.RequestTimeout: bounds each read
+	now     func() time.Time
+	log     *slog.Logger
+}
+
 // settled returns a *DoneError when the last run's record says req's work
 // is not to run, nil when it is.
-func (c *Coordinator) settled(ctx context.Context, req AcquireRequest) error {
-	run, found, err := c.lastRun(ctx, req.Key)
+func (r *runRecords) settled(ctx context.Context, req AcquireRequest) error {
+	run, found, err := r.last(ctx, req.Key)
 	switch {
 	case err != nil:
 		return unavailable(fmt.Sprintf("acquire %q: read its run-once record", req.Key), err)
@@ -145,26 +165,28 @@ func (c *Coordinator) settled(ctx context.Context, req AcquireRequest) error {
 // LastRun reads the record of k's last finished run; found is false when
 // there is none within the retention.
 func (c *Coordinator) LastRun(ctx context.Context, k keyspace.Key) (run keyspace.Run, found bool, err error) {
-	run, found, err = c.lastRun(ctx, k)
+	run, found, err = c.runs.last(ctx, k)
 	if err != nil {
 		return keyspace.Run{}, false, unavailable(fmt.Sprintf("read the run-once record of %q", k), err)
 	}
 	return run, found, nil
 }
 
-func (c *Coordinator) lastRun(ctx context.Context, k keyspace.Key) (keyspace.Run, bool, error) {
-	tctx, cancel := c.etcdCtx(ctx)
+// last reads the record of k's last finished run, if it is within its
+// retention.
+func (r *runRecords) last(ctx context.Context, k keyspace.Key) (keyspace.Run, bool, error) {
+	tctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	v, found, err := c.store.records.Read(tctx, c.layout.Once(k))
+	v, found, err := r.records.Read(tctx, r.layout.Once(k))
 	if err != nil || !found {
 		return keyspace.Run{}, false, err
 	}
 	run, err := keyspace.DecodeRun(v)
 	if err != nil {
-		c.log.Warn("ignoring a run-once record that cannot be read", "lock", k.String(), "err", err)
+		r.log.Warn("ignoring a run-once record that cannot be read", "lock", k.String(), "err", err)
 		return keyspace.Run{}, false, nil
 	}
-	if !c.now().Before(run.ExpiresAt) {
+	if !r.now().Before(run.ExpiresAt) {
 		return keyspace.Run{}, false, nil // past its retention; etcd deletes it soon
 	}
 	return run, true, nil
@@ -190,7 +212,7 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 		run.Status = keyspace.RunSucceeded
 	}
 	// The record goes with a lease of its own when its retention ends.
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	lease, err := c.store.leases.GrantLease(tctx, c.cfg.OnceRetention)
 	cancel()
 	var out lockstore.Outcome

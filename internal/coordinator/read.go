@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +18,8 @@ type etcdReader struct {
 	lines    lockstore.Lines
 	watches  lockstore.Watches
 	layout   keyspace.Layout
-	timeout  time.Duration          // Config.RequestTimeout: bounds each read
+	timeout  time.Duration // Config.RequestTimeout: bounds each read
+	now      func() time.Time
 	mu       engineMutex            // guards inflight
 	inflight map[string]*sharedRead // by lock: the read of its first contender in flight
 }
@@ -154,4 +156,13 @@ func (r *etcdReader) summarize(cs []lockstore.Contender) []Status {
 		locks = append(locks, statusOf(keys[pfx], lines[pfx]))
 	}
 	return locks
+}
+
+// waitFailed turns the end of a wait into the caller's error: a wait that
+// ran out is a refusal naming the holder.
+func (r *etcdReader) waitFailed(ctx context.Context, k keyspace.Key, start time.Time, err error) error {
+	if errors.Is(context.Cause(ctx), errWaitOver) {
+		return r.refusal(context.WithoutCancel(ctx), k, true, r.now().Sub(start))
+	}
+	return fmt.Errorf("acquire %q: %w", k, err)
 }

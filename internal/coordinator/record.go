@@ -38,15 +38,16 @@ type contenderRecord struct {
 	wrote  keyspace.Holder   // the value written at mod
 }
 
-// record returns the record of owner's lock, granted or queued at at.
-func (c *Coordinator) record(owner string, at, expires time.Time) keyspace.Holder {
-	id := c.cfg.Identity
+// holder returns the record of owner's lock, granted or queued at at, by
+// the sidecar id.
+func (id Identity) holder(owner string, at, expires time.Time) keyspace.Holder {
 	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Cluster: id.Cluster, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
 }
 
+// recordOf returns the record of h in etcd as it should be now.
 func (h *held) recordOf() keyspace.Holder {
 	c := h.co
-	r := c.record(h.owner, h.acquiredAt, h.expiresAt)
+	r := c.cfg.Identity.holder(h.owner, h.acquiredAt, h.expiresAt)
 	r.Claim = h.claim()
 	r.Hold = h.hold
 	return r

@@ -191,7 +191,7 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	c.mu.Unlock()
 
 	// Not held here: held elsewhere, or by nobody.
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	first, err := c.store.lines.First(tctx, c.layout.LockPrefix(k))
 	if err != nil {
@@ -249,7 +249,7 @@ func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
 	c.mu.Lock()
 	e.retiring = true
 	c.mu.Unlock()
-	if c.deleteKey(key, rev) == nil {
+	if _, err := c.store.lines.Delete(key, rev); err == nil {
 		e.leaveTurn()
 		return
 	}
@@ -264,18 +264,13 @@ func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
 				return
 			case <-c.clock.After(retry.NextBackOff()):
 			}
-			err := c.deleteKey(key, rev)
+			_, err := c.store.lines.Delete(key, rev)
 			if err == nil {
 				return
 			}
 			c.log.Warn("cannot delete contender key; retrying", "key", key, "err", err)
 		}
 	}()
-}
-
-func (c *Coordinator) deleteKey(key string, rev int64) error {
-	_, err := c.store.lines.Delete(key, rev)
-	return err
 }
 
 // onDelete is called by the watch for every contender key deleted in the
@@ -307,7 +302,7 @@ func (h *held) lostByDelete() {
 	c := h.co
 	e := h.entry
 	reason := ForceReleased
-	ctx, cancel := c.etcdCtx(c.stop)
+	ctx, cancel := c.cfg.etcdCtx(c.stop)
 	gone, err := c.store.leases.LeaseGone(ctx, h.lease)
 	cancel()
 	if !lockstore.Alive(h.sess) || (err == nil && gone) {
@@ -336,7 +331,7 @@ func (h *held) verify(ctx context.Context) error {
 // keyHeld reads whether h's key is still in etcd, created at its fence.
 func (h *held) keyHeld(ctx context.Context) (bool, error) {
 	c := h.co
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	return c.store.lines.Holds(tctx, h.etcdKey, h.fence)
 }

@@ -3,55 +3,79 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// session returns the current session, waiting for one a bounded time
+// sessionWatch hands out the current session and makes sure that the end
+// of every session handed out is watched: when one ends, every lock it
+// carried is lost (ended).
+type sessionWatch struct {
+	sessions lockstore.Sessions
+	timeout  time.Duration // Config.RequestTimeout: bounds a wait for a session
+	stop     <-chan struct{}
+	ended    func(lockstore.Session) // loses the locks of a session that ended
+
+	mu       sync.Mutex
+	watching map[lockstore.Session]bool // sessions whose end is watched
+	watched  atomic.Value               // the watchedSession last made sure of, read without mu
+}
+
+// current returns the current session, waiting for one a bounded time
 // (the sidecar is starting or etcd was away), and makes sure its end is
 // watched.
-func (c *Coordinator) session(ctx context.Context) (lockstore.Session, error) {
-	s, err := c.sessions.Current() // as nearly always: no timer to wait with
+func (w *sessionWatch) current(ctx context.Context) (lockstore.Session, error) {
+	s, err := w.sessions.Current() // as nearly always: no timer to wait with
 	if err != nil {
-		wctx, cancel := c.etcdCtx(ctx)
-		s, err = c.sessions.Wait(wctx)
+		wctx, cancel := context.WithTimeout(ctx, w.timeout)
+		s, err = w.sessions.Wait(wctx)
 		cancel()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if w, _ := c.watched.Load().(watchedSession); w.s == s {
+	if last, _ := w.watched.Load().(watchedSession); last.s == s {
 		return s, nil // as nearly always: the session of the last call
 	}
-	c.mu.Lock()
-	c.watchLocked(s)
-	c.mu.Unlock()
+	w.watch(s)
 	return s, nil
 }
 
 // watchedSession is the session whose end was last made sure to be
-// watched (Coordinator.watched).
+// watched (sessionWatch.watched).
 type watchedSession struct{ s lockstore.Session }
 
-// watchLocked makes sure the end of s is watched.
-func (c *Coordinator) watchLocked(s lockstore.Session) {
-	if !c.watching[s] {
-		c.watching[s] = true
-		go c.watchSession(s)
+// watch makes sure the end of s is watched.
+func (w *sessionWatch) watch(s lockstore.Session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.watching[s] {
+		w.watching[s] = true
+		go w.await(s)
 	}
-	c.watched.Store(watchedSession{s})
+	w.watched.Store(watchedSession{s})
 }
 
-// watchSession marks every lock of s lost when s ends.
-func (c *Coordinator) watchSession(s lockstore.Session) {
+// await waits for the end of s, then has its locks lost.
+func (w *sessionWatch) await(s lockstore.Session) {
 	select {
 	case <-s.Done():
-	case <-c.stop.Done():
+	case <-w.stop:
 		return
 	}
+	w.mu.Lock()
+	delete(w.watching, s)
+	w.mu.Unlock()
+	w.ended(s)
+}
+
+// sessionEnded marks every lock of s lost: s has ended.
+func (c *Coordinator) sessionEnded(s lockstore.Session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.watching, s)
 	for _, e := range c.locks {
 		if h := e.held; h != nil && h.sess == s {
 			h.loseLocked(LeaseLost)

@@ -69,7 +69,7 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 // too.
 func (e sharedLine) tryShared(ctx context.Context, req AcquireRequest, ch chan struct{}) (Grant, error) {
 	c := e.co
-	wctx, cancel := c.etcdCtx(ctx)
+	wctx, cancel := c.cfg.etcdCtx(ctx)
 	err := e.awaitTurn(wctx, ch, false)
 	cancel()
 	if err != nil {
@@ -95,7 +95,7 @@ const maxTryIn = 4
 func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error) {
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
-	sess, err := c.session(ctx)
+	sess, err := c.sessions.current(ctx)
 	if err != nil {
 		e.leaveTurn()
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
@@ -106,7 +106,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	}
 	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
 	now := c.now()
-	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
 
 	c.mu.Lock()

@@ -375,7 +375,7 @@ func TestSemaphoreUnitsObserved(t *testing.T) {
 	parallel(t)
 	a := newSidecar(t, "pod-a")
 	obs := &unitsSeen{}
-	a.c.obs = obs
+	a.c.obs.Observer = obs
 	k := key(t, "observed")
 	a.mustClaim(t, k, "one", units(3, 2))
 	done := make(chan error, 1)

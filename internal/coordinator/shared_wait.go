@@ -51,7 +51,7 @@ func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start ti
 		return Grant{}, err
 	}
 	now := c.now()
-	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
 	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 }
@@ -85,7 +85,7 @@ func (e sharedLine) waitRoom(ctx context.Context, req AcquireRequest, start time
 			case err != nil:
 				e.retire(p.key, p.rev, p.sess)
 				if isContextErr(ctx, err) {
-					return c.waitFailed(ctx, req.Key, start, ctx.Err())
+					return c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 				}
 				return unavailable(op, err)
 			case !mine:
@@ -100,7 +100,7 @@ func (e sharedLine) waitRoom(ctx context.Context, req AcquireRequest, start time
 		case <-p.w.notify:
 		case <-ctx.Done():
 			e.retire(p.key, p.rev, p.sess)
-			return c.waitFailed(ctx, req.Key, start, ctx.Err())
+			return c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-p.sess.Done():
 			e.leaveTurn() // the key went with the lease
 			return fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
@@ -115,7 +115,7 @@ func (e sharedLine) waitRoom(ctx context.Context, req AcquireRequest, start time
 // there, and the revision of the read.
 func (e sharedLine) lineAhead(ctx context.Context, p place) (line []lockstore.Contender, rev int64, mine bool, err error) {
 	c := e.co
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	return c.store.shared.Line(tctx, p.lock, p.key, p.rev)
 }

@@ -36,7 +36,7 @@ type Holding struct {
 
 // Status reads lock k from etcd (one linearizable read of its contenders).
 func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error) {
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	cs, _, err := c.store.watches.Contenders(tctx, c.layout.LockPrefix(k), 0)
 	if err != nil {
@@ -55,7 +55,7 @@ func (c *Coordinator) List(ctx context.Context, prefix string) (locks []Status, 
 	if err := keyspace.ValidatePrefix(prefix); err != nil {
 		return nil, false, fmt.Errorf("list: %w", err)
 	}
-	tctx, cancel := c.etcdCtx(ctx)
+	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	cs, more, err := c.store.watches.Contenders(tctx, c.layout.ListPrefix(prefix), MaxListKeys)
 	if err != nil {

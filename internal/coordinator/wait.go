@@ -48,7 +48,7 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 		}
 	}()
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
-		return Grant{}, c.waitFailed(ctx, req.Key, start, err)
+		return Grant{}, c.reads.waitFailed(ctx, req.Key, start, err)
 	}
 	return e.waitThrough(ctx, req, start)
 }
@@ -63,7 +63,7 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 	ch := e.lineUpLocked(true)
 	c.mu.Unlock()
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
-		return c.waitFailed(ctx, req.Key, start, err)
+		return c.reads.waitFailed(ctx, req.Key, start, err)
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 			if errors.Is(context.Cause(ctx), errWaitOver) {
 				return Grant{}, err // the wait ran out while nothing could be granted: why
 			}
-			return Grant{}, c.waitFailed(ctx, req.Key, start, ctx.Err())
+			return Grant{}, c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-c.stop.Done():
 			return Grant{}, err
 		}
@@ -153,7 +153,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (
 	// with no write on the way. The record's grant time and deadline follow
 	// off the hand-off's path.
 	now := c.now()
-	rec = c.record(req.Owner, now, now.Add(req.TTL))
+	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Hold = req.Hold
 	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
 }
@@ -163,7 +163,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (
 // the turn, which passes on when there is no session.
 func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, keyOf func(lockstore.Session) string) (place, keyspace.Holder, error) {
 	c := e.co
-	sess, err := c.session(ctx)
+	sess, err := c.sessions.current(ctx)
 	if err != nil {
 		e.leaveTurn()
 		return place{}, keyspace.Holder{}, fmt.Errorf("%s: %w", op, err)
@@ -174,7 +174,7 @@ func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, key
 	}
 	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()
-	rec := c.record(req.Owner, now, now.Add(req.TTL))
+	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
 	c.mu.Lock()
 	rec.Queued = e.queued
@@ -235,7 +235,7 @@ func (e *entry) waitFirst(ctx context.Context, req AcquireRequest, start time.Ti
 		case err != nil:
 			e.retire(p.key, p.rev, p.sess)
 			if isContextErr(ctx, err) {
-				return c.waitFailed(ctx, req.Key, start, ctx.Err())
+				return c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 			}
 			return unavailable(op, err)
 		case !mine:
@@ -275,7 +275,7 @@ func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Ti
 		case <-p.w.notify:
 		case <-ctx.Done():
 			e.retire(p.key, p.rev, p.sess)
-			return false, c.waitFailed(ctx, req.Key, start, ctx.Err())
+			return false, c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-p.sess.Done():
 			e.leaveTurn() // the key went with the lease
 			return false, fmt.Errorf("%s: %w: the etcd session ended while waiting", op, ErrUnavailable)
@@ -290,12 +290,3 @@ func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Ti
 // it follows key by key; behind a longer one it reads again when the
 // contender right ahead leaves (each check costs a look-up per key ahead).
 const maxFollowedAhead = 64
-
-// waitFailed turns the end of a wait into the caller's error: a wait that
-// ran out is a refusal naming the holder.
-func (c *Coordinator) waitFailed(ctx context.Context, k keyspace.Key, start time.Time, err error) error {
-	if errors.Is(context.Cause(ctx), errWaitOver) {
-		return c.reads.refusal(context.WithoutCancel(ctx), k, true, c.now().Sub(start))
-	}
-	return fmt.Errorf("acquire %q: %w", k, err)
-}
