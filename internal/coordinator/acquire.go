@@ -220,7 +220,7 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 	// fails still costs one, and an fsync, when it has a write branch).
 	id := sess.LeaseFor(step.load)
 	if step.readFirst {
-		first, err := c.reads.first(ctx, req.Key)
+		first, err := c.reads.firstNow(ctx, req.Key)
 		if err != nil {
 			e.leaveTurn()
 			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)

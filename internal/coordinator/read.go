@@ -64,11 +64,18 @@ func (r *etcdReader) first(ctx context.Context, k keyspace.Key) (*lockstore.Cont
 	}
 }
 
+// firstNow reads the first contender of k, nil when k is free, with no
+// other caller: a try with the turn, which the lock's other tries here
+// wait for (entry.trying), so that it has none to share its read with.
+func (r *etcdReader) firstNow(ctx context.Context, k keyspace.Key) (*lockstore.Contender, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.lines.First(ctx, r.layout.LockPrefix(k))
+}
+
 // read performs sr, then starts the read its latecomers joined, if any.
 func (r *etcdReader) read(k keyspace.Key, sr *sharedRead) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	sr.first, sr.err = r.lines.First(ctx, r.layout.LockPrefix(k))
-	cancel()
+	sr.first, sr.err = r.firstNow(context.Background(), k)
 	r.mu.Lock()
 	if sr.next != nil {
 		r.inflight[k.String()] = sr.next
