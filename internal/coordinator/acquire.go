@@ -42,8 +42,9 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		c.mu.Unlock()
 		return Grant{}, err
 	}
+	ref := true // the caller's reference to e, which a grant or a try's end may take over
 	defer func() {
-		if err != nil || g.Repeated {
+		if ref && (err != nil || g.Repeated) {
 			e.unref() // else a grant took the caller's reference for its holder
 		}
 	}()
@@ -57,7 +58,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	case e.slot != nil:
 		return sharedLine{e}.tryShared(ctx, req, d.ch)
 	}
-	return e.tryOnce(ctx, req, d.step)
+	return e.tryOnce(ctx, req, d.step, &ref)
 }
 
 // maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
@@ -106,12 +107,16 @@ func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
 // tryOnce carries out a try from step on: in etcd when the turn is free
 // or is being freed by a release here, else it is refused naming the
 // holder.
-func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+//
+// ref is the caller's reference to e: a try of its own that is refused
+// drops it as it leaves the turn, in the same hold of the mutex, and sets
+// it false.
+func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
 	for {
 		switch {
 		case step.mine:
-			return e.tryTracked(ctx, req, step)
+			return e.tryTracked(ctx, req, step, ref)
 		case step.await != nil:
 			// Wait for that one request, then try.
 			wctx, cancel := c.cfg.etcdCtx(ctx)
@@ -156,20 +161,46 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep) (
 }
 
 // tryTracked is try, the caller having the turn and step's flight, which
-// the lock's other tries here wait for until it is done.
-func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+// the lock's other tries here wait for until it is done. A try that ends
+// with the turn still its own leaves it, in one hold of the mutex with
+// the end of its flight and the drop of the caller's reference (ref).
+func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
 	var g Grant
+	exit := leaveTurn
 	err := c.floor.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
-		g, err = e.try(ctx, req, step)
-	} else {
-		e.leaveTurn()
+		g, exit, err = e.try(ctx, req, step)
 	}
-	step.f.err = err
+	if exit == turnDone {
+		step.f.err = err
+		close(step.f.done)
+		return g, err
+	}
+	c.mu.Lock()
+	if exit == heldElsewhere {
+		if len(c.heldElsewhere) >= maxHeldElsewhere {
+			clear(c.heldElsewhere)
+		}
+		c.heldElsewhere[req.Key.String()] = true
+	}
+	e.passTurnLocked()
+	step.f.err = err // the turn is free before the lock's other tries here hear
 	close(step.f.done)
+	e.unrefLocked()
+	*ref = false
+	c.mu.Unlock()
 	return g, err
 }
+
+// tryExit is what a try leaves to do with the lock's turn as it ends.
+type tryExit uint8
+
+const (
+	turnDone      tryExit = iota // nothing: a holder keeps it, or a delete of the key passes it on
+	leaveTurn                    // pass it on
+	heldElsewhere                // pass it on, the lock seen held by another sidecar
+)
 
 // flight is a try of a lock in flight in etcd, whose outcome the other
 // tries of the lock in this sidecar wait for.
@@ -203,12 +234,12 @@ func (f *flight) shared() bool {
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
-func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, error) {
+// It says what is left to do with the turn (tryExit).
+func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, tryExit, error) {
 	c := e.co
 	sess, err := c.sessions.current(ctx)
 	if err != nil {
-		e.leaveTurn()
-		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+		return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	key, pfx := c.delay.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
@@ -222,12 +253,10 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 	if step.readFirst {
 		first, err := c.reads.firstNow(ctx, req.Key)
 		if err != nil {
-			e.leaveTurn()
-			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+			return Grant{}, leaveTurn, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if first != nil {
-			e.leaveTurn()
-			return Grant{}, c.reads.refusedBy(ctx, req.Key, first)
+			return Grant{}, heldElsewhere, c.reads.refusedBy(ctx, req.Key, first)
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -243,41 +272,32 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 		out, err := c.store.lines.Try(pfx, put)
 		if err != nil {
 			e.retire(key, 0, sess) // the put may have committed
-			return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+			return Grant{}, turnDone, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if out.OK {
 			if err := e.aboveFloor(req, key, out.Rev, sess); err != nil {
-				return Grant{}, err
+				return Grant{}, turnDone, err
 			}
 			if err := c.delay.mark(req, key, out.Rev); err != nil {
 				e.retire(key, out.Rev, sess)
-				return Grant{}, err
+				return Grant{}, turnDone, err
 			}
-			return e.grant(req, sess, id, key, out.Rev, rec)
+			g, err := e.grant(req, sess, id, key, out.Rev, rec)
+			return g, turnDone, err
 		}
 		if out.First == nil && out.Gate != nil {
 			wait, m, err := c.delay.heldBack(req.Key, out.Gate)
 			if err != nil {
-				e.leaveTurn()
-				return Grant{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+				return Grant{}, leaveTurn, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 			}
 			if wait > 0 {
-				e.leaveTurn()
-				return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
+				return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 			}
 			continue
 		}
-		c.mu.Lock()
-		if len(c.heldElsewhere) >= maxHeldElsewhere {
-			clear(c.heldElsewhere)
-		}
-		c.heldElsewhere[req.Key.String()] = true
-		c.mu.Unlock()
-		e.leaveTurn()
-		return Grant{}, c.reads.refusedBy(ctx, req.Key, out.First)
+		return Grant{}, heldElsewhere, c.reads.refusedBy(ctx, req.Key, out.First)
 	}
-	e.leaveTurn()
-	return Grant{}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
+	return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
 }
 
 // heldFrom is the refusal naming first, which is nil when the lock was
