@@ -357,11 +357,7 @@ func TestTooManyWaiters(t *testing.T) {
 			a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: fmt.Sprint("w", i), Wait: time.Minute})
 		}()
 	}
-	waitFor(t, 5*time.Second, "two waiters", func() bool {
-		a.c.mu.Lock()
-		defer a.c.mu.Unlock()
-		return a.c.waiting == 2
-	})
+	waitFor(t, 5*time.Second, "two waiters", func() bool { return a.c.waiting.Load() == 2 })
 	if _, err := a.acquire(t, k, "third", time.Minute); !errors.Is(err, ErrTooManyWaiters) {
 		t.Errorf("err = %v, want ErrTooManyWaiters", err)
 	}

@@ -43,7 +43,7 @@ func BenchmarkLocalQueueBurst(b *testing.B) {
 		s.c.mu.Lock()
 		defer s.c.mu.Unlock()
 		if e := s.c.locks[k.String()]; e != nil && e.rec != nil {
-			return e.queued
+			return int(e.queued.Load())
 		}
 		return -1
 	}

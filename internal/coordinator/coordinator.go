@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -59,10 +60,11 @@ type Coordinator struct {
 	// sidecar and whose holder's delete has not been seen since: the next
 	// try reads first, so a refusal costs no etcd write.
 	heldElsewhere map[string]bool
-	journal       journal   // changes of the held locks, for HeldChanges
-	deadlines     deadlines // when the held locks expire
-	waiting       int       // blocking acquires in progress
-	young         young     // held locks not watched yet, until their watch delay is up
+	journal       journal      // changes of the held locks, for HeldChanges
+	deadlines     deadlines    // when the held locks expire
+	waiting       atomic.Int64 // blocking acquires in progress; grows under mu
+	load          atomic.Int64 // len(locks), read without mu
+	young         young        // held locks not watched yet, until their watch delay is up
 	closed        bool
 	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
 	draining      bool          // Drain was called: nothing more is granted
@@ -102,7 +104,7 @@ type entry struct {
 
 	// The turn: whoever has it owns this sidecar's contender slot.
 	queue  []chan struct{}
-	queued int // blocking callers in queue: the record tells other sidecars
+	queued atomic.Int32 // blocking callers in queue (the record tells other sidecars); written under mu
 
 	held *held // the local holder, nil when none
 

@@ -16,8 +16,8 @@ const mutexGoal = 2
 
 // mutexCeilings are the counts of the engine as it is: an operation may
 // take the core mutexes fewer times, never more. A blocking acquire's
-// count varies with the watch's wake-ups (20 to 24 in runs on memstore):
-// its ceiling is the most seen. A refusal takes it to decide, and once
+// count varies with the watch's wake-ups (13 or 14 in runs on memstore):
+// its ceiling is the most seen, and one more. A refusal takes it to decide, and once
 // more to leave the turn, end its flight and drop its reference to the
 // line; its read needs none (the lock's other tries here wait for its
 // outcome).
@@ -25,7 +25,7 @@ var mutexCeilings = map[string]int64{
 	"try, granted":                  2,
 	"release":                       2,
 	"try, refused":                  2,
-	"blocking acquire, handed over": 24,
+	"blocking acquire, handed over": 15,
 }
 
 // TestMutexTakenPerOperation counts how often the engine's core mutexes

@@ -79,7 +79,7 @@ func (e *entry) wantLocked() keyspace.Holder {
 	if h := e.held; h != nil && h.etcdKey == e.rec.key && h.fence == e.rec.create {
 		want = h.recordOf()
 	}
-	want.Queued = e.queued
+	want.Queued = int(e.queued.Load())
 	return want
 }
 
@@ -104,7 +104,7 @@ func (e *entry) wroteLocked(key string, create, rev int64, rec keyspace.Holder) 
 
 // queueChangedLocked adds delta to the callers queued behind e's turn.
 func (e *entry) queueChangedLocked(delta int) {
-	e.queued += delta
+	e.queued.Add(int32(delta))
 	e.publishLaterLocked()
 }
 
@@ -116,7 +116,7 @@ func (e *entry) publishLaterLocked() {
 
 func (e *entry) publishAfterLocked(d time.Duration) {
 	c := e.co
-	if e.rec == nil && e.queued == 0 {
+	if e.rec == nil && e.queued.Load() == 0 {
 		return // nothing to write, and nothing to keep
 	}
 	r := e.recLocked()
@@ -124,7 +124,7 @@ func (e *entry) publishAfterLocked(d time.Duration) {
 		return
 	}
 	if sameRecord(e.wantLocked(), r.wrote) {
-		if h := e.held; h != nil && e.queued == 0 && h.etcdKey == r.key && h.fence == r.create {
+		if h := e.held; h != nil && e.queued.Load() == 0 && h.etcdKey == r.key && h.fence == r.create {
 			h.mod, e.rec = r.mod, nil // in step: the holder alone says it all
 		}
 		return

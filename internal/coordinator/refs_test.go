@@ -87,4 +87,7 @@ func TestEntriesGoWhenUnused(t *testing.T) {
 		defer a.c.mu.Unlock()
 		return len(a.c.locks) == 0
 	})
+	if n := a.c.load.Load(); n != 0 {
+		t.Errorf("the count of entries, read without the mutex, is %d with none left", n)
+	}
 }

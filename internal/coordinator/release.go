@@ -110,7 +110,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	c.mu.Lock()
 	rec := h.recordOf()
 	rec.ExpiresAt = exp.UTC()
-	rec.Queued = e.queued
+	rec.Queued = int(e.queued.Load())
 	c.mu.Unlock()
 	out, err := c.store.lines.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
 	if errors.Is(err, ErrNoSpace) {

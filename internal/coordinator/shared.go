@@ -58,6 +58,7 @@ func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim
 		_, _ = rand.Read(tag[:]) // never fails on Linux
 		e = &entry{co: c, key: k, slot: &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}}
 		c.locks[name] = e
+		c.load.Add(1)
 	}
 	e.refs++
 	return e

@@ -20,6 +20,7 @@ func (c *Coordinator) refLocked(k keyspace.Key) *entry {
 	if e == nil {
 		e = &entry{co: c, key: k}
 		c.locks[k.String()] = e
+		c.load.Add(1)
 	}
 	e.refs++
 	return e
@@ -33,8 +34,9 @@ func (e *entry) unrefLocked() {
 // dropIfIdleLocked forgets an entry nobody uses.
 func (e *entry) dropIfIdleLocked() {
 	c := e.co
-	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 {
+	if e.refs == 0 && !e.busy && e.held == nil && len(e.queue) == 0 && c.locks[nameOf(e)] == e {
 		delete(c.locks, nameOf(e))
+		c.load.Add(-1)
 	}
 }
 

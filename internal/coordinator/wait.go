@@ -18,10 +18,10 @@ var errWaitOver = errors.New("wait over")
 // sidecar (lineUpLocked), telling it its place when it is behind one.
 func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 	c := e.co
-	if c.waiting >= c.cfg.MaxWaiters {
-		return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, c.waiting)
+	if n := c.waiting.Load(); n >= int64(c.cfg.MaxWaiters) {
+		return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, n)
 	}
-	c.waiting++
+	c.waiting.Add(1) // under mu, so no two callers take the last room
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
@@ -29,19 +29,19 @@ func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 }
 
 // waitAdmitted waits for the lock, admitted by admitLocked, which lined it up
-// for the turn as ch: in line for the turn, then in etcd.
+// for the turn as ch: in line for the turn, then in etcd. The waiter hears
+// of the deletes under the lock from now on (w), before any read of its,
+// so that none goes unseen: whatever it waits behind, it hears of its end.
 func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
 	c := e.co
-	c.hub.need(req.Key, 0) // whatever it waits behind, it must hear of its end
+	w := c.hub.register(req.Key)
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
 		c.obs.Units(req.Key.String(), req.Claim.Limit, false, req.Claim.Units())
 	}
 	defer func() {
-		c.hub.unneed(req.Key)
-		c.mu.Lock()
-		c.waiting--
-		c.mu.Unlock()
+		c.hub.unregister(req.Key, w)
+		c.waiting.Add(-1)
 		c.obs.Waiting(req.Key.String(), -1)
 		if req.Claim.Limit > 0 {
 			c.obs.Units(req.Key.String(), req.Claim.Limit, false, -req.Claim.Units())
@@ -50,7 +50,7 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return Grant{}, c.reads.waitFailed(ctx, req.Key, start, err)
 	}
-	return e.waitThrough(ctx, req, start)
+	return e.waitThrough(ctx, req, start, w)
 }
 
 // turnAgain lines a waiter up for the lock's turn again, and waits for it.
@@ -74,11 +74,11 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 // next session (behind whoever queued meanwhile) until the caller's wait
 // runs out. Nothing is granted without an etcd commit; a wait that runs
 // out while etcd is still unreachable answers unavailable.
-func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.Time, w *waiter) (Grant, error) {
 	c := e.co
 	retry := retryBackoff(time.Second)
 	for {
-		g, err := e.wait(ctx, req, start)
+		g, err := e.wait(ctx, req, start, w)
 		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return g, err
 		}
@@ -99,12 +99,12 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 	}
 }
 
-// wait queues in etcd behind the contenders created before it; the caller
-// has the turn.
-func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (Grant, error) {
+// wait queues in etcd behind the contenders created before it, hearing of
+// the deletes under the lock through w; the caller has the turn.
+func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w *waiter) (Grant, error) {
 	c := e.co
 	if e.slot != nil {
-		return sharedLine{e}.waitShared(ctx, req, start)
+		return sharedLine{e}.waitShared(ctx, req, start, w)
 	}
 	op := fmt.Sprintf("acquire %q", req.Key)
 	// The key's name stays that of the session (its first lease), as in
@@ -115,8 +115,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time) (
 		return Grant{}, err
 	}
 	sess := p.sess
-	p.w = c.hub.register(req.Key) // before any read, so no delete goes unseen
-	defer c.hub.unregister(req.Key, p.w)
+	p.w = w
 
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.
@@ -176,10 +175,8 @@ func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, key
 	now := c.now()
 	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
-	c.mu.Lock()
-	rec.Queued = e.queued
-	p.lease = sess.LeaseFor(len(c.locks))
-	c.mu.Unlock()
+	rec.Queued = int(e.queued.Load())
+	p.lease = sess.LeaseFor(int(c.load.Load()))
 	return p, rec, nil
 }
 
@@ -265,10 +262,10 @@ func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Ti
 	// contender ahead gone, the waiter is first with no read.
 	followed := len(ahead) <= maxFollowedAhead
 	for {
-		if followed && p.w.allAheadGone(ahead, p.key, readRev) {
+		switch p.w.look(followed, ahead, p.key, readRev, anyOf) {
+		case aheadGone:
 			return true, nil
-		}
-		if p.w.deleted(ahead[0], readRev, anyOf) {
+		case readAgain:
 			return false, nil
 		}
 		select {

@@ -21,15 +21,56 @@ func (w *waiter) coveredLocked(rev int64) bool {
 	return !w.resync
 }
 
+// noteLocked takes in a delete under the waiter's lock, with its mu held.
+// Past maxGone deletes not looked at (a waiter queued for its turn here
+// behind a busy lock), it forgets them and reads again, as after a gap.
+func (w *waiter) noteLocked(d lockstore.Deletion) {
+	if len(w.gone) >= maxGone {
+		clear(w.gone)
+		w.resync, w.from = true, d.Rev+1
+	} else {
+		w.gone[d.Key] = deletion{modRev: d.Rev}
+	}
+	poke(w.notify)
+}
+
+// maxGone bounds the deletes a waiter remembers between two looks.
+const maxGone = 1 << 14
+
 // deletion is a contender key's delete seen by the watch.
 type deletion struct{ modRev int64 }
 
-// deleted reports whether key, or any key of anyOf, was deleted after
-// revision rev, or whether the watch had a gap (after which everything
-// must be read again). It forgets the deletes that a read at rev has seen.
-func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
+// lookout is what a waiter learns from the watch (waiter.look).
+type lookout uint8
+
+const (
+	keepWaiting lookout = iota // nothing it waits for went
+	aheadGone                  // every contender ahead went: it is first
+	readAgain                  // the one right ahead (or one of anyOf) went, or the watch had a gap
+)
+
+// look tells a waiter whose contenders ahead at revision rev were ahead
+// (the last created first) what the watch has delivered since, in one hold
+// of the hub's mutex: with followed, whether every one of them went
+// (allAheadGoneLocked); else whether the one right ahead, or any of
+// anyOf, went (deletedLocked).
+func (w *waiter) look(followed bool, ahead []string, mine string, rev int64, anyOf map[string]bool) lookout {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if followed && w.allAheadGoneLocked(ahead, mine, rev) {
+		return aheadGone
+	}
+	if w.deletedLocked(ahead[0], rev, anyOf) {
+		return readAgain
+	}
+	return keepWaiting
+}
+
+// deletedLocked reports whether key, or any key of anyOf, was deleted
+// after revision rev, or whether the watch had a gap (after which
+// everything must be read again). It forgets the deletes that a read at
+// rev has seen.
+func (w *waiter) deletedLocked(key string, rev int64, anyOf map[string]bool) bool {
 	if !w.coveredLocked(rev) {
 		w.resync = false
 		return true
@@ -46,16 +87,15 @@ func (w *waiter) deleted(key string, rev int64, anyOf map[string]bool) bool {
 	return hit
 }
 
-// allAheadGone reports, for a waiter whose contenders ahead at revision rev
-// were ahead, that the watch has delivered the delete of every one of them
-// and not mine's: the waiter is first in line as of the last delete.
-// Nothing created after rev can get ahead of it (create revisions only
-// grow), and the watch delivers every delete under the prefix in revision
-// order, its own key's included, so no read is needed to know it. After a
-// gap in the watch it answers false, and the waiter reads.
-func (w *waiter) allAheadGone(ahead []string, mine string, rev int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// allAheadGoneLocked reports, for a waiter whose contenders ahead at
+// revision rev were ahead, that the watch has delivered the delete of
+// every one of them and not mine's: the waiter is first in line as of the
+// last delete. Nothing created after rev can get ahead of it (create
+// revisions only grow), and the watch delivers every delete under the
+// prefix in revision order, its own key's included, so no read is needed
+// to know it. After a gap in the watch it answers false, and the waiter
+// reads.
+func (w *waiter) allAheadGoneLocked(ahead []string, mine string, rev int64) bool {
 	if !w.coveredLocked(rev) {
 		return false
 	}

@@ -86,6 +86,11 @@ func newHub(store lockstore.Watches, layout keyspace.Layout, log *slog.Logger, c
 func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.needLocked(k, since)
+}
+
+// needLocked is need, with h.mu held.
+func (h *hub) needLocked(k keyspace.Key, since int64) *lockWatch {
 	lw := h.locks[k]
 	if lw == nil {
 		lw = &lockWatch{key: k}
@@ -147,9 +152,9 @@ func (h *hub) startLocked(lw *lockWatch) {
 // register has the deletes of lock k's contender keys delivered to a new
 // waiter, and its watch open until unregister.
 func (h *hub) register(k keyspace.Key) *waiter {
-	lw := h.need(k, 0)
 	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
 	h.mu.Lock()
+	lw := h.needLocked(k, 0)
 	lw.regs = append(lw.regs, w)
 	h.mu.Unlock()
 	return w
@@ -355,8 +360,7 @@ func (h *hub) dispatch(lw *lockWatch, d lockstore.Deletion) {
 	}
 	if lw != nil {
 		for _, w := range lw.regs {
-			w.gone[d.Key] = deletion{modRev: d.Rev}
-			poke(w.notify)
+			w.noteLocked(d)
 		}
 	}
 	h.mu.Unlock()
