@@ -12,7 +12,7 @@ import (
 // waitShared is wait for a shared claim: it joins the line, learning the
 // claims ahead in the same transaction, and waits until they leave room
 // for it. The caller has the turn.
-func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start time.Time, w *waiter) (Grant, error) {
+func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string {
@@ -22,7 +22,7 @@ func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start ti
 		return Grant{}, err
 	}
 	sess := p.sess
-	p.w = w
+	p.w = w.of(c.hub, req.Key)
 	out, err := c.store.shared.Join(p.lock, lockstore.Put{Key: p.key, Lease: p.lease, Record: rec, Gate: c.layout.Delay(req.Key)})
 	if err := e.placed(&p, rec, out, err, op); err != nil {
 		return Grant{}, err

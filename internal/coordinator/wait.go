@@ -29,18 +29,19 @@ func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 }
 
 // waitAdmitted waits for the lock, admitted by admitLocked, which lined it up
-// for the turn as ch: in line for the turn, then in etcd. The waiter hears
-// of the deletes under the lock from now on (w), before any read of its,
-// so that none goes unseen: whatever it waits behind, it hears of its end.
+// for the turn as ch: in line for the turn, then in etcd. The lock's watch
+// is kept open from now on (whatever it waits behind, it must hear of its
+// end), and the waiter registers with it when it first queues in etcd.
 func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
 	c := e.co
-	w := c.hub.register(req.Key)
+	c.hub.need(req.Key, 0)
+	var w hearing
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
 		c.obs.Units(req.Key.String(), req.Claim.Limit, false, req.Claim.Units())
 	}
 	defer func() {
-		c.hub.unregister(req.Key, w)
+		c.hub.done(req.Key, w.w)
 		c.waiting.Add(-1)
 		c.obs.Waiting(req.Key.String(), -1)
 		if req.Claim.Limit > 0 {
@@ -50,7 +51,20 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return Grant{}, c.reads.waitFailed(ctx, req.Key, start, err)
 	}
-	return e.waitThrough(ctx, req, start, w)
+	return e.waitThrough(ctx, req, start, &w)
+}
+
+// hearing is a waiter's registration with the hub, made when it first
+// queues in etcd, before any read of its (so that no delete goes unseen),
+// and kept through the times it queues again.
+type hearing struct{ w *waiter }
+
+// of returns the waiter registered for k, registering it the first time.
+func (r *hearing) of(h *hub, k keyspace.Key) *waiter {
+	if r.w == nil {
+		r.w = h.register(k)
+	}
+	return r.w
 }
 
 // turnAgain lines a waiter up for the lock's turn again, and waits for it.
@@ -74,7 +88,7 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 // next session (behind whoever queued meanwhile) until the caller's wait
 // runs out. Nothing is granted without an etcd commit; a wait that runs
 // out while etcd is still unreachable answers unavailable.
-func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.Time, w *waiter) (Grant, error) {
+func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
 	c := e.co
 	retry := retryBackoff(time.Second)
 	for {
@@ -101,7 +115,7 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 
 // wait queues in etcd behind the contenders created before it, hearing of
 // the deletes under the lock through w; the caller has the turn.
-func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w *waiter) (Grant, error) {
+func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
 	c := e.co
 	if e.slot != nil {
 		return sharedLine{e}.waitShared(ctx, req, start, w)
@@ -115,7 +129,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w
 		return Grant{}, err
 	}
 	sess := p.sess
-	p.w = w
+	p.w = w.of(c.hub, req.Key)
 
 	// The same write tells the contenders ahead, so a waiter knows its
 	// place without a second round trip.

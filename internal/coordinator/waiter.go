@@ -22,8 +22,9 @@ func (w *waiter) coveredLocked(rev int64) bool {
 }
 
 // noteLocked takes in a delete under the waiter's lock, with its mu held.
-// Past maxGone deletes not looked at (a waiter queued for its turn here
-// behind a busy lock), it forgets them and reads again, as after a gap.
+// Past maxGone deletes not looked at (a waiter behind a long, busy line,
+// or one queued for its turn here again after an outage), it forgets them
+// and reads again, as after a gap.
 func (w *waiter) noteLocked(d lockstore.Deletion) {
 	if len(w.gone) >= maxGone {
 		clear(w.gone)

@@ -150,7 +150,7 @@ func (h *hub) startLocked(lw *lockWatch) {
 }
 
 // register has the deletes of lock k's contender keys delivered to a new
-// waiter, and its watch open until unregister.
+// waiter, and its watch open until done.
 func (h *hub) register(k keyspace.Key) *waiter {
 	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
 	h.mu.Lock()
@@ -160,13 +160,21 @@ func (h *hub) register(k keyspace.Key) *waiter {
 	return w
 }
 
-func (h *hub) unregister(k keyspace.Key, w *waiter) {
+// done undoes a waiter's need of k and, when it registered w (not nil),
+// its registration, in one hold of the mutex.
+func (h *hub) done(k keyspace.Key, w *waiter) {
 	h.mu.Lock()
-	if lw := h.locks[k]; lw != nil {
-		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
-		h.addNeedLocked(lw, -1)
+	defer h.mu.Unlock()
+	lw := h.locks[k]
+	if lw == nil {
+		return
 	}
-	h.mu.Unlock()
+	d := -1
+	if w != nil {
+		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
+		d = -2 // the registration's need too
+	}
+	h.addNeedLocked(lw, d)
 }
 
 // covers reports whether lock k's watch, or the scope's, as established
