@@ -74,6 +74,10 @@ type tryStep struct {
 	f     *flight
 	mine  bool
 	await chan struct{}
+	// since is the number of the last try started here when the step was
+	// found: a caller shares the refusal only of a try started after its
+	// first step, so that no answer predates its question.
+	since uint64
 	// readFirst says that the lock was last seen held elsewhere (read it
 	// before writing); load is how many locks the sidecar has (the lease
 	// to put the key on). Both are read with the turn.
@@ -86,20 +90,21 @@ type tryStep struct {
 func (e *entry) tryStepLocked() tryStep {
 	c := e.co
 	if e.takeTurn() {
-		return e.startTry(c.heldElsewhere, len(c.locks))
+		return e.startTry(c.heldElsewhere, int(c.load.Load()))
 	}
 	if e.retiring || (e.held != nil && e.held.ending) {
 		// The lock is being released here: etcd may already show it free.
-		return tryStep{await: e.lineUpLocked(false)}
+		return tryStep{await: e.lineUpLocked(false), since: e.flights}
 	}
-	return tryStep{f: e.inFlight()}
+	return tryStep{f: e.inFlight(), since: e.flights}
 }
 
 // startTry is the step of a try of e that has the turn, with the locks
 // seen held elsewhere and the number of locks of the sidecar. Guarded by
 // Coordinator.mu.
 func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
-	f := &flight{done: make(chan struct{})}
+	e.flights++
+	f := &flight{done: make(chan struct{}), seq: e.flights}
 	e.trying = f
 	return tryStep{f: f, mine: true, readFirst: elsewhere[e.key.String()], load: load}
 }
@@ -108,11 +113,12 @@ func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
 // or is being freed by a release here, else it is refused naming the
 // holder.
 //
-// ref is the caller's reference to e: a try of its own that is refused
-// drops it as it leaves the turn, in the same hold of the mutex, and sets
-// it false.
+// ref is the caller's reference to e: a try of its own that leaves the
+// turn (refused, held back, etcd out of reach) drops it in the same hold
+// of the mutex, and sets it false.
 func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
+	since := step.since // the caller's question: a refusal older than it does not answer it
 	for {
 		switch {
 		case step.mine:
@@ -124,7 +130,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 			cancel()
 			c.mu.Lock()
 			if err == nil { // the turn was handed over
-				step = e.startTry(c.heldElsewhere, len(c.locks))
+				step = e.startTry(c.heldElsewhere, int(c.load.Load()))
 			} else {
 				step = tryStep{f: e.inFlight()}
 			}
@@ -136,19 +142,19 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
 		// Another caller of this sidecar is trying the lock in etcd: its
-		// outcome is this caller's answer, which then names the holder (a
-		// refusal read now could find nobody, the try not committed yet).
+		// outcome answers this caller, naming the holder, if it began after
+		// this caller asked (a refusal read now could find nobody, the try
+		// not committed yet); else this caller tries again.
 		wctx, cancel := c.cfg.etcdCtx(ctx)
 		select {
 		case <-step.f.done:
+			cancel()
 		case <-wctx.Done():
-		}
-		cancel()
-		if wctx.Err() != nil {
+			cancel()
 			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
-		if step.f.shared() {
-			return Grant{}, step.f.err // refused as that try was, by the same holder
+		if step.f.shared() && step.f.seq > since {
+			return Grant{}, step.f.err // refused as that try, begun after the question, was
 		}
 		c.mu.Lock()
 		d := e.decideLocked(req, nil, true)
@@ -163,34 +169,44 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 // tryTracked is try, the caller having the turn and step's flight, which
 // the lock's other tries here wait for until it is done. A try that ends
 // with the turn still its own leaves it, in one hold of the mutex with
-// the end of its flight and the drop of the caller's reference (ref).
+// the drop of the caller's reference (ref); a refusal by a holder
+// elsewhere is made after that (it may read the lock's line), and the
+// flight ends last, the turn free.
 func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
 	var g Grant
-	exit := leaveTurn
+	end := tryEnd{exit: leaveTurn}
 	err := c.floor.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
-		g, exit, err = e.try(ctx, req, step)
+		g, end, err = e.try(ctx, req, step)
 	}
-	if exit == turnDone {
-		step.f.err = err
-		close(step.f.done)
-		return g, err
-	}
-	c.mu.Lock()
-	if exit == heldElsewhere {
-		if len(c.heldElsewhere) >= maxHeldElsewhere {
-			clear(c.heldElsewhere)
+	if end.exit != turnDone {
+		c.mu.Lock()
+		if end.exit == heldElsewhere {
+			if len(c.heldElsewhere) >= maxHeldElsewhere {
+				clear(c.heldElsewhere)
+			}
+			c.heldElsewhere[req.Key.String()] = true
 		}
-		c.heldElsewhere[req.Key.String()] = true
+		e.passTurnLocked()
+		e.unrefLocked()
+		*ref = false
+		c.mu.Unlock()
+		if end.exit == heldElsewhere {
+			err = c.reads.refusedBy(ctx, req.Key, end.first)
+		}
 	}
-	e.passTurnLocked()
-	step.f.err = err // the turn is free before the lock's other tries here hear
+	step.f.err = err
 	close(step.f.done)
-	e.unrefLocked()
-	*ref = false
-	c.mu.Unlock()
 	return g, err
+}
+
+// tryEnd is what a try leaves to do as it ends: with the lock's turn
+// (exit), and for a refusal by a holder elsewhere (first), the refusal to
+// make once the turn is free.
+type tryEnd struct {
+	exit  tryExit
+	first *lockstore.Contender
 }
 
 // tryExit is what a try leaves to do with the lock's turn as it ends.
@@ -203,10 +219,12 @@ const (
 )
 
 // flight is a try of a lock in flight in etcd, whose outcome the other
-// tries of the lock in this sidecar wait for.
+// tries of the lock in this sidecar wait for. Those that began before it
+// share its refusal; the others try again, behind or in the next flight.
 type flight struct {
 	done chan struct{} // closed once err is set
 	err  error         // its refusal; nil when it was granted
+	seq  uint64        // its number among the lock's tries here (entry.flights)
 }
 
 // inFlight returns the try of e in flight here, if any. Guarded by
@@ -234,12 +252,12 @@ func (f *flight) shared() bool {
 }
 
 // try makes one attempt in one etcd transaction; the caller has the turn.
-// It says what is left to do with the turn (tryExit).
-func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, tryExit, error) {
+// It says what is left to do as it ends (tryEnd).
+func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, tryEnd, error) {
 	c := e.co
 	sess, err := c.sessions.current(ctx)
 	if err != nil {
-		return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w", req.Key, err)
+		return Grant{}, tryEnd{exit: leaveTurn}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
 	key, pfx := c.delay.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
@@ -253,10 +271,10 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 	if step.readFirst {
 		first, err := c.reads.firstNow(ctx, req.Key)
 		if err != nil {
-			return Grant{}, leaveTurn, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+			return Grant{}, tryEnd{exit: leaveTurn}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if first != nil {
-			return Grant{}, heldElsewhere, c.reads.refusedBy(ctx, req.Key, first)
+			return Grant{}, tryEnd{exit: heldElsewhere, first: first}, nil
 		}
 		c.mu.Lock()
 		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
@@ -272,32 +290,32 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 		out, err := c.store.lines.Try(pfx, put)
 		if err != nil {
 			e.retire(key, 0, sess) // the put may have committed
-			return Grant{}, turnDone, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+			return Grant{}, tryEnd{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 		}
 		if out.OK {
 			if err := e.aboveFloor(req, key, out.Rev, sess); err != nil {
-				return Grant{}, turnDone, err
+				return Grant{}, tryEnd{}, err
 			}
 			if err := c.delay.mark(req, key, out.Rev); err != nil {
 				e.retire(key, out.Rev, sess)
-				return Grant{}, turnDone, err
+				return Grant{}, tryEnd{}, err
 			}
 			g, err := e.grant(req, sess, id, key, out.Rev, rec)
-			return g, turnDone, err
+			return g, tryEnd{}, err
 		}
 		if out.First == nil && out.Gate != nil {
 			wait, m, err := c.delay.heldBack(req.Key, out.Gate)
 			if err != nil {
-				return Grant{}, leaveTurn, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
+				return Grant{}, tryEnd{exit: leaveTurn}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)
 			}
 			if wait > 0 {
-				return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
+				return Grant{}, tryEnd{exit: leaveTurn}, fmt.Errorf("acquire %q: %w", req.Key, &DelayedError{Key: req.Key, Mark: m, Until: m.LostAt.Add(m.Delay)})
 			}
 			continue
 		}
-		return Grant{}, heldElsewhere, c.reads.refusedBy(ctx, req.Key, out.First)
+		return Grant{}, tryEnd{exit: heldElsewhere, first: out.First}, nil
 	}
-	return Grant{}, leaveTurn, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
+	return Grant{}, tryEnd{exit: leaveTurn}, fmt.Errorf("acquire %q: %w: the lock's lock-delay marker keeps changing; retry", req.Key, ErrUnavailable)
 }
 
 // heldFrom is the refusal naming first, which is nil when the lock was

@@ -109,8 +109,10 @@ type entry struct {
 	held *held // the local holder, nil when none
 
 	// trying is the last try of the lock here: while it is in flight, the
-	// lock's other tries here wait for its outcome (inFlight).
-	trying *flight
+	// lock's other tries here wait for its outcome (inFlight). flights
+	// counts the tries started here, numbering them (flight.seq).
+	trying  *flight
+	flights uint64
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
 
@@ -247,8 +249,9 @@ func (c *Coordinator) Ready() error {
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
-	closed, refused := c.closed || c.draining, c.access.get()
+	closed := c.closed || c.draining
 	c.mu.Unlock()
+	refused := c.access.get()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
 	}

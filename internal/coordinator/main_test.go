@@ -266,7 +266,7 @@ type counted struct {
 	lockstore.Store
 	writes, reads atomic.Int64
 	deletes       atomic.Int64 // deletes the watches delivered
-	readDelay     atomic.Int64 // a round trip added to each First, in ns
+	readDelay     atomic.Int64 // the way back of each First's answer, in ns: it was read before
 }
 
 func (c *counted) Writes() int64 { return c.writes.Load() }
@@ -356,9 +356,10 @@ func (c *counted) Watch(ctx context.Context, prefix string, from int64) <-chan l
 }
 
 func (c *counted) First(ctx context.Context, lock string) (*lockstore.Contender, error) {
+	first, err := c.Store.First(ctx, lock)
 	c.reads.Add(1)
 	time.Sleep(time.Duration(c.readDelay.Load()))
-	return c.Store.First(ctx, lock)
+	return first, err
 }
 
 func (c *counted) Ahead(ctx context.Context, lock, key string, create int64) ([]string, int64, bool, error) {

@@ -64,9 +64,10 @@ func (r *etcdReader) first(ctx context.Context, k keyspace.Key) (*lockstore.Cont
 	}
 }
 
-// firstNow reads the first contender of k, nil when k is free, with no
-// other caller: a try with the turn, which the lock's other tries here
-// wait for (entry.trying), so that it has none to share its read with.
+// firstNow reads the first contender of k, nil when k is free, for one
+// caller: a try with the turn, whose outcome the lock's other tries here
+// wait for and share (entry.trying), so that its read is not shared. A
+// caller that hangs up ends it.
 func (r *etcdReader) firstNow(ctx context.Context, k keyspace.Key) (*lockstore.Contender, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()

@@ -54,6 +54,36 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 	}
 }
 
+// TestRefusalNeverPredatesTheQuestion: a try that asks while another try
+// of the same lock is in flight, its read made while the lock was held,
+// is not answered by that read: the lock was released before it asked,
+// and it is granted.
+func TestRefusalNeverPredatesTheQuestion(t *testing.T) {
+	parallel(t)
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	k := key(t, "asked-after")
+	a.mustAcquire(t, k, "running")
+	if _, err := b.acquire(t, k, "warm-up", 0); !errors.Is(err, ErrHeld) {
+		t.Fatalf("a try of a held lock: %v", err)
+	}
+	b.calls.readDelay.Store(int64(300 * time.Millisecond)) // the answer's way back
+	before := b.calls.Reads()
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.acquire(t, k, "first", 0)
+		first <- err
+	}()
+	waitFor(t, 5*time.Second, "the first try's read made", func() bool { return b.calls.Reads() > before })
+	a.mustRelease(t, k, "running")
+	// The first try's answer, read while the lock was held, is on its way.
+	if _, err := b.acquire(t, k, "second", 0); err != nil {
+		t.Errorf("a try that asked after the release: %v; want granted", err)
+	}
+	if err := <-first; !errors.Is(err, ErrHeld) {
+		t.Errorf("the try that asked while the lock was held: %v; want refused", err)
+	}
+}
+
 // TestSharedReadHonoursTheCallersContext: a caller that joined a read gives
 // up when its context ends.
 func TestSharedReadHonoursTheCallersContext(t *testing.T) {
@@ -62,9 +92,9 @@ func TestSharedReadHonoursTheCallersContext(t *testing.T) {
 	k := key(t, "ctx")
 	// A read in flight that never ends, as far as the caller can tell.
 	r := &sharedRead{done: make(chan struct{})}
-	a.c.mu.Lock()
+	a.c.reads.mu.Lock()
 	a.c.reads.inflight[k.String()] = r
-	a.c.mu.Unlock()
+	a.c.reads.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := a.c.reads.first(ctx, k); !errors.Is(err, context.DeadlineExceeded) {

@@ -112,7 +112,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 
 	c.mu.Lock()
 	readFirst := c.heldElsewhere[req.Key.String()]
-	load := len(c.locks)
+	load := int(c.load.Load())
 	c.mu.Unlock()
 	id := sess.LeaseFor(load)
 	var seen int64

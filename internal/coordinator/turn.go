@@ -72,7 +72,7 @@ func (e *entry) lineUpLocked(waiter bool) chan struct{} {
 	return ch
 }
 
-// awaitTurn waits, without c.mu, for the turn that lineUpLocked queued for
+// awaitTurn waits, without Coordinator.mu, for the turn that lineUpLocked queued for
 // as ch (nil: the turn was had at once). When ctx ends or the coordinator
 // shuts down first, it leaves the queue, passing the turn on if it was
 // handed over meanwhile.

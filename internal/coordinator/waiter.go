@@ -28,7 +28,10 @@ func (w *waiter) coveredLocked(rev int64) bool {
 func (w *waiter) noteLocked(d lockstore.Deletion) {
 	if len(w.gone) >= maxGone {
 		clear(w.gone)
-		w.resync, w.from = true, d.Rev+1
+		if !w.resync || w.from < d.Rev+1 {
+			w.from = d.Rev + 1 // never lower: a later watch's from stands
+		}
+		w.resync = true
 	} else {
 		w.gone[d.Key] = deletion{modRev: d.Rev}
 	}

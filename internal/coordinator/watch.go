@@ -77,16 +77,17 @@ func newHub(store lockstore.Watches, layout keyspace.Layout, log *slog.Logger, c
 		locks: map[keyspace.Key]*lockWatch{}}
 }
 
-// need keeps the watch on lock k open until a matching unneed. since, when
+// need keeps the watch on lock k open until a matching unneed (or done,
+// for a waiter's). since, when
 // not 0, is the first revision whose deletes the watch must deliver if it
 // opens for this need: a held lock's grant revision + 1, so that a delete
 // of its key during its watch delay comes with the watch rather than from
 // a read. A watch already open or opening needs no since: once
 // established, it has the held keys older than itself read.
-func (h *hub) need(k keyspace.Key, since int64) *lockWatch {
+func (h *hub) need(k keyspace.Key, since int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.needLocked(k, since)
+	h.needLocked(k, since)
 }
 
 // needLocked is need, with h.mu held.

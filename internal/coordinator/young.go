@@ -11,7 +11,7 @@ import (
 // them. Most locks in a burst of short work are released within a few
 // milliseconds: they never open their lock's watch, which would send the
 // sidecar an event for each of their releases. A lock still held when its
-// delay is up is watched from then on (Coordinator.watched), and the watch,
+// delay is up is watched from then on (held.watchHeldLocked), and the watch,
 // once established, reads again every held key older than itself, so a
 // loss during the delay is reported then. The timer takes the locks in
 // batches: when it fires, the locks whose delay ends within youngSlack of
