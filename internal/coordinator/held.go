@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
+
+// held is a lock granted to a local owner.
+type held struct {
+	owner      string
+	fence      int64
+	etcdKey    string
+	sess       lockstore.Session
+	lease      lockstore.LeaseID // the lease of sess that carries etcdKey
+	mod        int64             // the revision of the last write of etcdKey that etcd took, while entry.rec keeps none
+	acquiredAt time.Time
+	expiresAt  time.Time
+	ttl        time.Duration // the window each grant, extend or renewal sets
+	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
+	entry      *entry        // the lock's entry: its claim, and for its deadline
+	due        time.Time     // when its deadline fires
+	slot       int           // its place in the deadline queue; -1 when none
+	hold       bool          // bound to a hold stream
+	ending     bool          // a release of ours is in flight: its delete is not a loss
+	ended      bool          // the lock ended
+	watched    bool          // its lock's watch is open for it (hub.watchHeld)
+	inScope    bool          // counted among the scope watch's holds, with no lock watch
+	co         *Coordinator  // whose mu guards ended, done and lost for Grant
+	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
+	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// claim returns what h holds.
+func (h *held) claim() keyspace.Claim {
+	return claimOf(h.entry)
+}
+
+// doneChan returns the channel closed when h ends, making it if need be.
+// Whoever waits on it must hear of a loss at once: h is watched from now.
+func (h *held) doneChan() <-chan struct{} {
+	h.co.mu.Lock()
+	defer h.co.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+		if h.ended {
+			close(h.done)
+		}
+	}
+	h.watchHeldLocked()
+	return h.done
+}
+
+// loseLocked ends h as lost for reason and remembers it for its owner.
+func (h *held) loseLocked(reason LostReason) {
+	c := h.co
+	e := h.entry
+	if e.held != h {
+		return
+	}
+	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
+	h.endLocked()
+	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
+	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
+}
+
+// holdLocked makes h e's holder, expiring in d; the caller has the turn.
+// With watchNow (a hold stream's lock, whose caller is told of a loss as it
+// happens, or one held since before this process) h is watched at once,
+// otherwise once it has been held for the watch delay.
+func (h *held) holdLocked(d time.Duration, watchNow bool) {
+	c := h.co
+	e := h.entry
+	if watchNow {
+		h.watchHeldLocked()
+	} else {
+		h.watchLaterLocked()
+	}
+	c.deadlines.arm(e, h, d)
+	e.held = h
+	if e.slot != nil {
+		c.units[h.etcdKey] = e
+	}
+	c.obs.Granted(e.key.String())
+	if cl := h.claim(); cl.Limit > 0 {
+		c.obs.Units(e.key.String(), cl.Limit, true, cl.Units())
+	}
+	c.journal.held++
+	h.changedLocked(false)
+}
+
+// endLocked forgets h as e's holder; the caller decides about the turn.
+func (h *held) endLocked() {
+	c := h.co
+	e := h.entry
+	if e.held != h {
+		return
+	}
+	c.deadlines.disarm(h)
+	e.held = nil
+	if c.units[h.etcdKey] == e {
+		delete(c.units, h.etcdKey)
+	}
+	h.ended = true
+	if h.watched {
+		c.hub.unwatchHeld(e.key, h.inScope)
+	}
+	if h.done != nil {
+		close(h.done)
+	}
+	e.refs-- // the holder's reference; the turn, still busy, keeps e
+	var reason string
+	if h.lost != nil {
+		reason = string(h.lost.Reason)
+	}
+	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
+	if cl := h.claim(); cl.Limit > 0 {
+		c.obs.Units(e.key.String(), cl.Limit, true, -cl.Units())
+	}
+	c.journal.held--
+	h.changedLocked(true)
+}
+
+// changedLocked notes a change of h for HeldChanges and signals Changes.
+func (h *held) changedLocked(ended bool) {
+	c := h.co
+	e := h.entry
+	c.journal.note(e, h, ended)
+	signal(c.changes)
+}
