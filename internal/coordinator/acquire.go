@@ -114,8 +114,8 @@ func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
 // holder.
 //
 // ref is the caller's reference to e: a try of its own that leaves the
-// turn (refused, held back, etcd out of reach) drops it in the same hold
-// of the mutex, and sets it false.
+// turn (refused, held back, its read of the holder failed) drops it in the
+// same hold of the mutex, and sets it false.
 func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
 	since := step.since // the caller's question: a refusal older than it does not answer it
@@ -137,8 +137,9 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 			c.mu.Unlock()
 			continue
 		case step.f == nil:
-			// A local caller is queued in etcd: whoever holds the lock, it
-			// is not this caller.
+			// The turn is another local caller's, with no try in flight (a
+			// waiter's, queued in etcd or about to be): whoever holds the
+			// lock, it is not this caller.
 			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
 		// Another caller of this sidecar is trying the lock in etcd: its
@@ -187,6 +188,9 @@ func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep
 				clear(c.heldElsewhere)
 			}
 			c.heldElsewhere[req.Key.String()] = true
+		}
+		if e.trying == step.f {
+			e.trying = nil // over: who asks now tries anew, not behind it
 		}
 		e.passTurnLocked()
 		e.unrefLocked()

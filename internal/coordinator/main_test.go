@@ -265,8 +265,9 @@ func needsEtcd(t testing.TB) {
 type counted struct {
 	lockstore.Store
 	writes, reads atomic.Int64
-	deletes       atomic.Int64 // deletes the watches delivered
-	readDelay     atomic.Int64 // the way back of each First's answer, in ns: it was read before
+	deletes       atomic.Int64                  // deletes the watches delivered
+	readDelay     atomic.Int64                  // the way back of each First's answer, in ns: it was read before
+	answerGate    atomic.Pointer[chan struct{}] // when set, each First's answer waits for it to close
 }
 
 func (c *counted) Writes() int64 { return c.writes.Load() }
@@ -359,6 +360,9 @@ func (c *counted) First(ctx context.Context, lock string) (*lockstore.Contender,
 	first, err := c.Store.First(ctx, lock)
 	c.reads.Add(1)
 	time.Sleep(time.Duration(c.readDelay.Load()))
+	if g := c.answerGate.Load(); g != nil {
+		<-*g
+	}
 	return first, err
 }
 

@@ -22,7 +22,7 @@ func TestConcurrentRefusalsShareReads(t *testing.T) {
 		t.Fatal("granted a held lock")
 	}
 	const n = 64
-	b.calls.readDelay.Store(int64(20 * time.Millisecond)) // a round trip, on any store
+	b.calls.readDelay.Store(int64(20 * time.Millisecond)) // each answer's way back, on any store
 	ranges := b.calls.Reads()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -66,7 +66,8 @@ func TestRefusalNeverPredatesTheQuestion(t *testing.T) {
 	if _, err := b.acquire(t, k, "warm-up", 0); !errors.Is(err, ErrHeld) {
 		t.Fatalf("a try of a held lock: %v", err)
 	}
-	b.calls.readDelay.Store(int64(300 * time.Millisecond)) // the answer's way back
+	gate := make(chan struct{}) // the first try's answer is on its way until it closes
+	b.calls.answerGate.Store(&gate)
 	before := b.calls.Reads()
 	first := make(chan error, 1)
 	go func() {
@@ -75,8 +76,15 @@ func TestRefusalNeverPredatesTheQuestion(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "the first try's read made", func() bool { return b.calls.Reads() > before })
 	a.mustRelease(t, k, "running")
-	// The first try's answer, read while the lock was held, is on its way.
-	if _, err := b.acquire(t, k, "second", 0); err != nil {
+	second := make(chan error, 1)
+	go func() {
+		_, err := b.acquire(t, k, "second", 0)
+		second <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the second try asks, and waits for the first's outcome
+	b.calls.answerGate.Store(nil)
+	close(gate)
+	if err := <-second; err != nil {
 		t.Errorf("a try that asked after the release: %v; want granted", err)
 	}
 	if err := <-first; !errors.Is(err, ErrHeld) {
