@@ -208,6 +208,9 @@ func requestFiles(r io.Reader) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if !waitsOrEntersKernel(ev) {
+			continue
+		}
 		if fr := slices.Collect(ev.Stack().Frames()); len(fr) > 0 {
 			stacks[ev.Goroutine()] = append(stacks[ev.Goroutine()], fr)
 		}
@@ -235,6 +238,28 @@ func requestFiles(r io.Reader) ([]string, error) {
 			}
 		}
 	}), nil
+}
+
+// waitsOrEntersKernel reports whether ev is its own goroutine blocking or
+// entering a system call: the points where a request waits on its path. A
+// preemption, a goroutine waking another, and a wait for a contended
+// mutex (the noise of a busy machine: the code that waits is anywhere the
+// mutex is taken) are not.
+func waitsOrEntersKernel(ev xtrace.Event) bool {
+	if ev.Kind() != xtrace.EventStateTransition {
+		return false
+	}
+	st := ev.StateTransition()
+	if st.Resource.Kind != xtrace.ResourceGoroutine || st.Resource.Goroutine() != ev.Goroutine() {
+		return false
+	}
+	switch _, to := st.Goroutine(); to {
+	case xtrace.GoSyscall:
+		return true
+	case xtrace.GoWaiting:
+		return !strings.HasPrefix(st.Reason, "sync.")
+	}
+	return false
 }
 
 // ourFile returns file relative to the module's root, when it is a

@@ -89,14 +89,15 @@ func TestExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A waiter elsewhere gets it when the deadline passes.
-	start := time.Now()
+	// A waiter elsewhere gets it when the deadline passes: the first
+	// grant's, which its acquire may have returned well after on a busy
+	// machine.
 	g2, err := b.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "next", Wait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < 900*time.Millisecond {
-		t.Errorf("granted %v after the first grant, before its 1s deadline", d)
+	if early := g.ExpiresAt.Sub(time.Now()); early > 0 {
+		t.Errorf("granted %v before the first grant's 1s deadline", early)
 	}
 	if g2.Fence <= g.Fence {
 		t.Errorf("fence %d after %d", g2.Fence, g.Fence)
