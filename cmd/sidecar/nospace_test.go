@@ -38,12 +38,11 @@ func TestEmbeddedEtcdOutOfSpace(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock, etcdURL := filepath.Join(dir, "b.sock"), "unix://"+filepath.Join(dir, "etcd.sock")
 	serveInProcess(t, "--socket", sock, "--data-dir", filepath.Join(dir, "data"), "--embedded-client-url", etcdURL,
-		// A lease of 8s: the embedded etcd, full, is compacted and
-		// defragmented every second in this process (under -race, in a CI
-		// run's package phase), and each defragmentation holds up the
-		// keep-alives; a 4s lease was lost so. The hold below is kept for
-		// more than a lease TTL all the same.
-		"--health-addr", "", "--lease-ttl", "8s", "--embedded-quota", fmt.Sprint(8<<20), "--embedded-history", "1h",
+		// A lease of 4s, and the maintenance every second: while the data
+		// in use fills the quota, it defragments the member once (a
+		// defragmentation holds up the keep-alives), not at every pass.
+		// The hold below is kept for three lease TTLs.
+		"--health-addr", "", "--lease-ttl", "4s", "--embedded-quota", fmt.Sprint(8<<20), "--embedded-history", "1h",
 		"--etcd-maintenance-interval", "1s")
 	ctx := context.Background()
 	c, hc := client.New(sock), unixClient(sock)

@@ -21,7 +21,8 @@ import (
 // Config says when a member is defragmented. A member is defragmented when
 // its database file is fragmented (FreeRatio of it free, and at least
 // MinSize), when the file nears its space quota (QuotaRatio of it) with a
-// tenth of it free, and always while etcd's NOSPACE alarm is raised.
+// tenth of it free, and while etcd's NOSPACE alarm is raised when that
+// brings its file well under the quota.
 type Config struct {
 	// Interval is how often the members are looked at. Default 1m.
 	Interval time.Duration

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -28,6 +29,13 @@ type Maintainer struct {
 	cfg Config
 	log *slog.Logger
 	obs Observer
+
+	// mu makes passes one at a time, and guards full.
+	mu sync.Mutex
+	// full holds, while etcd is out of space, the members whose last
+	// defragmentation left their data filling the quota, with etcd's
+	// revision then (see Config.reason).
+	full map[uint64]int64
 }
 
 // New returns a maintainer of the cluster of cli, which must be allowed
@@ -40,7 +48,7 @@ func New(cli *clientv3.Client, cfg Config, log *slog.Logger, obs Observer) (*Mai
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Maintainer{cli: cli, cfg: cfg, log: log, obs: obs}, nil
+	return &Maintainer{cli: cli, cfg: cfg, log: log, obs: obs, full: map[uint64]int64{}}, nil
 }
 
 // Run makes a pass at once and every Config.Interval until ctx ends,
@@ -79,9 +87,14 @@ type Report struct {
 // while one does not answer (the cluster would have one fewer to serve),
 // but when etcd is out of space. Then the whole history is compacted
 // first (a watcher that was behind reads its keys again, as Baton's do),
-// every member is defragmented, and the alarm disarmed once every
-// member's file is well under its quota.
+// the members are looked at again, each whose file a defragmentation
+// would bring well under its quota is defragmented, and the alarm is
+// disarmed once every member's file is well under its quota. While the
+// data in use fills the quota, every pass says so, and a member is
+// defragmented again only once keys were deleted.
 func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var r Report
 	members, err := m.members(ctx)
 	if err != nil {
@@ -96,6 +109,7 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		}
 	}
 	if !noSpace {
+		clear(m.full)
 		for _, mem := range members {
 			if mem.Err != nil {
 				return r, fmt.Errorf("no member defragmented while one does not answer: %w", mem.Err)
@@ -105,16 +119,24 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		if r.Compacted, err = m.compact(ctx); err != nil {
 			return r, err
 		}
+		// What the compaction freed is what a defragmentation gives back.
+		if members, err = m.members(ctx); err != nil {
+			return r, err
+		}
 	}
 	for _, mem := range members {
-		why := m.cfg.reason(mem, noSpace)
+		why := m.cfg.reason(mem, noSpace, m.full[mem.ID])
 		if why == "" {
 			continue
 		}
-		if err := m.defragment(ctx, mem, why); err != nil {
+		after, err := m.defragment(ctx, mem, why)
+		if err != nil {
 			return r, err
 		}
 		r.Defragmented = append(r.Defragmented, mem.Name)
+		if noSpace && !room(after.Size, after.Quota) {
+			m.full[mem.ID] = after.Revision
+		}
 	}
 	if noSpace {
 		r.Disarmed, err = m.disarm(ctx)
@@ -139,8 +161,9 @@ func (m *Maintainer) compact(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// defragment defragments mem and waits for it to answer again.
-func (m *Maintainer) defragment(ctx context.Context, mem Member, why Reason) error {
+// defragment defragments mem, waits for it to answer again and returns
+// it as it then is.
+func (m *Maintainer) defragment(ctx context.Context, mem Member, why Reason) (Member, error) {
 	dctx, cancel := context.WithTimeout(ctx, m.cfg.DefragTimeout)
 	defer cancel()
 	start := time.Now()
@@ -148,21 +171,20 @@ func (m *Maintainer) defragment(ctx context.Context, mem Member, why Reason) err
 	took := time.Since(start)
 	m.obs.Defragmented(mem.Name, why, took, err)
 	if err != nil {
-		return fmt.Errorf("defragment etcd member %s (%s): %w", mem.Name, why, err)
+		return mem, fmt.Errorf("defragment etcd member %s (%s): %w", mem.Name, why, err)
 	}
 	after := mem
 	m.status(ctx, &after)
 	if after.Err != nil {
-		return fmt.Errorf("after its defragmentation: %w", after.Err)
+		return after, fmt.Errorf("after its defragmentation: %w", after.Err)
 	}
 	m.log.Info("etcd maintenance: member defragmented", "member", mem.Name, "reason", string(why), "leader", mem.Leader,
 		"took", took.Round(time.Millisecond), "sizeBefore", mem.Size, "sizeAfter", after.Size, "inUse", after.InUse, "quota", after.Quota)
-	return nil
+	return after, nil
 }
 
-// disarm disarms the NOSPACE alarms once every member's file is under
-// 95% of its quota (an etcd older than 3.6 does not say its quota: then
-// at once); else it says the data itself is too large.
+// disarm disarms the NOSPACE alarms once every member's file has room
+// under its quota (see room); else it says the data itself is too large.
 func (m *Maintainer) disarm(ctx context.Context) (bool, error) {
 	members, err := m.members(ctx)
 	if err != nil {
@@ -172,9 +194,10 @@ func (m *Maintainer) disarm(ctx context.Context) (bool, error) {
 		if mem.Err != nil {
 			return false, fmt.Errorf("NOSPACE alarm kept: %w", mem.Err)
 		}
-		if mem.Quota > 0 && float64(mem.Size) >= 0.95*float64(mem.Quota) {
-			return false, fmt.Errorf("NOSPACE alarm kept: etcd member %s holds %d bytes in use after its compaction and defragmentation, its file is %d bytes, "+
-				"at its quota of %d: Baton's data itself fills it; raise etcd's --quota-backend-bytes (the chart's etcd.quota)", mem.Name, mem.InUse, mem.Size, mem.Quota)
+		if !room(mem.Size, mem.Quota) {
+			return false, fmt.Errorf("NOSPACE alarm kept: etcd member %s has %d bytes in use after its history's compaction, in a file of %d bytes, "+
+				"at its quota of %d: the data itself fills it; delete what is not Baton's, or raise etcd's --quota-backend-bytes (the chart's etcd.quota)",
+				mem.Name, mem.InUse, mem.Size, mem.Quota)
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)

@@ -20,6 +20,8 @@ type Member struct {
 	// Size is its database file's size; InUse the part of it in use;
 	// Quota its space quota (--quota-backend-bytes). All in bytes.
 	Size, InUse, Quota int64
+	// Revision is etcd's revision as the member answered.
+	Revision int64
 	// Alarms are the alarms raised on it: "NOSPACE", "CORRUPT".
 	Alarms []string
 	// Err is why it could not be asked; the sizes are then unknown.
@@ -40,17 +42,44 @@ const (
 	// NearQuota: the file reached Config.QuotaRatio of the quota, and a
 	// tenth of it is free.
 	NearQuota Reason = "near_quota"
-	// NoSpace: etcd's NOSPACE alarm is raised.
+	// NoSpace: etcd's NOSPACE alarm is raised, the member's file is at
+	// its quota, and a defragmentation would bring it under (see room).
 	NoSpace Reason = "no_space"
 )
 
+// roomRatio is the share of its quota a member's file must be under for
+// the NOSPACE alarm to be disarmed: disarmed just below the quota, etcd
+// would refuse the next writes again.
+const roomRatio = 0.95
+
+// room says whether a member's file of size bytes leaves room under its
+// quota (an etcd older than 3.6 does not say its quota: then it does).
+func room(size, quota int64) bool {
+	return quota <= 0 || float64(size) < roomRatio*float64(quota)
+}
+
 // reason says whether m is to be defragmented, and why ("" when not).
-func (c Config) reason(m Member, noSpace bool) Reason {
+// While etcd is out of space, m is as the pass saw it after its
+// compaction, and it is defragmented only when that may give back enough
+// to disarm: a defragmentation stops its member (and the lease
+// keep-alives it serves) for as long as it copies its file. Not when its
+// file already has room; when what is in use has room (etcd counts the
+// space a compaction frees as in use until its next commits: InUse is at
+// most too high); else when keys were deleted since fullAt, the revision
+// at which its last defragmentation left its data filling the quota (0:
+// none did). While nothing is deleted, nothing can be given back.
+func (c Config) reason(m Member, noSpace bool, fullAt int64) Reason {
 	switch {
 	case m.Err != nil:
 		return ""
-	case noSpace:
+	case noSpace && m.Quota <= 0:
 		return NoSpace
+	case noSpace && room(m.Size, m.Quota):
+		return ""
+	case noSpace && (room(m.InUse, m.Quota) || m.Revision != fullAt):
+		return NoSpace
+	case noSpace:
+		return ""
 	case m.Size >= c.MinSize && float64(m.Free()) >= c.FreeRatio*float64(m.Size):
 		return Fragmented
 	case m.Quota > 0 && float64(m.Size) >= c.QuotaRatio*float64(m.Quota) && m.Free() >= m.Size/10:
@@ -117,6 +146,6 @@ func (m *Maintainer) status(ctx context.Context, mem *Member) {
 		mem.Err = fmt.Errorf("etcd member %s at %s: %w", mem.Name, mem.Endpoint, err)
 		return
 	}
-	mem.Size, mem.InUse, mem.Quota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
+	mem.Size, mem.InUse, mem.Quota, mem.Revision = st.DbSize, st.DbSizeInUse, st.DbSizeQuota, st.Header.Revision
 	mem.Leader = st.Leader == st.Header.MemberId
 }

@@ -111,7 +111,7 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 		t.Fatalf("the held lock's keys have fences %v, want the one granted, %d", fences, heldFence)
 	}
 	// docs/operations.md: "delete what is not Baton's". The controller's
-	// next pass compacts, defragments every member and disarms.
+	// next pass compacts, defragments the members and disarms.
 	if _, err := cli.Delete(ctx, fillerKeys, clientv3.WithPrefix()); err != nil {
 		t.Fatalf("delete the filler while etcd is out of space: %v", err)
 	}
