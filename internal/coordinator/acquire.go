@@ -61,11 +61,6 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	return e.tryOnce(ctx, req, d.step, &ref)
 }
 
-// maxHeldElsewhere bounds the memory of locks seen held elsewhere; past it
-// the memory starts over (a forgotten lock costs one write on its next
-// refusal, nothing more).
-const maxHeldElsewhere = 1 << 16
-
 // tryStep is what a try of a lock does next, as tryStepLocked found it
 // here: make its transaction (mine: it has the turn, f is its flight), wait
 // for a release here to free the turn (await), wait for another caller's
@@ -90,7 +85,7 @@ type tryStep struct {
 func (e *entry) tryStepLocked() tryStep {
 	c := e.co
 	if e.takeTurn() {
-		return e.startTry(c.heldElsewhere, int(c.load.Load()))
+		return e.startTry(&c.elsewhere, int(c.load.Load()))
 	}
 	if e.retiring || (e.held != nil && e.held.ending) {
 		// The lock is being released here: etcd may already show it free.
@@ -102,11 +97,11 @@ func (e *entry) tryStepLocked() tryStep {
 // startTry is the step of a try of e that has the turn, with the locks
 // seen held elsewhere and the number of locks of the sidecar. Guarded by
 // Coordinator.mu.
-func (e *entry) startTry(elsewhere map[string]bool, load int) tryStep {
+func (e *entry) startTry(elsewhere *seenHeld, load int) tryStep {
 	e.flights++
 	f := &flight{done: make(chan struct{}), seq: e.flights}
 	e.trying = f
-	return tryStep{f: f, mine: true, readFirst: elsewhere[e.key.String()], load: load}
+	return tryStep{f: f, mine: true, readFirst: elsewhere.has(e.key.String()), load: load}
 }
 
 // tryOnce carries out a try from step on: in etcd when the turn is free
@@ -130,7 +125,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 			cancel()
 			c.mu.Lock()
 			if err == nil { // the turn was handed over
-				step = e.startTry(c.heldElsewhere, int(c.load.Load()))
+				step = e.startTry(&c.elsewhere, int(c.load.Load()))
 			} else {
 				step = tryStep{f: e.inFlight()}
 			}
@@ -182,13 +177,10 @@ func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep
 		g, end, err = e.try(ctx, req, step)
 	}
 	if end.exit != turnDone {
-		c.mu.Lock()
 		if end.exit == heldElsewhere {
-			if len(c.heldElsewhere) >= maxHeldElsewhere {
-				clear(c.heldElsewhere)
-			}
-			c.heldElsewhere[req.Key.String()] = true
+			c.elsewhere.add(req.Key.String())
 		}
+		c.mu.Lock()
 		if e.trying == step.f {
 			e.trying = nil // over: who asks now tries anew, not behind it
 		}
@@ -280,9 +272,7 @@ func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Gran
 		if first != nil {
 			return Grant{}, tryEnd{exit: heldElsewhere, first: first}, nil
 		}
-		c.mu.Lock()
-		delete(c.heldElsewhere, req.Key.String()) // its delete went unseen
-		c.mu.Unlock()
+		c.elsewhere.forget(req.Key.String()) // its delete went unseen
 	}
 
 	// The outcome must not depend on the caller hanging up mid-call: the

@@ -52,23 +52,21 @@ type Coordinator struct {
 	stop    context.Context // cancelled by Shutdown: ends every wait
 	stopNow context.CancelFunc
 
-	mu    engineMutex
-	locks map[string]*entry // by name: the key's, or a shared claim's slotName
-	units map[string]*entry // the shared claims held here, by contender key
-	ended endedLocks        // the locks that ended without their owners' release
-	// heldElsewhere names the locks that a try found held by another
-	// sidecar and whose holder's delete has not been seen since: the next
-	// try reads first, so a refusal costs no etcd write.
-	heldElsewhere map[string]bool
-	journal       journal      // changes of the held locks, for HeldChanges
-	deadlines     deadlines    // when the held locks expire
-	waiting       atomic.Int64 // blocking acquires in progress; grows under mu
-	load          atomic.Int64 // len(locks), read without mu
-	young         young        // held locks not watched yet, until their watch delay is up
-	closed        bool
-	closedLosses  []LostLock    // the locks Shutdown ended, for Losses
-	draining      bool          // Drain was called: nothing more is granted
-	changes       chan struct{} // poked when the set of held locks changes
+	mu           engineMutex
+	locks        map[string]*entry // by name: the key's, or a shared claim's slotName
+	units        map[string]*entry // the shared claims held here, by contender key
+	ended        endedLocks        // the locks that ended without their owners' release
+	elsewhere    seenHeld          // the locks seen held by another sidecar; its own mutex
+	heldKeys     heldIndex         // the contender keys held here; written under mu, read without it
+	journal      journal           // changes of the held locks, for HeldChanges
+	deadlines    deadlines         // when the held locks expire
+	waiting      atomic.Int64      // blocking acquires in progress; grows under mu
+	load         atomic.Int64      // len(locks), read without mu
+	young        young             // held locks not watched yet, until their watch delay is up
+	closed       bool
+	closedLosses []LostLock    // the locks Shutdown ended, for Losses
+	draining     bool          // Drain was called: nothing more is granted
+	changes      chan struct{} // poked when the set of held locks changes
 }
 
 // stores are the store as each part of the engine uses it: the line
@@ -137,11 +135,10 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	c := &Coordinator{
 		cfg: cfg, store: storesOf(store), layout: layout, log: log, obs: observed{Observer: nopObserver{}, log: log}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
-		locks:         map[string]*entry{},
-		units:         map[string]*entry{},
-		ended:         endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
-		heldElsewhere: map[string]bool{},
-		changes:       make(chan struct{}, 1),
+		locks:   map[string]*entry{},
+		units:   map[string]*entry{},
+		ended:   endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
+		changes: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)

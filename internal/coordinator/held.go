@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -79,6 +81,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	}
 	c.deadlines.arm(e, h, d)
 	e.held = h
+	c.heldKeys.add(h)
 	if e.slot != nil {
 		c.units[h.etcdKey] = e
 	}
@@ -99,6 +102,7 @@ func (h *held) endLocked() {
 	}
 	c.deadlines.disarm(h)
 	e.held = nil
+	c.heldKeys.remove(h)
 	if c.units[h.etcdKey] == e {
 		delete(c.units, h.etcdKey)
 	}
@@ -129,3 +133,34 @@ func (h *held) changedLocked(ended bool) {
 	c.journal.note(e, h, ended)
 	signal(c.changes)
 }
+
+// heldIndex is the contender keys held here, written as holds begin and
+// end (under Coordinator.mu) and read without it: the watch's goroutine
+// takes the engine's mutex only for a delete of a key held here.
+type heldIndex struct {
+	m sync.Map // etcd key → *held
+	n atomic.Int64
+}
+
+// add indexes h's key.
+func (x *heldIndex) add(h *held) {
+	if _, had := x.m.Swap(h.etcdKey, h); !had {
+		x.n.Add(1)
+	}
+}
+
+// remove forgets h's key, unless another holder has it since.
+func (x *heldIndex) remove(h *held) {
+	if x.m.CompareAndDelete(h.etcdKey, h) {
+		x.n.Add(-1)
+	}
+}
+
+// has reports whether key is held here.
+func (x *heldIndex) has(key string) bool {
+	_, ok := x.m.Load(key)
+	return ok
+}
+
+// len is the number of keys held here.
+func (x *heldIndex) len() int64 { return x.n.Load() }

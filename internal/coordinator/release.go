@@ -281,8 +281,11 @@ func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
 // of the holder's key if it came after the key was created (revision =
 // fence); an earlier key of the same name was deleted before.
 func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
+	c.elsewhere.forget(k.String())
+	if !c.heldKeys.has(key) {
+		return // not a key held here: the engine's mutex is not taken
+	}
 	c.mu.Lock()
-	delete(c.heldElsewhere, k.String())
 	e := c.locks[k.String()]
 	if u := c.units[key]; u != nil {
 		e = u
@@ -342,17 +345,34 @@ func (h *held) keyHeld(ctx context.Context) (bool, error) {
 // at from-1 or later cannot have been deleted before the watch delivers
 // deletes.
 func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
-	c.mu.Lock()
 	if k.IsZero() {
-		clear(c.heldElsewhere) // deletes may have been missed
+		c.elsewhere.forgetAll() // deletes may have been missed
 	} else {
-		delete(c.heldElsewhere, k.String())
+		c.elsewhere.forget(k.String())
 	}
+	if c.heldKeys.len() == 0 {
+		return // nothing held here: the engine's mutex is not taken
+	}
+	c.mu.Lock()
 
 	var hs []*held
-	for _, e := range c.locks {
-		if e.held != nil && (k.IsZero() || e.key == k) && e.held.fence < from-1 {
+	older := func(e *entry) {
+		if e != nil && e.held != nil && e.held.fence < from-1 {
 			hs = append(hs, e.held)
+		}
+	}
+	if k.IsZero() {
+		for _, e := range c.locks {
+			older(e)
+		}
+	} else {
+		// The lock's entry, and its shared claims held here: not every
+		// lock's, which a sidecar holding many would pay at each watch.
+		older(c.locks[k.String()])
+		for _, u := range c.units {
+			if u.key == k {
+				older(u)
+			}
 		}
 	}
 	c.mu.Unlock()

@@ -56,4 +56,4 @@ func (h *hub) scopeLocked() {
 
 // scopeCoversLocked reports whether the scope's watch is established and
 // stands in for the lock watches.
-func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.ok }
+func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.open.Load() != 0 }

@@ -110,11 +110,8 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
 
-	c.mu.Lock()
-	readFirst := c.heldElsewhere[req.Key.String()]
-	load := int(c.load.Load())
-	c.mu.Unlock()
-	id := sess.LeaseFor(load)
+	readFirst := c.elsewhere.has(req.Key.String())
+	id := sess.LeaseFor(int(c.load.Load()))
 	var seen int64
 	if readFirst {
 		line, err := c.reads.lineOf(ctx, req.Key)
@@ -175,12 +172,7 @@ func (e sharedLine) judge(req AcquireRequest, line []lockstore.Contender) error 
 	if fits(line, req.Claim) {
 		return nil
 	}
-	c.mu.Lock()
-	if len(c.heldElsewhere) >= maxHeldElsewhere {
-		clear(c.heldElsewhere)
-	}
-	c.heldElsewhere[req.Key.String()] = true
-	c.mu.Unlock()
+	c.elsewhere.add(req.Key.String())
 	return sharedHeld(req.Key, line, false, 0)
 }
 

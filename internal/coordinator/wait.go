@@ -29,19 +29,23 @@ func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 }
 
 // waitAdmitted waits for the lock, admitted by admitLocked, which lined it up
-// for the turn as ch: in line for the turn, then in etcd. The lock's watch
-// is kept open from now on (whatever it waits behind, it must hear of its
-// end), and the waiter registers with it when it first queues in etcd.
+// for the turn as ch: in line for the turn, then in etcd. A waiter in line
+// for the turn keeps the lock's watch open from now on (whatever it waits
+// behind, it must hear of its end); every waiter registers with it when it
+// first queues in etcd.
 func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time.Time, ch chan struct{}) (Grant, error) {
 	c := e.co
-	c.hub.need(req.Key, 0)
 	var w hearing
+	if ch != nil {
+		c.hub.need(req.Key, 0)
+		w.needed = true
+	}
 	c.obs.Waiting(req.Key.String(), 1)
 	if req.Claim.Limit > 0 {
 		c.obs.Units(req.Key.String(), req.Claim.Limit, false, req.Claim.Units())
 	}
 	defer func() {
-		c.hub.done(req.Key, w.w)
+		c.hub.done(req.Key, w.w, w.needed)
 		c.waiting.Add(-1)
 		c.obs.Waiting(req.Key.String(), -1)
 		if req.Claim.Limit > 0 {
@@ -56,8 +60,12 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 
 // hearing is a waiter's registration with the hub, made when it first
 // queues in etcd, before any read of its (so that no delete goes unseen),
-// and kept through the times it queues again.
-type hearing struct{ w *waiter }
+// and kept through the times it queues again; needed says it kept the
+// watch open before that (hub.need).
+type hearing struct {
+	w      *waiter
+	needed bool
+}
 
 // of returns the waiter registered for k, registering it the first time.
 func (r *hearing) of(h *hub, k keyspace.Key) *waiter {
@@ -106,6 +114,10 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 			return Grant{}, c.reads.waitFailed(ctx, req.Key, start, ctx.Err())
 		case <-c.stop.Done():
 			return Grant{}, err
+		}
+		if w.w == nil && !w.needed { // in line for the turn again: as waitAdmitted
+			c.hub.need(req.Key, 0)
+			w.needed = true
 		}
 		if err := e.turnAgain(ctx, req, start); err != nil {
 			return Grant{}, err

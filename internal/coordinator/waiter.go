@@ -1,14 +1,84 @@
 package coordinator
 
-import "github.com/baton-dev/baton/internal/lockstore"
+import (
+	"slices"
+	"sync"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
+)
 
 // waiter is a local waiter's view of the deletes under its lock's prefix.
+// The watch's goroutine writes it and the waiter reads it, each under its
+// own mutex: a waiter looking takes none of the engine's.
 type waiter struct {
 	notify chan struct{} // level-triggered: something to look at
-	mu     *engineMutex  // the hub's, guarding gone, resync and from
+	mu     sync.Mutex    // guards gone, resync and from
 	gone   map[string]deletion
 	resync bool  // the watch was established again since the waiter last looked
 	from   int64 // the first revision whose deletes that watch delivers
+}
+
+// register has the deletes of lock k's contender keys delivered to a new
+// waiter, and its watch open until done.
+func (h *hub) register(k keyspace.Key) *waiter {
+	w := &waiter{notify: make(chan struct{}, 1), gone: map[string]deletion{}}
+	h.mu.Lock()
+	lw := h.needLocked(k, 0)
+	regs := append(slices.Clip(lw.waiters()), w)
+	lw.regs.Store(&regs)
+	h.mu.Unlock()
+	return w
+}
+
+// waiters returns the waiters fed lw's deletes; the slice is never
+// written.
+func (lw *lockWatch) waiters() []*waiter {
+	if regs := lw.regs.Load(); regs != nil {
+		return *regs
+	}
+	return nil
+}
+
+// done undoes, in one hold of the mutex, a waiter's need of k (needed)
+// and, when it registered w (not nil), its registration.
+func (h *hub) done(k keyspace.Key, w *waiter, needed bool) {
+	if w == nil && !needed {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lw := h.locks[k]
+	if lw == nil {
+		return
+	}
+	d := 0
+	if needed {
+		d--
+	}
+	if w != nil {
+		regs := slices.DeleteFunc(slices.Clone(lw.waiters()), func(o *waiter) bool { return o == w })
+		lw.regs.Store(&regs)
+		d-- // the registration's need
+	}
+	h.addNeedLocked(lw, d)
+}
+
+// note takes in a delete under the waiter's lock.
+func (w *waiter) note(d lockstore.Deletion) {
+	w.mu.Lock()
+	w.noteLocked(d)
+	w.mu.Unlock()
+}
+
+// resyncFrom tells the waiter that the watch was established again,
+// delivering the deletes from revision from on: what it read before, it
+// reads again.
+func (w *waiter) resyncFrom(from int64) {
+	w.mu.Lock()
+	w.resync, w.from = true, from
+	w.mu.Unlock()
+	poke(w.notify)
 }
 
 // coveredLocked reports whether the watch delivers every delete after a
@@ -55,7 +125,7 @@ const (
 
 // look tells a waiter whose contenders ahead at revision rev were ahead
 // (the last created first) what the watch has delivered since, in one hold
-// of the hub's mutex: with followed, whether every one of them went
+// of its mutex: with followed, whether every one of them went
 // (allAheadGoneLocked); else whether the one right ahead, or any of
 // anyOf, went (deletedLocked).
 func (w *waiter) look(followed bool, ahead []string, mine string, rev int64, anyOf map[string]bool) lookout {

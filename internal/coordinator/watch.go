@@ -3,8 +3,8 @@ package coordinator
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -51,23 +51,26 @@ type hub struct {
 	// scopeHolds are the held locks counted while the scope was watched,
 	// which keep no lockWatch (watchHeld).
 	scopeHolds int
-	scope      *lockWatch // the watch on the scope, while it stands in for the lock watches
-	failing    int        // watches that ended in an error and are not established again
-	opened     int        // watches established, ever
+	scope      *lockWatch   // the watch on the scope, while it stands in for the lock watches
+	failing    atomic.Int64 // watches that ended in an error and are not established again
+	opened     atomic.Int64 // watches established, ever
 	wg         sync.WaitGroup
 }
 
 // lockWatch is the watch on one lock's prefix, or the scope's. Guarded by
-// hub.mu.
+// hub.mu, but for what its goroutine writes as it runs: regs, open and
+// failing are read and written without it.
 type lockWatch struct {
-	key     keyspace.Key  // the zero Key for the scope's
-	need    int           // why it is open: watched holders, callers in line, waiters
-	regs    []*waiter     // the waiters, fed its deletes
+	key  keyspace.Key // the zero Key for the scope's
+	need int          // why it is open: watched holders, callers in line, waiters
+	// regs are the waiters fed its deletes: written under hub.mu, a new
+	// slice each time, and read without it by the goroutine that feeds
+	// them.
+	regs    atomic.Pointer[[]*waiter]
 	since   int64         // the revision to open it from (0: now), while it is not running
 	running bool          // its goroutine runs
-	ok      bool          // established
-	from    int64         // the first revision whose deletes it delivers, when ok
-	failing bool          // ended in an error and not established again
+	open    atomic.Int64  // while established, the first revision whose deletes it delivers; else 0
+	failing atomic.Bool   // ended in an error and not established again
 	wake    chan struct{} // made when its goroutine first starts
 }
 
@@ -98,7 +101,7 @@ func (h *hub) needLocked(k keyspace.Key, since int64) *lockWatch {
 		h.locks[k] = lw
 	}
 	h.addNeedLocked(lw, 1)
-	if since > 0 && !lw.ok && (lw.since == 0 || since < lw.since) {
+	if since > 0 && lw.open.Load() == 0 && (lw.since == 0 || since < lw.since) {
 		lw.since = since
 	}
 	h.startLocked(lw)
@@ -150,53 +153,23 @@ func (h *hub) startLocked(lw *lockWatch) {
 	go h.watchLock(h.ctx, pfx, lw)
 }
 
-// register has the deletes of lock k's contender keys delivered to a new
-// waiter, and its watch open until done.
-func (h *hub) register(k keyspace.Key) *waiter {
-	w := &waiter{notify: make(chan struct{}, 1), mu: &h.mu, gone: map[string]deletion{}}
-	h.mu.Lock()
-	lw := h.needLocked(k, 0)
-	lw.regs = append(lw.regs, w)
-	h.mu.Unlock()
-	return w
-}
-
-// done undoes a waiter's need of k and, when it registered w (not nil),
-// its registration, in one hold of the mutex.
-func (h *hub) done(k keyspace.Key, w *waiter) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	lw := h.locks[k]
-	if lw == nil {
-		return
-	}
-	d := -1
-	if w != nil {
-		lw.regs = slices.DeleteFunc(lw.regs, func(o *waiter) bool { return o == w })
-		d = -2 // the registration's need too
-	}
-	h.addNeedLocked(lw, d)
-}
-
 // covers reports whether lock k's watch, or the scope's, as established
 // now, delivers every delete of a key created at revision rev: it has been
 // established since before the key was created.
 func (h *hub) covers(k keyspace.Key, rev int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if lw := h.locks[k]; lw != nil && lw.ok && lw.from <= rev+1 {
-		return true
+	if lw := h.locks[k]; lw != nil {
+		if from := lw.open.Load(); from != 0 && from <= rev+1 {
+			return true
+		}
 	}
-	return h.scopeCoversLocked() && h.scope.from <= rev+1
+	return h.scopeCoversLocked() && h.scope.open.Load() <= rev+1
 }
 
 // broken reports whether a watch failed and has not been established
 // again; a watch closed because nothing needs it is not broken.
-func (h *hub) broken() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.failing > 0
-}
+func (h *hub) broken() bool { return h.failing.Load() > 0 }
 
 // run has the watches run while they are needed, until ctx ends.
 func (h *hub) run(ctx context.Context) error {
@@ -237,7 +210,7 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 		h.mu.Lock()
 		if h.doneLocked(lw) || ctx.Err() != nil {
 			lw.running = false
-			h.failingLocked(lw, false)
+			h.setFailing(lw, false)
 			switch {
 			case lw == h.scope:
 				h.scope = nil
@@ -260,8 +233,10 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 		idle := h.follow(lw, h.store.Watch(wctx, pfx, next), &next)
 		cancel()
 		h.mu.Lock()
-		lw.ok = false
-		h.failingLocked(lw, !idle && ctx.Err() == nil)
+		if lw.open.Swap(0) != 0 {
+			lw.since = 0 // asked for while it opened: established, it had the holders read
+		}
+		h.setFailing(lw, !idle && ctx.Err() == nil)
 		h.mu.Unlock()
 		if idle {
 			h.log.Debug("watch closed: nothing held or awaited needs it", "prefix", pfx)
@@ -275,15 +250,16 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 	}
 }
 
-// failingLocked records whether lw's watch is failing.
-func (h *hub) failingLocked(lw *lockWatch, failing bool) {
-	switch {
-	case failing && !lw.failing:
-		h.failing++
-	case !failing && lw.failing:
-		h.failing--
+// setFailing records whether lw's watch is failing.
+func (h *hub) setFailing(lw *lockWatch, failing bool) {
+	if !lw.failing.CompareAndSwap(!failing, failing) {
+		return
 	}
-	lw.failing = failing
+	if failing {
+		h.failing.Add(1)
+	} else {
+		h.failing.Add(-1)
+	}
 }
 
 // follow handles the responses of one watch until it ends or has not been
@@ -335,44 +311,46 @@ func (h *hub) follow(lw *lockWatch, wch <-chan lockstore.WatchResponse, next *in
 
 // established marks lw's watch open from revision from, and makes everyone
 // who read before it (for the scope's, every lock's) read again: deletes
-// before it may have been missed.
+// before it may have been missed. For a lock's own watch it takes no
+// mutex of the engine's.
 func (h *hub) established(lw *lockWatch, from int64) {
-	h.mu.Lock()
-	lw.ok, lw.from, lw.since = true, from, 0
-	h.failingLocked(lw, false)
-	h.opened++
+	lw.open.Store(from)
+	h.setFailing(lw, false)
+	h.opened.Add(1)
 	resync := func(o *lockWatch) {
-		for _, w := range o.regs {
-			w.resync, w.from = true, from
-			poke(w.notify)
+		for _, w := range o.waiters() {
+			w.resyncFrom(from)
 		}
 	}
-	if lw == h.scope {
+	if lw.key.IsZero() {
+		h.mu.Lock()
 		for _, o := range h.locks {
 			resync(o)
 		}
+		h.mu.Unlock()
 	} else {
 		resync(lw)
 	}
-	h.mu.Unlock()
 	go h.onResync(lw.key, from)
 }
 
+// dispatch feeds a delete that lw's watch delivered to the waiters of its
+// lock (for a lock's own watch, without the hub's mutex), and reports it.
 func (h *hub) dispatch(lw *lockWatch, d lockstore.Deletion) {
 	k, _, ok := h.layout.ParseContender(d.Key)
 	if !ok {
 		return
 	}
-	h.mu.Lock()
-	if lw == h.scope {
+	if lw.key.IsZero() { // the scope's watch: the lock's waiters
+		h.mu.Lock()
 		lw = h.locks[k]
+		h.mu.Unlock()
 	}
 	if lw != nil {
-		for _, w := range lw.regs {
-			w.noteLocked(d)
+		for _, w := range lw.waiters() {
+			w.note(d)
 		}
 	}
-	h.mu.Unlock()
 	h.onDelete(k, d.Key, d.Rev)
 }
 

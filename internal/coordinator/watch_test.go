@@ -23,7 +23,7 @@ func (s *sidecar) watchedLocks() []string {
 	defer s.c.hub.mu.Unlock()
 	var ks []string
 	for _, lw := range s.c.hub.locks {
-		if lw.ok {
+		if lw.open.Load() != 0 {
 			ks = append(ks, lw.key.String())
 		}
 	}
@@ -32,9 +32,7 @@ func (s *sidecar) watchedLocks() []string {
 
 // watchEverOpened reports whether a lock watch was ever established.
 func (s *sidecar) watchEverOpened() bool {
-	s.c.hub.mu.Lock()
-	defer s.c.hub.mu.Unlock()
-	return s.c.hub.opened > 0
+	return s.c.hub.opened.Load() > 0
 }
 
 // keepWatching has lock k's watch open in s for as long as the test runs,
