@@ -39,7 +39,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 	c.mu.Lock()
 	e, err := c.enterLocked(req)
 	if err != nil {
-		c.mu.Unlock()
+		c.unlock()
 		return Grant{}, err
 	}
 	ref := true // the caller's reference to e, which a grant or a try's end may take over
@@ -49,7 +49,7 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		}
 	}()
 	d := e.decideLocked(req, nil, true)
-	c.mu.Unlock()
+	c.unlock()
 	switch d = e.settle(ctx, req, d, true); {
 	case d.answered:
 		return d.g, d.err
@@ -129,7 +129,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 			} else {
 				step = tryStep{f: e.inFlight()}
 			}
-			c.mu.Unlock()
+			c.unlock()
 			continue
 		case step.f == nil:
 			// The turn is another local caller's, with no try in flight (a
@@ -140,13 +140,11 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 		// Another caller of this sidecar is trying the lock in etcd: its
 		// outcome answers this caller, naming the holder, if it began after
 		// this caller asked (a refusal read now could find nobody, the try
-		// not committed yet); else this caller tries again.
-		wctx, cancel := c.cfg.etcdCtx(ctx)
+		// not committed yet); else this caller tries again. The wait needs
+		// no bound of its own: each etcd call of that try has one.
 		select {
 		case <-step.f.done:
-			cancel()
-		case <-wctx.Done():
-			cancel()
+		case <-ctx.Done():
 			return Grant{}, c.reads.refusal(ctx, req.Key, false, 0)
 		}
 		if step.f.shared() && step.f.seq > since {
@@ -154,7 +152,7 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 		}
 		c.mu.Lock()
 		d := e.decideLocked(req, nil, true)
-		c.mu.Unlock()
+		c.unlock()
 		if d = e.settle(ctx, req, d, true); d.answered {
 			return d.g, d.err
 		}
@@ -187,7 +185,7 @@ func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep
 		e.passTurnLocked()
 		e.unrefLocked()
 		*ref = false
-		c.mu.Unlock()
+		c.unlock()
 		if end.exit == heldElsewhere {
 			err = c.reads.refusedBy(ctx, req.Key, end.first)
 		}
@@ -336,11 +334,11 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 	if c.draining && !c.closed && lockstore.Alive(sess) {
 		// The sidecar is about to shut down: its key is let go now, so
 		// that the waiters behind it elsewhere need not wait for that.
-		c.mu.Unlock()
+		c.unlock()
 		e.retire(key, fence, sess)
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.closed || !lockstore.Alive(sess) {
 		// The lease is being revoked or is gone: the key goes with it.
 		e.passTurnLocked()

@@ -47,12 +47,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 			continue
 		}
 		rec := ct.Holder
-		var e *entry // the holder's reference
-		if rec.IsExclusive() {
-			e = c.refLocked(k)
-		} else {
-			e = c.slotLocked(k, rec.Owner, rec.Claim)
-		}
+		e := c.lineLocked(k, rec.Owner, rec.Claim) // the holder's reference
 		e.busy = true
 		// The record's deadline, or the state file's when later: an extend
 		// that etcd, out of space, could not write into the record, and that
@@ -78,7 +73,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		c.ended.remember(c.now(), k, endedLock{owner: p.Owner, fence: p.Fence, reason: ForceReleased, at: c.now(), expiresAt: p.ExpiresAt})
 	}
 	signal(c.changes)
-	c.mu.Unlock()
+	c.unlock()
 
 	for _, ct := range stray {
 		if _, err := c.store.lines.Delete(ct.Key, ct.Create); err != nil {
@@ -110,7 +105,7 @@ func holdingKeys(l keyspace.Layout, cs []lockstore.Contender) map[string]bool {
 // lost, so that their owners hear 410 lease_lost rather than 404.
 func (c *Coordinator) Forget(previous []HeldLock) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	for _, p := range previous {
 		if k, err := keyspace.ParseKey(p.Key); err == nil && !p.Hold {
 			c.ended.remember(c.now(), k, endedLock{owner: p.Owner, fence: p.Fence, reason: LeaseLost, at: c.now(), expiresAt: p.ExpiresAt})

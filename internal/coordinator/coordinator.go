@@ -67,6 +67,7 @@ type Coordinator struct {
 	closedLosses []LostLock    // the locks Shutdown ended, for Losses
 	draining     bool          // Drain was called: nothing more is granted
 	changes      chan struct{} // poked when the set of held locks changes
+	events       lockEvents    // for the observer, told by unlock
 }
 
 // stores are the store as each part of the engine uses it: the line
@@ -150,7 +151,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	c.runs = &runRecords{records: c.store.records, layout: layout, timeout: cfg.RequestTimeout, now: c.now, log: log}
 	c.access = &scopeAccess{store: c.store.access, layout: layout, timeout: cfg.RequestTimeout, clock: c.clock, log: log, held: func() int {
 		c.mu.Lock()
-		defer c.mu.Unlock()
+		defer c.unlock()
 		return c.journal.held
 	}}
 	c.delay = &lockDelay{layout: layout, markers: c.store.markers, pod: cfg.Identity.Pod, now: c.now, log: log}
@@ -202,7 +203,7 @@ func (c *Coordinator) Ready() error {
 func (c *Coordinator) connected() error {
 	c.mu.Lock()
 	closed := c.closed || c.draining
-	c.mu.Unlock()
+	c.unlock()
 	refused := c.access.get()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
@@ -231,14 +232,14 @@ func (c *Coordinator) connected() error {
 func (c *Coordinator) Drain() {
 	c.mu.Lock()
 	c.draining = true
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held
 // lock. The caller then revokes the session, which frees them in etcd at once.
 func (c *Coordinator) Shutdown() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.closed {
 		return
 	}

@@ -99,7 +99,7 @@ func (c *Coordinator) fireDeadlines() {
 		due = append(due, heap.Pop(&d.queue).(*held))
 	}
 	d.schedule()
-	c.mu.Unlock()
+	c.unlock()
 	for _, h := range due {
 		go h.expire()
 	}

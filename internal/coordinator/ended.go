@@ -84,7 +84,7 @@ func (d *endedLocks) lost(now time.Time, k keyspace.Key, owner string) error {
 // last listed is the latest.
 func (c *Coordinator) Losses() []LostLock {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	now := c.now()
 	out := make([]LostLock, 0, len(c.ended.m)+len(c.closedLosses))
 	for k, l := range c.ended.m {
@@ -101,7 +101,7 @@ func (c *Coordinator) Losses() []LostLock {
 // owner is not a loss any more.
 func (c *Coordinator) Remember(ls []LostLock) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	for _, l := range ls {
 		k, err := keyspace.ParseKey(l.Key)
 		if err != nil || l.Owner == "" {

@@ -53,7 +53,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 		e.held.loseLocked(ForceReleased)
 		e.passTurnLocked()
 	}
-	c.mu.Unlock()
+	c.unlock()
 	return Forced{Holder: target.Holder, Fence: target.Create}, nil
 }
 

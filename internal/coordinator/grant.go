@@ -64,7 +64,7 @@ func (g Grant) ValidFor(now time.Time) time.Duration {
 	}
 	g.h.co.mu.Lock()
 	ended := g.h.ended
-	g.h.co.mu.Unlock()
+	g.h.co.unlock()
 	until := g.h.sess.ValidUntil()
 	if ended || until.IsZero() {
 		return 0
@@ -89,7 +89,7 @@ func (g Grant) Err() error {
 		return nil
 	}
 	g.h.co.mu.Lock()
-	defer g.h.co.mu.Unlock()
+	defer g.h.co.unlock()
 	if g.h.ended && g.h.lost != nil {
 		return g.h.lost
 	}

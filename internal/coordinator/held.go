@@ -43,7 +43,7 @@ func (h *held) claim() keyspace.Claim {
 // Whoever waits on it must hear of a loss at once: h is watched from now.
 func (h *held) doneChan() <-chan struct{} {
 	h.co.mu.Lock()
-	defer h.co.mu.Unlock()
+	defer h.co.unlock()
 	if h.done == nil {
 		h.done = make(chan struct{})
 		if h.ended {
@@ -85,10 +85,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	if e.slot != nil {
 		c.units[h.etcdKey] = e
 	}
-	c.obs.Granted(e.key.String())
-	if cl := h.claim(); cl.Limit > 0 {
-		c.obs.Units(e.key.String(), cl.Limit, true, cl.Units())
-	}
+	c.events.add(lockEvent{key: e.key.String(), claim: h.claim()})
 	c.journal.held++
 	h.changedLocked(false)
 }
@@ -118,10 +115,7 @@ func (h *held) endLocked() {
 	if h.lost != nil {
 		reason = string(h.lost.Reason)
 	}
-	c.obs.Ended(e.key.String(), reason, c.now().Sub(h.acquiredAt))
-	if cl := h.claim(); cl.Limit > 0 {
-		c.obs.Units(e.key.String(), cl.Limit, true, -cl.Units())
-	}
+	c.events.add(lockEvent{key: e.key.String(), claim: h.claim(), ended: true, reason: reason, heldFor: c.now().Sub(h.acquiredAt)})
 	c.journal.held--
 	h.changedLocked(true)
 }

@@ -30,10 +30,7 @@ func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
 			return nil, fmt.Errorf("acquire %q: %w", req.Key, err)
 		}
 	}
-	if exclusive {
-		return c.refLocked(req.Key), nil
-	}
-	return c.slotLocked(req.Key, req.Owner, req.Claim), nil
+	return c.lineLocked(req.Key, req.Owner, req.Claim), nil
 }
 
 // heldHereLocked answers an acquire of a lock held in this sidecar, when
@@ -124,11 +121,11 @@ func (e *entry) settle(ctx context.Context, req AcquireRequest, d decision, proc
 		}
 		c.mu.Lock()
 		if c.closed {
-			c.mu.Unlock()
+			c.unlock()
 			return decision{answered: true, err: fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)}
 		}
 		d = e.decideLocked(req, h, proceed)
-		c.mu.Unlock()
+		c.unlock()
 	}
 	return d
 }

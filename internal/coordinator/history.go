@@ -84,7 +84,7 @@ func (c *Coordinator) Rewound(err error) {
 			hs, es = append(hs, e.held), append(es, e)
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for i, h := range hs {
 		ctx, cancel := c.cfg.etcdCtx(context.Background())
 		ok, herr := c.store.lines.Holds(ctx, h.etcdKey, h.fence)
@@ -98,7 +98,7 @@ func (c *Coordinator) Rewound(err error) {
 			h.loseLocked(EtcdRewound)
 			es[i].passTurnLocked()
 		}
-		c.mu.Unlock()
+		c.unlock()
 	}
 }
 

@@ -57,7 +57,7 @@ func (j *journal) note(e *entry, h *held, ended bool) {
 // ok is false when too many changes were made to keep: call HeldLocks.
 func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	j := &c.journal
 	changes, ok = j.changes, !j.overflow
 	j.changes = nil
@@ -68,7 +68,7 @@ func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
 // carries them (none when no lock is held). It resets HeldChanges.
 func (c *Coordinator) HeldLocks() ([]HeldLock, []lockstore.LeaseID) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.journal.changes, c.journal.overflow = nil, false
 	var (
 		out  []HeldLock
@@ -90,16 +90,30 @@ func (c *Coordinator) HeldLocks() ([]HeldLock, []lockstore.LeaseID) {
 // granted, extended or ended.
 func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
 
-// VisitHeld calls f, under the coordinator's lock, for each lock held
-// now: its key, when it was granted, when it expires, and the window its
-// last grant, extend or renewal set. f must return at once: the metrics
-// read the held locks' ages with it at each scrape.
+// VisitHeld calls f for each lock held now: its key, when it was
+// granted, when it expires, and the window its last grant, extend or
+// renewal set. The locks are copied under the coordinator's lock and f is
+// called after it is let go (the metrics read the held locks' ages with
+// it at each scrape): nothing of the caller's runs under the engine's
+// mutex, however many locks a sidecar holds.
 func (c *Coordinator) VisitHeld(f func(key string, acquiredAt, expiresAt time.Time, ttl time.Duration)) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	held := make([]heldNow, 0, c.journal.held)
 	for _, e := range c.locks {
 		if h := e.held; h != nil && !h.ended {
-			f(e.key.String(), h.acquiredAt, h.expiresAt, h.ttl)
+			held = append(held, heldNow{key: e.key.String(), acquiredAt: h.acquiredAt.UnixNano(), expiresAt: h.expiresAt.UnixNano(), ttl: h.ttl})
 		}
 	}
+	c.unlock()
+	for _, h := range held {
+		f(h.key, time.Unix(0, h.acquiredAt), time.Unix(0, h.expiresAt), h.ttl)
+	}
+}
+
+// heldNow is a held lock as VisitHeld copies it: 40 bytes, for a sidecar
+// may hold 100 000.
+type heldNow struct {
+	key                   string
+	acquiredAt, expiresAt int64 // Unix nanoseconds
+	ttl                   time.Duration
 }

@@ -32,6 +32,15 @@ func (m *engineMutex) Lock() {
 // Unlock releases the mutex.
 func (m *engineMutex) Unlock() { m.mu.Unlock() }
 
+// TryLock takes the mutex if it is free, and counts it then.
+func (m *engineMutex) TryLock() bool {
+	if !m.mu.TryLock() {
+		return false
+	}
+	m.taken.Add(1)
+	return true
+}
+
 // trace starts (on) or stops noting who takes the mutex, and returns who
 // took it since it last started.
 func (m *engineMutex) trace(on bool) []string {

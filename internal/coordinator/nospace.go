@@ -44,7 +44,7 @@ func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp ti
 	cancel()
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	h.ending = false
 	switch {
 	case err != nil:

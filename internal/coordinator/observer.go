@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
 // Observer hears what happens to locks, for metrics. Keys are lock keys as
@@ -64,4 +66,52 @@ func (o observed) acquired(req AcquireRequest, took time.Duration, err error) {
 		result = "error"
 	}
 	o.Acquired(req.Key.String(), result, req.Wait > 0, took)
+}
+
+// lockEvent is a grant or an end told to the observer once the engine's
+// mutex is let go (Coordinator.unlock): no callback runs under it.
+type lockEvent struct {
+	key     string
+	claim   keyspace.Claim
+	ended   bool          // an end; else a grant
+	reason  string        // the end's: "" for the owner's release
+	heldFor time.Duration // the end's
+}
+
+// lockEvents are the events queued for the observer. Guarded by
+// Coordinator.mu.
+type lockEvents []lockEvent
+
+// add queues ev.
+func (q *lockEvents) add(ev lockEvent) { *q = append(*q, ev) }
+
+// unlock lets go of Coordinator.mu, then tells the observer what was
+// queued for it meanwhile.
+func (c *Coordinator) unlock() {
+	if len(c.events) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	var buf [4]lockEvent
+	evs := append(buf[:0], c.events...)
+	clear(c.events)
+	c.events = c.events[:0]
+	c.mu.Unlock()
+	for _, ev := range evs {
+		c.obs.tell(ev)
+	}
+}
+
+// tell reports ev to the observer.
+func (o observed) tell(ev lockEvent) {
+	units := ev.claim.Units()
+	if ev.ended {
+		o.Ended(ev.key, ev.reason, ev.heldFor)
+		units = -units
+	} else {
+		o.Granted(ev.key)
+	}
+	if ev.claim.Limit > 0 {
+		o.Units(ev.key, ev.claim.Limit, true, units)
+	}
 }

@@ -90,7 +90,7 @@ func checkOnce(req *AcquireRequest) error {
 // it would wait for its own outcome.
 func (c *Coordinator) running(req AcquireRequest) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner && !e.held.hold && !req.Hold {
 		return invalid("once", "%s is running %q already (fence %d) and cannot wait for its own outcome: report it with POST /v1/locks/%s:done",
 			req.Owner, req.Key.String(), e.held.fence, req.Key.String())
@@ -220,7 +220,7 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 		out, err = c.store.records.Finish(h.etcdKey, h.fence, c.layout.Once(k), run.Encode(), lease, h.markerOf())
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if err != nil {
 		h.ending = false
 		return keyspace.Run{}, unavailable(op, err)

@@ -142,7 +142,7 @@ func (e *entry) publishAfterLocked(d time.Duration) {
 func (e *entry) publish() {
 	c := e.co
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	defer e.unrefLocked() // the timer's reference
 	e.publishDue = false
 	r := e.rec
@@ -155,7 +155,7 @@ func (e *entry) publish() {
 		return
 	}
 	key, create, mod, id := r.key, r.create, r.mod, r.lease
-	c.mu.Unlock()
+	c.unlock()
 	out, err := c.store.lines.Update(lockstore.Put{Key: key, Lease: id, Record: want}, create, mod)
 	c.mu.Lock()
 	switch {

@@ -49,7 +49,7 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if err != nil {
 		h.ending = false
 		return Released{}, unavailable(op, err)
@@ -111,14 +111,14 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	rec := h.recordOf()
 	rec.ExpiresAt = exp.UTC()
 	rec.Queued = int(e.queued.Load())
-	c.mu.Unlock()
+	c.unlock()
 	out, err := c.store.lines.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
 	if errors.Is(err, ErrNoSpace) {
 		return h.extendHere(ctx, k, op, exp, ttl, level, err)
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	h.ending = false
 	if err != nil {
 		return Grant{}, unavailable(op, err)
@@ -151,7 +151,7 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	}
 	c.mu.Lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlock()
 		return nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
 	}
 	var h *held
@@ -172,23 +172,23 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	}
 	if h != nil && h.owner == owner {
 		if h.ending {
-			c.mu.Unlock()
+			c.unlock()
 			return nil, nil, fmt.Errorf("%w: another release or extend of this lock is in flight; retry", ErrUnavailable)
 		}
 		h.ending = true
-		c.mu.Unlock()
+		c.unlock()
 		return e, h, nil
 	}
 	if lost := c.ended.lost(c.now(), k, owner); lost != nil {
-		c.mu.Unlock()
+		c.unlock()
 		return nil, nil, lost
 	}
 	if h != nil {
 		err := &NotOwnerError{Key: k, Owner: owner, Holder: h.recordOf()}
-		c.mu.Unlock()
+		c.unlock()
 		return nil, nil, err
 	}
-	c.mu.Unlock()
+	c.unlock()
 
 	// Not held here: held elsewhere, or by nobody.
 	tctx, cancel := c.cfg.etcdCtx(ctx)
@@ -213,17 +213,17 @@ func (h *held) expire() {
 	e := h.entry
 	c.mu.Lock()
 	if e.held != h {
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	if h.ending { // a release or extend is in flight: look again soon
 		c.deadlines.arm(e, h, 100*time.Millisecond)
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	if d := h.expiresAt.Sub(c.now()); d > 0 { // extended meanwhile
 		c.deadlines.arm(e, h, d)
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	reason, what := Expired, "lock expired after %v"
@@ -235,7 +235,7 @@ func (h *held) expire() {
 	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
 	c.log.Warn(fmt.Sprintf(what, h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
-	c.mu.Unlock()
+	c.unlock()
 	e.retire(h.etcdKey, h.fence, h.sess)
 }
 
@@ -248,7 +248,7 @@ func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
 	c := e.co
 	c.mu.Lock()
 	e.retiring = true
-	c.mu.Unlock()
+	c.unlock()
 	if _, err := c.store.lines.Delete(key, rev); err == nil {
 		e.leaveTurn()
 		return
@@ -291,11 +291,11 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 		e = u
 	}
 	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending {
-		c.mu.Unlock()
+		c.unlock()
 		return
 	}
 	h := e.held
-	c.mu.Unlock()
+	c.unlock()
 	go h.lostByDelete()
 }
 
@@ -312,7 +312,7 @@ func (h *held) lostByDelete() {
 		reason = LeaseLost
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if e.held == h && !h.ending {
 		h.loseLocked(reason)
 		e.passTurnLocked()
@@ -375,7 +375,7 @@ func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
 			}
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for _, h := range hs {
 		if ok, err := h.keyHeld(context.Background()); err == nil && !ok {
 			h.lostByDelete() // else still held, or unknown

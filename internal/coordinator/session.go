@@ -75,7 +75,7 @@ func (w *sessionWatch) await(s lockstore.Session) {
 // sessionEnded marks every lock of s lost: s has ended.
 func (c *Coordinator) sessionEnded(s lockstore.Session) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	for _, e := range c.locks {
 		if h := e.held; h != nil && h.sess == s {
 			h.loseLocked(LeaseLost)

@@ -3,8 +3,6 @@ package coordinator
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -48,22 +46,6 @@ func claimOf(e *entry) keyspace.Claim {
 // exclusive claim's entry is named k, shared by every local owner.
 func slotName(k keyspace.Key, owner string) string { return k.String() + "\x00" + owner }
 
-// slotLocked returns the entry of owner's shared claim of k with one more
-// reference.
-func (c *Coordinator) slotLocked(k keyspace.Key, owner string, cl keyspace.Claim) *entry {
-	name := slotName(k, owner)
-	e := c.locks[name]
-	if e == nil {
-		var tag [4]byte
-		_, _ = rand.Read(tag[:]) // never fails on Linux
-		e = &entry{co: c, key: k, slot: &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}}
-		c.locks[name] = e
-		c.load.Add(1)
-	}
-	e.refs++
-	return e
-}
-
 // tryShared is a try of a shared claim, lined up for the turn of its
 // owner's slot as ch: nil when it had the turn at once, else the same
 // owner's other call is in flight, and its outcome is this one's answer
@@ -76,7 +58,7 @@ func (e sharedLine) tryShared(ctx context.Context, req AcquireRequest, ch chan s
 	if err != nil {
 		c.mu.Lock()
 		d := e.decideLocked(req, nil, false)
-		c.mu.Unlock()
+		c.unlock()
 		if d = e.settle(ctx, req, d, false); d.answered {
 			return d.g, d.err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,5 +251,74 @@ func TestWaitersCountCallers(t *testing.T) {
 	waiters(0, "b3 holds alone")
 	if rec := b.first(t, k).Holder; rec.Owner != "b3" || rec.Queued != 0 {
 		t.Errorf("b3's record %+v, want b3's with nobody queued", rec)
+	}
+}
+
+// TestVisitHeldRunsNothingUnderTheLock: VisitHeld's callback runs with the
+// engine's mutex let go (the metrics' scrape reads the held locks with it:
+// under the mutex, every lock operation waited for it), so it may even
+// call the coordinator.
+func TestVisitHeldRunsNothingUnderTheLock(t *testing.T) {
+	a := newSidecar(t, "pod-a")
+	k := key(t, "visited")
+	a.mustAcquire(t, k, "o")
+	defer a.mustRelease(t, k, "o")
+	var seen []string
+	a.c.VisitHeld(func(key string, acquiredAt, expiresAt time.Time, ttl time.Duration) {
+		if !a.c.mu.TryLock() {
+			t.Error("VisitHeld's callback runs under the engine's mutex")
+		} else {
+			a.c.mu.Unlock()
+		}
+		if !expiresAt.After(acquiredAt) || ttl <= 0 {
+			t.Errorf("visited %s: acquired %v, expires %v, ttl %v", key, acquiredAt, expiresAt, ttl)
+		}
+		seen = append(seen, key)
+	})
+	if len(seen) != 1 || seen[0] != k.String() {
+		t.Fatalf("VisitHeld visited %v, want [%s]", seen, k)
+	}
+}
+
+// underLock is an Observer that records whether it was called with the
+// engine's mutex of c held.
+type underLock struct {
+	nopObserver
+	c      *Coordinator
+	calls  atomic.Int64
+	inside atomic.Int64
+}
+
+func (o *underLock) check() {
+	o.calls.Add(1)
+	if !o.c.mu.TryLock() {
+		o.inside.Add(1)
+		return
+	}
+	o.c.mu.Unlock()
+}
+
+func (o *underLock) Granted(string)                      { o.check() }
+func (o *underLock) Ended(string, string, time.Duration) { o.check() }
+func (o *underLock) Units(string, int, bool, int)        { o.check() }
+
+// TestObserverToldOutsideTheLock: the observer hears of grants, ends and a
+// semaphore's units with the engine's mutex let go, whatever ends the
+// lock (a release, a loss, the shutdown).
+func TestObserverToldOutsideTheLock(t *testing.T) {
+	o := &underLock{}
+	a := newSidecarWith(t, newWorld(t), "pod-a", []Option{WithObserver(o)})
+	o.c = a.c
+	k, sem := key(t, "told"), key(t, "told-sem")
+	a.mustAcquire(t, k, "o")
+	a.mustRelease(t, k, "o")
+	ctx := context.Background()
+	if _, err := a.c.Acquire(ctx, AcquireRequest{Key: sem, Owner: "o", TTL: time.Minute, Claim: keyspace.Claim{Limit: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	a.mustAcquire(t, k, "o")
+	a.c.Shutdown()
+	if o.calls.Load() < 6 || o.inside.Load() != 0 {
+		t.Fatalf("the observer was called %d times, %d of them under the engine's mutex; want 6 or more, none under it", o.calls.Load(), o.inside.Load())
 	}
 }

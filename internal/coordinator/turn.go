@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -13,13 +15,23 @@ import (
 // is re-entrant per session, so without the turn two local callers could
 // "hold" one lock.
 
-// refLocked returns the entry of k with one more reference; unrefLocked
-// drops it.
-func (c *Coordinator) refLocked(k keyspace.Key) *entry {
-	e := c.locks[k.String()]
+// lineLocked returns the line of owner's claim cl of k with one more
+// reference (unrefLocked drops it): the key's entry, shared by the local
+// owners of exclusive claims, or the owner's slot for a shared claim.
+func (c *Coordinator) lineLocked(k keyspace.Key, owner string, cl keyspace.Claim) *entry {
+	name := k.String()
+	if !cl.IsExclusive() {
+		name = slotName(k, owner)
+	}
+	e := c.locks[name]
 	if e == nil {
 		e = &entry{co: c, key: k}
-		c.locks[k.String()] = e
+		if !cl.IsExclusive() {
+			var tag [4]byte
+			_, _ = rand.Read(tag[:]) // never fails on Linux
+			e.slot = &slot{name: name, claim: cl, tag: binary.BigEndian.Uint32(tag[:])}
+		}
+		c.locks[name] = e
 		c.load.Add(1)
 	}
 	e.refs++
@@ -44,7 +56,7 @@ func (e *entry) unref() {
 	c := e.co
 	c.mu.Lock()
 	e.unrefLocked()
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // takeTurn takes the turn if it is free. Guarded by Coordinator.mu.
@@ -93,7 +105,7 @@ func (e *entry) awaitTurn(ctx context.Context, ch chan struct{}, waiter bool) er
 		return nil
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if waiter {
 		e.queueChangedLocked(-1)
 	}
@@ -130,5 +142,5 @@ func (e *entry) leaveTurn() {
 	c := e.co
 	c.mu.Lock()
 	e.passTurnLocked()
-	c.mu.Unlock()
+	c.unlock()
 }

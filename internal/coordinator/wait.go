@@ -83,7 +83,7 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 		req.Position.set(len(e.queue) + 1)
 	}
 	ch := e.lineUpLocked(true)
-	c.mu.Unlock()
+	c.unlock()
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return c.reads.waitFailed(ctx, req.Key, start, err)
 	}
@@ -224,7 +224,7 @@ func (e *entry) placed(p *place, rec keyspace.Holder, out lockstore.Outcome, err
 	p.rev = out.Rev
 	c.mu.Lock()
 	e.contendLocked(p.key, p.rev, p.rev, p.lease, rec)
-	c.mu.Unlock()
+	c.unlock()
 	return nil
 }
 

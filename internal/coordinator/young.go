@@ -72,7 +72,7 @@ func youngSlack(delay time.Duration) time.Duration { return delay / 4 }
 // within youngSlack.
 func (c *Coordinator) matureYoung() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	y := &c.young
 	y.armed = false
 	now := c.clock.Now()
