@@ -44,6 +44,7 @@ func (h *hub) scopeLocked() {
 	switch {
 	case h.needed > h.maxLocks && h.scope == nil:
 		h.scope = &lockWatch{need: 1}
+		h.scoping.Store(true)
 		h.log.Info("watching the scope rather than each lock", "locks", h.needed, "max", h.maxLocks)
 		h.startLocked(h.scope)
 	case h.scope != nil && keep && h.scope.need == 0:

@@ -52,6 +52,7 @@ type hub struct {
 	// which keep no lockWatch (watchHeld).
 	scopeHolds int
 	scope      *lockWatch   // the watch on the scope, while it stands in for the lock watches
+	scoping    atomic.Bool  // scope != nil, read without mu
 	failing    atomic.Int64 // watches that ended in an error and are not established again
 	opened     atomic.Int64 // watches established, ever
 	wg         sync.WaitGroup
@@ -67,7 +68,8 @@ type lockWatch struct {
 	// slice each time, and read without it by the goroutine that feeds
 	// them.
 	regs    atomic.Pointer[[]*waiter]
-	since   int64         // the revision to open it from (0: now), while it is not running
+	since   atomic.Int64  // the revision to open it from (0: now), while it is not running
+	wanted  atomic.Bool   // need > 0, read by its goroutine without hub.mu
 	running bool          // its goroutine runs
 	open    atomic.Int64  // while established, the first revision whose deletes it delivers; else 0
 	failing atomic.Bool   // ended in an error and not established again
@@ -101,8 +103,10 @@ func (h *hub) needLocked(k keyspace.Key, since int64) *lockWatch {
 		h.locks[k] = lw
 	}
 	h.addNeedLocked(lw, 1)
-	if since > 0 && lw.open.Load() == 0 && (lw.since == 0 || since < lw.since) {
-		lw.since = since
+	if since > 0 && lw.open.Load() == 0 {
+		if was := lw.since.Load(); was == 0 || since < was {
+			lw.since.Store(since)
+		}
 	}
 	h.startLocked(lw)
 	poke(lw.wake)
@@ -122,6 +126,7 @@ func (h *hub) unneed(k keyspace.Key) {
 func (h *hub) addNeedLocked(lw *lockWatch, d int) {
 	was := lw.need > 0
 	lw.need += d
+	lw.wanted.Store(lw.need > 0)
 	if now := lw.need > 0; now != was {
 		if now {
 			h.needed++
@@ -207,37 +212,22 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 	defer h.wg.Done()
 	var next int64 // 0: from now
 	for {
-		h.mu.Lock()
-		if h.doneLocked(lw) || ctx.Err() != nil {
-			lw.running = false
-			h.setFailing(lw, false)
-			switch {
-			case lw == h.scope:
-				h.scope = nil
-				for _, o := range h.locks {
-					if o.need > 0 {
-						h.startLocked(o)
-					}
-				}
-			case lw.need == 0:
-				delete(h.locks, lw.key)
-			}
-			h.mu.Unlock()
+		if !h.keepOpen(ctx, lw) {
 			return
 		}
 		if next == 0 {
-			next, lw.since = lw.since, 0
+			next = lw.since.Swap(0)
 		}
-		h.mu.Unlock()
 		wctx, cancel := context.WithCancel(ctx)
 		idle := h.follow(lw, h.store.Watch(wctx, pfx, next), &next)
 		cancel()
-		h.mu.Lock()
 		if lw.open.Swap(0) != 0 {
-			lw.since = 0 // asked for while it opened: established, it had the holders read
+			// Asked for while it opened: established, it had the holders
+			// read. (One asked for since it closed is dropped too; its
+			// holder is read when the watch is established again.)
+			lw.since.Store(0)
 		}
 		h.setFailing(lw, !idle && ctx.Err() == nil)
-		h.mu.Unlock()
 		if idle {
 			h.log.Debug("watch closed: nothing held or awaited needs it", "prefix", pfx)
 			next = 0
@@ -248,6 +238,37 @@ func (h *hub) watchLock(ctx context.Context, pfx string, lw *lockWatch) {
 		case <-h.clock.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// keepOpen reports whether lw's watch is still needed, and when it is
+// not, ends its goroutine: a lock nothing needs is forgotten, and once
+// the scope's watch ends, the lock watches it stood in for start. A
+// lock's watch still wanted, with no scope's watch about, learns it with
+// no hub mutex.
+func (h *hub) keepOpen(ctx context.Context, lw *lockWatch) bool {
+	if ctx.Err() == nil && !lw.key.IsZero() && lw.wanted.Load() && !h.scoping.Load() {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.doneLocked(lw) && ctx.Err() == nil {
+		return true
+	}
+	lw.running = false
+	h.setFailing(lw, false)
+	switch {
+	case lw == h.scope:
+		h.scope = nil
+		h.scoping.Store(false)
+		for _, o := range h.locks {
+			if o.need > 0 {
+				h.startLocked(o)
+			}
+		}
+	case lw.need == 0:
+		delete(h.locks, lw.key)
+	}
+	return false
 }
 
 // setFailing records whether lw's watch is failing.
