@@ -74,14 +74,16 @@ func (h *held) loseLocked(reason LostReason) {
 func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	c := h.co
 	e := h.entry
+	// Indexed before its watch opens: a delete that the watch delivers
+	// finds the key held here (onDelete), and then waits for this hold.
+	e.held = h
+	c.heldKeys.add(h)
 	if watchNow {
 		h.watchHeldLocked()
 	} else {
 		h.watchLaterLocked()
 	}
 	c.deadlines.arm(e, h, d)
-	e.held = h
-	c.heldKeys.add(h)
 	if e.slot != nil {
 		c.units[h.etcdKey] = e
 	}

@@ -101,19 +101,18 @@ func (c *Coordinator) VisitHeld(f func(key string, acquiredAt, expiresAt time.Ti
 	held := make([]heldNow, 0, c.journal.held)
 	for _, e := range c.locks {
 		if h := e.held; h != nil && !h.ended {
-			held = append(held, heldNow{key: e.key.String(), acquiredAt: h.acquiredAt.UnixNano(), expiresAt: h.expiresAt.UnixNano(), ttl: h.ttl})
+			held = append(held, heldNow{key: e.key.String(), acquiredAt: h.acquiredAt, expiresAt: h.expiresAt, ttl: h.ttl})
 		}
 	}
 	c.unlock()
 	for _, h := range held {
-		f(h.key, time.Unix(0, h.acquiredAt), time.Unix(0, h.expiresAt), h.ttl)
+		f(h.key, h.acquiredAt, h.expiresAt, h.ttl)
 	}
 }
 
-// heldNow is a held lock as VisitHeld copies it: 40 bytes, for a sidecar
-// may hold 100 000.
+// heldNow is a held lock as VisitHeld copies it.
 type heldNow struct {
 	key                   string
-	acquiredAt, expiresAt int64 // Unix nanoseconds
+	acquiredAt, expiresAt time.Time
 	ttl                   time.Duration
 }

@@ -96,6 +96,9 @@ func (c *Coordinator) unlock() {
 	evs := append(buf[:0], c.events...)
 	clear(c.events)
 	c.events = c.events[:0]
+	if cap(c.events) > 64 {
+		c.events = nil // after a Shutdown that ended many locks
+	}
 	c.mu.Unlock()
 	for _, ev := range evs {
 		c.obs.tell(ev)

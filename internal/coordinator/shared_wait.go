@@ -36,7 +36,7 @@ func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start ti
 		delayed = delayed || keyspace.IsDelayContender(ct.Key)
 	}
 	if fits(out.Line, req.Claim) && !delayed {
-		return e.grant(req, sess, p.lease, p.key, p.rev, rec)
+		return e.grantPlaced(req, p, rec)
 	}
 	if err := e.waitRoom(ctx, req, start, p, out.Line); err != nil {
 		return Grant{}, err
@@ -52,7 +52,7 @@ func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start ti
 	now := c.now()
 	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Claim, rec.Hold = req.Claim, req.Hold
-	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
+	return e.grantPlaced(req, p, rec)
 }
 
 // waitRoom waits until the contenders ahead of p, line as read at p.rev,

@@ -171,7 +171,7 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w
 		return Grant{}, err
 	}
 	if len(out.Ahead) == 0 && !delayed {
-		return e.grant(req, sess, p.lease, p.key, p.rev, rec)
+		return e.grantPlaced(req, p, rec)
 	}
 	// First in line, and the key (so the session) was still there when
 	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
@@ -180,7 +180,25 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w
 	now := c.now()
 	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
 	rec.Hold = req.Hold
-	return e.grant(req, sess, p.lease, p.key, p.rev, rec)
+	return e.grantPlaced(req, p, rec)
+}
+
+// grantPlaced grants the waiter at p. A delete of its key that the watch
+// delivered before the grant indexed it (a force release just as its turn
+// came) found no holder here (onDelete); the waiter's view has it, and the
+// lock is lost at once. After a gap in the watch, the key is read.
+func (e *entry) grantPlaced(req AcquireRequest, p place, rec keyspace.Holder) (Grant, error) {
+	g, err := e.grant(req, p.sess, p.lease, p.key, p.rev, rec)
+	if err != nil || p.w == nil {
+		return g, err
+	}
+	switch p.w.mineGone(p.key, p.rev) {
+	case goneSeen:
+		go g.h.lostByDelete()
+	case goneUnknown:
+		go func() { _ = g.h.verify(e.co.stop) }()
+	}
+	return g, nil
 }
 
 // placeFor makes the place of req's waiter, with the key keyOf names

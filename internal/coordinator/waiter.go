@@ -207,6 +207,29 @@ func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (res
 	return rest, true, false
 }
 
+// gone is what a waiter's view says of its own key (waiter.mineGone).
+type gone uint8
+
+const (
+	goneNot     gone = iota // not deleted since the waiter read
+	goneSeen                // its delete was delivered
+	goneUnknown             // the watch had a gap: read it
+)
+
+// mineGone says whether the watch delivered the delete of the waiter's
+// own key mine, created at rev.
+func (w *waiter) mineGone(mine string, rev int64) gone {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := w.gone[mine]; ok && d.modRev > rev {
+		return goneSeen
+	}
+	if w.resync && w.from > rev+1 {
+		return goneUnknown
+	}
+	return goneNot
+}
+
 // maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
 // between two reads of its line.
 const maxPrunedDeletes = 4096

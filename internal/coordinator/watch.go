@@ -169,7 +169,11 @@ func (h *hub) covers(k keyspace.Key, rev int64) bool {
 			return true
 		}
 	}
-	return h.scopeCoversLocked() && h.scope.open.Load() <= rev+1
+	if h.scope == nil {
+		return false
+	}
+	from := h.scope.open.Load() // once: its watch may end meanwhile
+	return from != 0 && from <= rev+1
 }
 
 // broken reports whether a watch failed and has not been established

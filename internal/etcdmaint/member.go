@@ -60,26 +60,23 @@ func room(size, quota int64) bool {
 
 // reason says whether m is to be defragmented, and why ("" when not).
 // While etcd is out of space, m is as the pass saw it after its
-// compaction, and it is defragmented only when that may give back enough
-// to disarm: a defragmentation stops its member (and the lease
-// keep-alives it serves) for as long as it copies its file. Not when its
-// file already has room; when what is in use has room (etcd counts the
-// space a compaction frees as in use until its next commits: InUse is at
-// most too high); else when keys were deleted since fullAt, the revision
-// at which its last defragmentation left its data filling the quota (0:
-// none did). While nothing is deleted, nothing can be given back.
+// compaction, and it is defragmented when that may give back enough to
+// disarm: when its file is at its quota, unless its last defragmentation
+// left its data filling the quota at revision fullAt (0: none did) and
+// nothing was deleted since. A defragmentation stops its member (and the
+// lease keep-alives it serves) while it copies its file; while nothing is
+// deleted, it would give nothing back. (What is in use cannot tell: etcd
+// counts what a compaction frees as in use until its next commits.)
 func (c Config) reason(m Member, noSpace bool, fullAt int64) Reason {
 	switch {
 	case m.Err != nil:
 		return ""
 	case noSpace && m.Quota <= 0:
 		return NoSpace
-	case noSpace && room(m.Size, m.Quota):
+	case noSpace && (room(m.Size, m.Quota) || (fullAt != 0 && m.Revision == fullAt)):
 		return ""
-	case noSpace && (room(m.InUse, m.Quota) || m.Revision != fullAt):
-		return NoSpace
 	case noSpace:
-		return ""
+		return NoSpace
 	case m.Size >= c.MinSize && float64(m.Free()) >= c.FreeRatio*float64(m.Size):
 		return Fragmented
 	case m.Quota > 0 && float64(m.Size) >= c.QuotaRatio*float64(m.Quota) && m.Free() >= m.Size/10:
