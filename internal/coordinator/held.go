@@ -77,7 +77,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	// Indexed before its watch opens: a delete that the watch delivers
 	// finds the key held here (onDelete), and then waits for this hold.
 	e.held = h
-	c.heldKeys.add(h)
+	deletedAt := c.heldKeys.add(h)
 	if watchNow {
 		h.watchHeldLocked()
 	} else {
@@ -90,6 +90,9 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	c.events.add(lockEvent{key: e.key.String(), claim: h.claim()})
 	c.journal.held++
 	h.changedLocked(false)
+	if deletedAt > h.fence {
+		go h.lostByDelete() // deleted before this hold was indexed: lost at once
+	}
 }
 
 // endLocked forgets h as e's holder; the caller decides about the turn.
@@ -132,17 +135,23 @@ func (h *held) changedLocked(ended bool) {
 
 // heldIndex is the contender keys held here, written as holds begin and
 // end (under Coordinator.mu) and read without it: the watch's goroutine
-// takes the engine's mutex only for a delete of a key held here.
+// takes the engine's mutex only for a delete of a key held here. It
+// remembers the last deletes of keys it did not have (missed), so that a
+// key deleted as it is granted, its delete delivered before the grant
+// indexed it, is lost rather than held in silence.
 type heldIndex struct {
-	m sync.Map // etcd key → *held
-	n atomic.Int64
+	m      sync.Map // etcd key → *held
+	n      atomic.Int64
+	missed missedDeletes
 }
 
-// add indexes h's key.
-func (x *heldIndex) add(h *held) {
+// add indexes h's key, and returns the revision of a delete of it that
+// the watch delivered before (0: none).
+func (x *heldIndex) add(h *held) int64 {
 	if _, had := x.m.Swap(h.etcdKey, h); !had {
 		x.n.Add(1)
 	}
+	return x.missed.of(h.etcdKey) // after the index: deleted sees one or the other
 }
 
 // remove forgets h's key, unless another holder has it since.
@@ -152,11 +161,47 @@ func (x *heldIndex) remove(h *held) {
 	}
 }
 
-// has reports whether key is held here.
-func (x *heldIndex) has(key string) bool {
-	_, ok := x.m.Load(key)
+// deleted takes in a delete of key at rev that the watch delivered, and
+// reports whether key is held here.
+func (x *heldIndex) deleted(key string, rev int64) bool {
+	if _, ok := x.m.Load(key); ok {
+		return true
+	}
+	x.missed.note(key, rev)
+	_, ok := x.m.Load(key) // indexed meanwhile: add may not have seen the note
 	return ok
 }
 
 // len is the number of keys held here.
 func (x *heldIndex) len() int64 { return x.n.Load() }
+
+// missedDeletes remembers the last deletes of keys not held here when the
+// watch delivered them, the revision of each, with a mutex of its own.
+type missedDeletes struct {
+	mu   sync.Mutex
+	rev  map[string]int64
+	ring [256]string // the keys, oldest first from next: past them, forgotten
+	next int
+}
+
+// note remembers the delete of key at rev.
+func (m *missedDeletes) note(key string, rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rev == nil {
+		m.rev = map[string]int64{}
+	}
+	if _, ok := m.rev[key]; !ok {
+		delete(m.rev, m.ring[m.next])
+		m.ring[m.next] = key
+		m.next = (m.next + 1) % len(m.ring)
+	}
+	m.rev[key] = max(m.rev[key], rev)
+}
+
+// of returns the revision of the last delete of key remembered (0: none).
+func (m *missedDeletes) of(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rev[key]
+}

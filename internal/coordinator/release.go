@@ -282,7 +282,7 @@ func (e *entry) retire(key string, rev int64, sess lockstore.Session) {
 // fence); an earlier key of the same name was deleted before.
 func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	c.elsewhere.forget(k.String())
-	if !c.heldKeys.has(key) {
+	if !c.heldKeys.deleted(key, modRev) {
 		return // not a key held here: the engine's mutex is not taken
 	}
 	c.mu.Lock()

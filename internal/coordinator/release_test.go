@@ -187,6 +187,33 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 	}
 }
 
+// TestDeletedAsGranted: a delete of a key, delivered by the watch before
+// the grant that created the key indexed it (a force release just as the
+// lock is granted), loses the lock at once rather than leaving it held in
+// silence. The delete is handed to the coordinator as the watch would,
+// before the grant, at a revision after any fence it can get.
+func TestDeletedAsGranted(t *testing.T) {
+	parallel(t)
+	k := key(t, "deleted-as-granted")
+	a := newSidecar(t, "pod-a")
+	first := a.mustAcquire(t, k, "o")
+	name := first.h.etcdKey // the session's contender key of k, again below
+	a.mustRelease(t, k, "o")
+	a.c.onDelete(k, name, 1<<62)
+	g := a.mustAcquire(t, k, "o")
+	if g.h.etcdKey != name {
+		t.Fatalf("the second grant's key %s, want the session's %s again", g.h.etcdKey, name)
+	}
+	select {
+	case <-g.Done():
+		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
+			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a key deleted before its grant was indexed is held in silence")
+	}
+}
+
 func TestLeaseLost(t *testing.T) {
 	parallel(t)
 	k := key(t, "lease")

@@ -184,21 +184,15 @@ func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w
 }
 
 // grantPlaced grants the waiter at p. A delete of its key that the watch
-// delivered before the grant indexed it (a force release just as its turn
-// came) found no holder here (onDelete); the waiter's view has it, and the
-// lock is lost at once. After a gap in the watch, the key is read.
+// delivered before the grant is found by the grant (heldIndex); but when
+// the watch had a gap since the waiter last looked, a delete may never be
+// delivered, and the key is read.
 func (e *entry) grantPlaced(req AcquireRequest, p place, rec keyspace.Holder) (Grant, error) {
 	g, err := e.grant(req, p.sess, p.lease, p.key, p.rev, rec)
-	if err != nil || p.w == nil {
-		return g, err
-	}
-	switch p.w.mineGone(p.key, p.rev) {
-	case goneSeen:
-		go g.h.lostByDelete()
-	case goneUnknown:
+	if err == nil && p.w != nil && p.w.gapSince(p.rev) {
 		go func() { _ = g.h.verify(e.co.stop) }()
 	}
-	return g, nil
+	return g, err
 }
 
 // placeFor makes the place of req's waiter, with the key keyOf names

@@ -207,27 +207,13 @@ func (w *waiter) pruned(line []lockstore.Contender, mine string, rev int64) (res
 	return rest, true, false
 }
 
-// gone is what a waiter's view says of its own key (waiter.mineGone).
-type gone uint8
-
-const (
-	goneNot     gone = iota // not deleted since the waiter read
-	goneSeen                // its delete was delivered
-	goneUnknown             // the watch had a gap: read it
-)
-
-// mineGone says whether the watch delivered the delete of the waiter's
-// own key mine, created at rev.
-func (w *waiter) mineGone(mine string, rev int64) gone {
+// gapSince reports whether the watch was established again, since the
+// waiter last looked, from past revision rev: the deletes after rev may
+// not all be delivered.
+func (w *waiter) gapSince(rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if d, ok := w.gone[mine]; ok && d.modRev > rev {
-		return goneSeen
-	}
-	if w.resync && w.from > rev+1 {
-		return goneUnknown
-	}
-	return goneNot
+	return w.resync && w.from > rev+1
 }
 
 // maxPrunedDeletes bounds the deletes a shared claim's waiter remembers
