@@ -241,11 +241,14 @@ func TestWaitersServedInOrder(t *testing.T) {
 				t.Errorf("%s release: %v", owner, err)
 			}
 		}()
-		// Queue strictly one after the other, each knowing its place.
+		// Queue strictly one after the other, each knowing its place and
+		// hearing of the line's departures: its watch of the lock
+		// established (a departure before that, it learns of by a read
+		// once it is, which may skip a place on a busy machine).
 		waitFor(t, 5*time.Second, owner+" queued", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(holder.contenders(t, k)) == i+2 && len(positions[owner]) > 0
+			return len(holder.contenders(t, k)) == i+2 && len(positions[owner]) > 0 && slices.Contains(s.watchedLocks(), k.String())
 		})
 	}
 	if _, err := holder.c.Release(context.Background(), k, "first"); err != nil {
