@@ -81,10 +81,9 @@ type Report struct {
 }
 
 // Pass looks at every member once and does what the rules say. Members
-// are defragmented one at a time, the followers first and the leader last
-// (having handed its leadership over: handOver), and each must answer
-// again before the next: a defragmentation stops its member for as long
-// as it copies its file. No member is defragmented
+// are defragmented one at a time, the followers first and the leader last,
+// and each must answer again before the next: a defragmentation stops its
+// member for as long as it copies its file. No member is defragmented
 // while one does not answer (the cluster would have one fewer to serve),
 // but when etcd is out of space. Then the whole history is compacted
 // first (a watcher that was behind reads its keys again, as Baton's do),
@@ -130,9 +129,6 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		if why == "" {
 			continue
 		}
-		if mem.Leader {
-			m.handOver(ctx, mem, members)
-		}
 		after, err := m.defragment(ctx, mem, why)
 		if err != nil {
 			return r, err
@@ -163,39 +159,6 @@ func (m *Maintainer) compact(ctx context.Context) (int64, error) {
 	}
 	m.log.Warn("etcd maintenance: etcd is out of space; its history compacted to its current revision", "revision", rev)
 	return rev, nil
-}
-
-// handOver moves etcd's leadership from leader, about to be
-// defragmented, to another member that answers. A defragmentation blocks
-// its member's apply, and a leader renews a lease only once it has applied
-// what it committed: every sidecar's lease keep-alive would wait for the
-// leader's defragmentation, and a short lease would be lost. A follower
-// forwards keep-alives to the leader without its own database, and a new
-// leader extends every lease as it takes over. Best effort: when the move
-// fails, the leader is defragmented all the same.
-func (m *Maintainer) handOver(ctx context.Context, leader Member, members []Member) {
-	var to *Member
-	for i := range members {
-		if o := &members[i]; o.ID != leader.ID && o.Err == nil {
-			to = o // the followers come first, the defragmented ones among them
-		}
-	}
-	if to == nil {
-		return // alone
-	}
-	conn, err := m.cli.Dial(leader.Endpoint) // MoveLeader must reach the leader
-	if err != nil {
-		m.log.Warn("etcd maintenance: cannot reach the leader to move its leadership; defragmenting it as leader", "member", leader.Name, "err", err)
-		return
-	}
-	defer conn.Close()
-	mctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	defer cancel()
-	if _, err := clientv3.RetryMaintenanceClient(m.cli, conn).MoveLeader(mctx, &pb.MoveLeaderRequest{TargetID: to.ID}); err != nil {
-		m.log.Warn("etcd maintenance: leadership not moved; defragmenting the leader as leader", "from", leader.Name, "to", to.Name, "err", err)
-		return
-	}
-	m.log.Info("etcd maintenance: leadership moved before the leader's defragmentation", "from", leader.Name, "to", to.Name)
 }
 
 // defragment defragments mem, waits for it to answer again and returns
