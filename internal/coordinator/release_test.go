@@ -168,14 +168,7 @@ func TestForceReleaseIsNoticed(t *testing.T) {
 	g := a.mustAcquire(t, k, "victim")
 	keys := a.contenders(t, k)
 	a.deleteKey(t, keys[0])
-	select {
-	case <-g.Done():
-		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
-			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the holder was not told its key was deleted")
-	}
+	wantLost(t, g, ForceReleased, "the holder was not told its key was deleted")
 	_, err := a.c.Release(ctx, k, "victim")
 	var le *LostError
 	if !errors.As(err, &le) || le.Reason != ForceReleased {
@@ -204,14 +197,7 @@ func TestDeletedAsGranted(t *testing.T) {
 	if g.h.etcdKey != name {
 		t.Fatalf("the second grant's key %s, want the session's %s again", g.h.etcdKey, name)
 	}
-	select {
-	case <-g.Done():
-		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != ForceReleased {
-			t.Errorf("Err() = %v, want lost (force_released)", g.Err())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a key deleted before its grant was indexed is held in silence")
-	}
+	wantLost(t, g, ForceReleased, "a key deleted before its grant was indexed is held in silence")
 }
 
 func TestLeaseLost(t *testing.T) {
@@ -335,5 +321,19 @@ func TestDoneAskedLate(t *testing.T) {
 	}
 	if err := (Grant{}).Err(); err != nil {
 		t.Errorf("Err of no grant: %v", err)
+	}
+}
+
+// wantLost waits for g to end lost for reason, and fails with silent when
+// it does not end within 5s.
+func wantLost(t *testing.T, g Grant, reason LostReason, silent string) {
+	t.Helper()
+	select {
+	case <-g.Done():
+		if le := (*LostError)(nil); !errors.As(g.Err(), &le) || le.Reason != reason {
+			t.Errorf("Err() = %v, want lost (%s)", g.Err(), reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal(silent)
 	}
 }
