@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -104,13 +105,14 @@ func TestRunCommandUnderLock(t *testing.T) {
 		start := time.Now()
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		ended := func(err error, free bool) {
+		ended := func(err error, refused string) {
 			t.Helper()
 			if code := exitOf(t, err); code != 0 {
 				t.Fatalf("exit %d, want 0; stderr %s", code, errb.String())
 			}
-			if !free {
-				t.Error("lock not free after the command")
+			if refused != "" {
+				_, status := do(t, c, "GET", "/v1/locks/long", "")
+				t.Errorf("lock not free after the command: %s; its status %s; baton run's stderr %q", refused, status, errb.String())
 			}
 			for _, owner := range []string{"after", "intruder"} { // whichever got it
 				do(t, c, "DELETE", "/v1/locks/long?owner="+owner, "")
@@ -132,7 +134,11 @@ func TestRunCommandUnderLock(t *testing.T) {
 				if heldAt < 3*time.Second {
 					t.Fatalf("the lock was last seen held %v after the start (%d times), not past three 1s ttl windows", heldAt.Round(time.Millisecond), held)
 				}
-				ended(err, post(t, c, "/v1/locks/long", `{"owner":"after"}`) == 200)
+				refused := ""
+				if code, body := do(t, c, "POST", "/v1/locks/long", `{"owner":"after"}`); code != 200 {
+					refused = fmt.Sprintf("%d %s", code, body)
+				}
+				ended(err, refused)
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
@@ -144,7 +150,7 @@ func TestRunCommandUnderLock(t *testing.T) {
 				// between that release and baton run's exit.
 				select {
 				case err := <-exited:
-					ended(err, true)
+					ended(err, "")
 					return
 				case <-time.After(5 * time.Second):
 					t.Fatalf("granted to another caller while the command runs; stderr %s", errb.String())

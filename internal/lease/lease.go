@@ -1,5 +1,5 @@
 // Package lease keeps the sidecar's etcd session: a small set of leases,
-// renewed together over the client's single keep-alive stream, that carries
+// renewed together over one keep-alive stream of its own, that carries
 // every lock the sidecar holds. It knows nothing about locks; it tells when a
 // session ends (Session.Done) and opens the next one.
 //
@@ -51,6 +51,10 @@ type Config struct {
 	// MaxLeases caps the leases of one session. Default 256.
 	MaxLeases int
 }
+
+// renewEvery is how often a session asks etcd to renew each of its leases
+// (see renewer).
+func (c Config) renewEvery() time.Duration { return c.TTL / 6 }
 
 func (c Config) lossMargin() time.Duration {
 	if c.LossMargin == 0 {
@@ -115,6 +119,7 @@ type Session struct {
 	done    chan struct{}
 	end     sync.Once
 	next    atomic.Uint64 // round-robin over leases
+	renew   *renewer
 
 	mu       sync.Mutex
 	leases   []clientv3.LeaseID // the first is the session's ID
@@ -138,13 +143,11 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, heard func(rev 
 	s := newSession(ctx, cli, cfg, false)
 	s.heard = heard
 	id, err := s.grant()
-	if err == nil {
-		err = s.keep(id, cfg.TTL)
-	}
 	if err != nil {
 		s.stop()
 		return nil, err
 	}
+	s.keep(id, cfg.TTL)
 	return s, nil
 }
 
@@ -171,10 +174,7 @@ func resume(ctx context.Context, cli *clientv3.Client, cfg Config, heard func(re
 			continue
 		}
 		// Until the first renewal, the lease is good for what etcd said is left.
-		if err := s.keep(id, time.Duration(ttl.TTL)*time.Second); err != nil {
-			s.stop()
-			return nil, err
-		}
+		s.keep(id, time.Duration(ttl.TTL)*time.Second)
 	}
 	if len(s.leases) == 0 {
 		s.stop()
@@ -185,7 +185,10 @@ func resume(ctx context.Context, cli *clientv3.Client, cfg Config, heard func(re
 
 func newSession(ctx context.Context, cli *clientv3.Client, cfg Config, resumed bool) *Session {
 	kctx, stop := context.WithCancel(ctx)
-	return &Session{cli: cli, cfg: cfg, resumed: resumed, ctx: kctx, stop: stop, done: make(chan struct{}), until: map[clientv3.LeaseID]time.Time{}, renewed: make(chan struct{})}
+	s := &Session{cli: cli, cfg: cfg, resumed: resumed, ctx: kctx, stop: stop, done: make(chan struct{}), until: map[clientv3.LeaseID]time.Time{}, renewed: make(chan struct{})}
+	s.renew = newRenewer(cli, cfg.renewEvery(), cfg.RetryMin)
+	go s.renew.run(kctx)
+	return s
 }
 
 // grant grants one lease of the configured TTL.
@@ -199,13 +202,10 @@ func (s *Session) grant() (clientv3.LeaseID, error) {
 	return g.ID, nil
 }
 
-// keep starts the keep-alive of lease id, good for left from now, and adds
+// keep starts the renewals of lease id, good for left from now, and adds
 // it to the session.
-func (s *Session) keep(id clientv3.LeaseID, left time.Duration) error {
-	ch, err := s.cli.KeepAlive(s.ctx, id)
-	if err != nil {
-		return fmt.Errorf("keep lease %x alive: %w", int64(id), err)
-	}
+func (s *Session) keep(id clientv3.LeaseID, left time.Duration) {
+	ch := s.renew.add(id)
 	// A resumed lease may have less left than the margin; its first renewal
 	// is sent at once, so give that half of what is left to arrive.
 	margin := s.cfg.lossMargin()
@@ -215,33 +215,36 @@ func (s *Session) keep(id clientv3.LeaseID, left time.Duration) error {
 	s.until[id] = time.Now().Add(first)
 	s.mu.Unlock()
 	go s.watch(id, ch, first, margin)
-	return nil
 }
 
-// watch drains the keep-alive answers of one lease and ends the session
-// when they stop or come too late.
-func (s *Session) watch(id clientv3.LeaseID, ch <-chan *clientv3.LeaseKeepAliveResponse, first, margin time.Duration) {
+// watch reads the renewals of one lease and ends the session when etcd
+// says the lease is gone or when they stop or come too late.
+func (s *Session) watch(id clientv3.LeaseID, ch <-chan renewal, first, margin time.Duration) {
 	defer s.finish()
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
-		case resp, ok := <-ch:
-			if !ok {
-				return // etcd says the lease is gone, or the stream was stopped
+		case a := <-ch:
+			if a.ttl <= 0 {
+				return // expired or revoked
 			}
-			if s.heard != nil && resp.ResponseHeader != nil {
-				s.heard(resp.Revision)
+			if s.heard != nil && a.rev != 0 {
+				s.heard(a.rev)
 			}
-			left := time.Duration(resp.TTL)*time.Second - margin
+			// Counted from when the answer was heard, which is after
+			// etcd renewed the lease.
+			until := a.at.Add(a.ttl - margin)
 			s.mu.Lock()
-			s.until[id] = time.Now().Add(left)
+			s.until[id] = until
 			close(s.renewed)
 			s.renewed = make(chan struct{})
 			s.mu.Unlock()
-			t.Reset(left)
+			t.Reset(time.Until(until))
 		case <-t.C:
 			return // no renewal heard in time: etcd may expire the lease soon
+		case <-s.ctx.Done():
+			return // the session ended
 		}
 	}
 }
@@ -306,9 +309,7 @@ func (s *Session) grow(k int) {
 	for range k {
 		id, err := s.grant()
 		if err == nil {
-			if err = s.keep(id, s.cfg.TTL); err != nil {
-				s.revoke(id)
-			}
+			s.keep(id, s.cfg.TTL)
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -328,6 +329,7 @@ func (s *Session) grow(k int) {
 // revoke revokes a lease that never carried a key, on a best-effort basis:
 // unrevoked, it expires after its TTL anyway.
 func (s *Session) revoke(id clientv3.LeaseID) {
+	s.renew.remove(id)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.GrantTimeout)
 	defer cancel()
 	_, _ = s.cli.Revoke(ctx, id)

@@ -62,6 +62,7 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 	}
 
 	pods := appPods(t)
+	logsOnFailure(t, pods)
 	hold, holdOut, heldFence, holdEnded := holdThrough(t, pods[0])
 	defer func() {
 		if t.Failed() { // the command in the pod, and the lock, end too
@@ -209,8 +210,8 @@ func fill(t *testing.T, cli *clientv3.Client) (int64, int64) {
 		n, rev := fillRound(t, cli, round, size)
 		total, last = total+n, max(last, rev)
 		st := endpointStatus(t, cli)
-		t.Logf("filler round %d: %d values of %d KiB; etcd's file %.1f MiB, %.1f MiB in use, of a %d MiB quota",
-			round, n/int64(size), size>>10, mib(st.DbSize), mib(st.DbSizeInUse), smallQuota>>20)
+		t.Logf("%s filler round %d: %d values of %d KiB; etcd's file %.1f MiB, %.1f MiB in use, of a %d MiB quota",
+			time.Now().UTC().Format("15:04:05.000"), round, n/int64(size), size>>10, mib(st.DbSize), mib(st.DbSizeInUse), smallQuota>>20)
 		// The controller keeps the alarm when a member's file, compacted
 		// and defragmented, is still 95% of the quota or more. Far above
 		// that, etcd is full; else it is the controller's call, seen in
@@ -278,6 +279,37 @@ func fillRound(t *testing.T, cli *clientv3.Client, round, size int) (int64, int6
 		t.Fatalf("fill etcd: %v", failed)
 	}
 	return took, last
+}
+
+// logsOnFailure prints, when t fails, the logs of the app pods' sidecars
+// and of the controller since now: what a lost session or a maintenance
+// pass did, which the kubelet deletes with the pods.
+func logsOnFailure(t *testing.T, pods []string) {
+	since := time.Now()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		s := "--since-time=" + since.UTC().Format(time.RFC3339)
+		for _, p := range pods {
+			t.Logf("==== the sidecar of %s:\n%s", p, kubectlOut("logs", "-n", appNS, p, "-c", "baton", s))
+		}
+		for _, c := range []string{"controller", "etcd"} {
+			t.Logf("==== the %s:\n%s", c, kubectlOut("logs", "-n", system, "-l", "app.kubernetes.io/component="+c, "--all-containers", "--prefix", "--tail=-1", s))
+		}
+	})
+}
+
+// kubectlOut runs kubectl against the node and returns what it printed,
+// its error included.
+func kubectlOut(args ...string) string {
+	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s(%v)", out, err)
+	}
+	return string(out)
 }
 
 // batonIn runs a command in pod's worker container and returns its exit
