@@ -87,7 +87,7 @@ func (e *entry) tryStepLocked() tryStep {
 	if e.takeTurn() {
 		return e.startTry(&c.elsewhere, int(c.load.Load()))
 	}
-	if e.retiring || (e.held != nil && e.held.ending) {
+	if e.retiring || (e.held != nil && e.held.ending != nil) {
 		// The lock is being released here: etcd may already show it free.
 		return tryStep{await: e.lineUpLocked(false), since: e.flights}
 	}

@@ -49,7 +49,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	if u := c.units[target.Key]; u != nil {
 		e = u
 	}
-	if e != nil && e.held != nil && e.held.fence == target.Create && !e.held.ending {
+	if e != nil && e.held != nil && e.held.fence == target.Create && e.held.ending == nil {
 		e.held.loseLocked(ForceReleased)
 		e.passTurnLocked()
 	}

@@ -25,13 +25,22 @@ type held struct {
 	due        time.Time     // when its deadline fires
 	slot       int           // its place in the deadline queue; -1 when none
 	hold       bool          // bound to a hold stream
-	ending     bool          // a release of ours is in flight: its delete is not a loss
+	ending     chan struct{} // while a release or extend of ours is in flight (its delete is not a loss); closed as it settles
 	ended      bool          // the lock ended
 	watched    bool          // its lock's watch is open for it (hub.watchHeld)
 	inScope    bool          // counted among the scope watch's holds, with no lock watch
 	co         *Coordinator  // whose mu guards ended, done and lost for Grant
 	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
 	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// settleLocked ends the change of h in flight, if any: the callers
+// waiting to change h look again.
+func (h *held) settleLocked() {
+	if h.ending != nil {
+		close(h.ending)
+		h.ending = nil
+	}
 }
 
 // claim returns what h holds.

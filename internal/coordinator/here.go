@@ -68,7 +68,7 @@ func (e *entry) heldHereLocked(req AcquireRequest, verified *held) (g Grant, ans
 		g := grantOf(e, h)
 		g.Repeated = true
 		return g, true, nil, nil
-	case req.Wait == 0 && !h.ending:
+	case req.Wait == 0 && h.ending == nil:
 		return Grant{}, true, nil, &HeldError{Key: req.Key, Holder: h.recordOf(), Fence: h.fence, Twin: h.owner == req.Owner}
 	}
 	return Grant{}, false, nil, nil

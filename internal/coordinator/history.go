@@ -94,7 +94,7 @@ func (c *Coordinator) Rewound(err error) {
 		}
 		// Gone, or etcd cannot say: the lock cannot be vouched for.
 		c.mu.Lock()
-		if es[i].held == h && !h.ending {
+		if es[i].held == h && h.ending == nil {
 			h.loseLocked(EtcdRewound)
 			es[i].passTurnLocked()
 		}

@@ -268,7 +268,12 @@ type counted struct {
 	deletes       atomic.Int64                  // deletes the watches delivered
 	readDelay     atomic.Int64                  // the way back of each First's answer, in ns: it was read before
 	answerGate    atomic.Pointer[chan struct{}] // when set, each First's answer waits for it to close
+	updateGate    atomic.Pointer[gate]          // when set, each Update says it started and waits for it to open
 }
+
+// gate holds a store call up: the call says it started on entered, then
+// waits until open is closed.
+type gate struct{ entered, open chan struct{} }
 
 func (c *counted) Writes() int64 { return c.writes.Load() }
 func (c *counted) Reads() int64  { return c.reads.Load() }
@@ -330,6 +335,10 @@ func (c *counted) Snapshot(ctx context.Context, prefix string) ([]lockstore.Cont
 
 func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
 	c.writes.Add(1)
+	if g := c.updateGate.Load(); g != nil {
+		g.entered <- struct{}{}
+		<-g.open
+	}
 	return c.Store.Update(p, create, mod)
 }
 

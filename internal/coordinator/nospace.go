@@ -45,7 +45,7 @@ func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp ti
 
 	c.mu.Lock()
 	defer c.unlock()
-	h.ending = false
+	h.settleLocked()
 	switch {
 	case err != nil:
 		return Grant{}, unavailable(op, cause)

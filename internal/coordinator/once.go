@@ -221,8 +221,8 @@ func (c *Coordinator) Finish(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	c.mu.Lock()
 	defer c.unlock()
+	defer h.settleLocked()
 	if err != nil {
-		h.ending = false
 		return keyspace.Run{}, unavailable(op, err)
 	}
 	if e.held != h {

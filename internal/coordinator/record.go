@@ -146,7 +146,7 @@ func (e *entry) publish() {
 	defer e.unrefLocked() // the timer's reference
 	e.publishDue = false
 	r := e.rec
-	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending) {
+	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending != nil) {
 		// The key is being deleted, or an extend in flight reports back.
 		return
 	}

@@ -50,8 +50,8 @@ func (c *Coordinator) release(ctx context.Context, k keyspace.Key, owner string,
 
 	c.mu.Lock()
 	defer c.unlock()
+	defer h.settleLocked()
 	if err != nil {
-		h.ending = false
 		return Released{}, unavailable(op, err)
 	}
 	if e.held != h {
@@ -119,7 +119,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 
 	c.mu.Lock()
 	defer c.unlock()
-	h.ending = false
+	h.settleLocked()
 	if err != nil {
 		return Grant{}, unavailable(op, err)
 	}
@@ -142,71 +142,6 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	return grantOf(e, h), nil
 }
 
-// ownedBy returns owner's local lock of k and marks a change of it in
-// flight (held.ending), so that the watch does not take the change for a
-// loss. It explains why when owner holds no such lock.
-func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string) (*entry, *held, error) {
-	if err := CheckOwner(owner); err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.unlock()
-		return nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	var h *held
-	e := c.locks[k.String()]
-	if e != nil {
-		h = e.held
-	}
-	if h == nil || h.owner != owner {
-		if s := c.locks[slotName(k, owner)]; s != nil && s.held != nil {
-			e, h = s, s.held
-		}
-	}
-	if h != nil && !h.ending && !lockstore.Alive(h.sess) {
-		// The session was given up and its watcher has not run yet.
-		h.loseLocked(LeaseLost)
-		e.passTurnLocked()
-		h = nil
-	}
-	if h != nil && h.owner == owner {
-		if h.ending {
-			c.unlock()
-			return nil, nil, fmt.Errorf("%w: another release or extend of this lock is in flight; retry", ErrUnavailable)
-		}
-		h.ending = true
-		c.unlock()
-		return e, h, nil
-	}
-	if lost := c.ended.lost(c.now(), k, owner); lost != nil {
-		c.unlock()
-		return nil, nil, lost
-	}
-	if h != nil {
-		err := &NotOwnerError{Key: k, Owner: owner, Holder: h.recordOf()}
-		c.unlock()
-		return nil, nil, err
-	}
-	c.unlock()
-
-	// Not held here: held elsewhere, or by nobody.
-	tctx, cancel := c.cfg.etcdCtx(ctx)
-	defer cancel()
-	first, err := c.store.lines.First(tctx, c.layout.LockPrefix(k))
-	if err != nil {
-		return nil, nil, unavailable("read holder", err)
-	}
-	if first == nil {
-		return nil, nil, fmt.Errorf("%w: nobody holds it", ErrNotHeld)
-	}
-	holder := first.Holder
-	if holder.Owner == owner {
-		return nil, nil, fmt.Errorf("%w: %s holds it through another sidecar (pod %s); ask that sidecar", ErrNotOwner, owner, holder.Pod)
-	}
-	return nil, nil, &NotOwnerError{Key: k, Owner: owner, Holder: holder}
-}
-
 // expire ends h at its deadline and deletes its key.
 func (h *held) expire() {
 	c := h.co
@@ -216,7 +151,7 @@ func (h *held) expire() {
 		c.unlock()
 		return
 	}
-	if h.ending { // a release or extend is in flight: look again soon
+	if h.ending != nil { // a release or extend is in flight: look again soon
 		c.deadlines.arm(e, h, 100*time.Millisecond)
 		c.unlock()
 		return
@@ -290,7 +225,7 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	if u := c.units[key]; u != nil {
 		e = u
 	}
-	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending {
+	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending != nil {
 		c.unlock()
 		return
 	}
@@ -313,7 +248,7 @@ func (h *held) lostByDelete() {
 	}
 	c.mu.Lock()
 	defer c.unlock()
-	if e.held == h && !h.ending {
+	if e.held == h && h.ending == nil {
 		h.loseLocked(reason)
 		e.passTurnLocked()
 	}

@@ -160,6 +160,51 @@ func TestExtend(t *testing.T) {
 	}
 }
 
+// TestReleaseWaitsForAnExtendInFlight: a release that comes while a
+// renewal of the lock is in flight (a hold's renewal as its caller lets
+// go, as baton run does when its command ends) waits for it and then
+// releases. Refused, the caller would have gone on believing the lock
+// free while it stayed held.
+func TestReleaseWaitsForAnExtendInFlight(t *testing.T) {
+	parallel(t)
+	k := key(t, "renewed")
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	g := a.mustAcquire(t, k, "job")
+	held := gate{entered: make(chan struct{}), open: make(chan struct{})}
+	a.calls.updateGate.Store(&held)
+	extended := make(chan error, 1)
+	go func() {
+		_, err := a.c.Extend(ctx, k, "job", time.Minute)
+		extended <- err
+	}()
+	<-held.entered // the extend's write is in flight
+	a.calls.updateGate.Store(nil)
+	released := make(chan error, 1)
+	go func() {
+		_, err := a.c.Release(ctx, k, "job")
+		released <- err
+	}()
+	select {
+	case err := <-released:
+		t.Fatalf("the release ended while the extend was in flight: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(held.open)
+	if err := <-extended; err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("release after the extend: %v", err)
+	}
+	if r, err := a.c.Release(ctx, k, "job"); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("a second release: %+v, %v; want not held", r, err)
+	}
+	if keys := a.contenders(t, k); len(keys) != 0 {
+		t.Errorf("keys left after the release of fence %d: %v", g.Fence, keys)
+	}
+}
+
 func TestForceReleaseIsNoticed(t *testing.T) {
 	parallel(t)
 	k := key(t, "forced")
