@@ -170,8 +170,9 @@ func watchHold(stream *client.Stream, lead time.Duration, stopAt time.Time) <-ch
 // its lock delay to cover the grace. A reader's or a semaphore's share has
 // none: its command must be stopped before a frozen sidecar's lease could
 // expire, but not between two renewals of a live one. The sidecar gives
-// itself up three quarters of a lease TTL after a renewal and renews every
-// third of it (on etcd's client's half-second tick): the grace, the stop
+// itself up three quarters of a lease TTL after a renewal and hears one at
+// least every third of it (every sixth straight from etcd; through etcd's
+// gRPC proxy, at the proxy's renewals, on its half-second tick): the grace, the stop
 // margin and a tenth of the TTL must fit in what is left, or the grace is
 // cut, and said so. A lease too short for even that (under about 3.2s)
 // cannot tell a frozen sidecar from a live one in time: then the command

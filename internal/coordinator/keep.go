@@ -123,7 +123,11 @@ func (h *Hold) keep(ctx context.Context) {
 func (h *Hold) renew(ctx context.Context, fails *int) time.Duration {
 	g := h.Grant()
 	// An extend by the window, which the log shows at debug level only.
-	ng, err := h.c.extend(context.WithoutCancel(ctx), g.Key, g.Owner, g.TTL, slog.LevelDebug)
+	// Its wait for a release or extend in flight is bounded: meanwhile
+	// this loop hears neither its caller hang up nor a release.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.c.cfg.RequestTimeout)
+	ng, err := h.c.extend(rctx, g.Key, g.Owner, g.TTL, slog.LevelDebug)
+	cancel()
 	if err == nil {
 		h.mu.Lock()
 		h.g, *fails = ng, 0
@@ -131,7 +135,8 @@ func (h *Hold) renew(ctx context.Context, fails *int) time.Duration {
 		return 0
 	}
 	*fails++
-	if errors.Is(err, ErrLost) || errors.Is(err, ErrNotHeld) {
+	var other *NotOwnerError // released meanwhile, and held by someone else since
+	if errors.Is(err, ErrLost) || errors.Is(err, ErrNotHeld) || errors.As(err, &other) {
 		return -1
 	}
 	level := slog.LevelDebug

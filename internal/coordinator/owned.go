@@ -18,70 +18,64 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 		return nil, nil, err
 	}
 	for {
-		e, h, settled, err := c.ownedHere(k, owner)
+		c.mu.Lock()
+		if c.closed {
+			c.unlock()
+			return nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+		}
+		var h *held
+		e := c.locks[k.String()]
+		if e != nil {
+			h = e.held
+		}
+		if h == nil || h.owner != owner {
+			if s := c.locks[slotName(k, owner)]; s != nil && s.held != nil {
+				e, h = s, s.held
+			}
+		}
+		if h != nil && h.ending == nil && !lockstore.Alive(h.sess) {
+			// The session was given up and its watcher has not run yet.
+			h.loseLocked(LeaseLost)
+			e.passTurnLocked()
+			h = nil
+		}
 		switch {
-		case settled != nil:
+		case h != nil && h.owner == owner && h.ending != nil:
+			settled := h.ending
+			c.unlock()
 			select {
 			case <-settled:
 				continue
 			case <-ctx.Done():
 				return nil, nil, fmt.Errorf("%w: waiting for another release or extend of this lock: %w", ErrUnavailable, ctx.Err())
 			}
-		case h != nil || err != nil:
-			return e, h, err
+		case h != nil && h.owner == owner:
+			h.ending = make(chan struct{})
+			c.unlock()
+			return e, h, nil
 		}
-		return nil, nil, c.ownedElsewhere(ctx, k, owner)
+		lost := c.ended.lost(c.now(), k, owner)
+		var other error
+		if h != nil {
+			other = &NotOwnerError{Key: k, Owner: owner, Holder: h.recordOf()}
+		}
+		c.unlock()
+		switch {
+		case lost != nil:
+			return nil, nil, lost
+		case other != nil:
+			return nil, nil, other
+		}
+		tctx, cancel := c.cfg.etcdCtx(ctx)
+		defer cancel()
+		return nil, nil, holderElsewhere(tctx, c.store.lines, c.layout.LockPrefix(k), k, owner)
 	}
 }
 
-// ownedHere is ownedBy's look at the locks held here: owner's lock of k,
-// marked in flight; or, when a change of it is in flight, the channel
-// closed as it settles; or why owner does not hold it here; or nothing
-// when nobody holds k here.
-func (c *Coordinator) ownedHere(k keyspace.Key, owner string) (*entry, *held, <-chan struct{}, error) {
-	c.mu.Lock()
-	defer c.unlock()
-	if c.closed {
-		return nil, nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	var h *held
-	e := c.locks[k.String()]
-	if e != nil {
-		h = e.held
-	}
-	if h == nil || h.owner != owner {
-		if s := c.locks[slotName(k, owner)]; s != nil && s.held != nil {
-			e, h = s, s.held
-		}
-	}
-	if h != nil && h.ending == nil && !lockstore.Alive(h.sess) {
-		// The session was given up and its watcher has not run yet.
-		h.loseLocked(LeaseLost)
-		e.passTurnLocked()
-		h = nil
-	}
-	if h != nil && h.owner == owner {
-		if h.ending != nil {
-			return nil, nil, h.ending, nil
-		}
-		h.ending = make(chan struct{})
-		return e, h, nil, nil
-	}
-	if lost := c.ended.lost(c.now(), k, owner); lost != nil {
-		return nil, nil, nil, lost
-	}
-	if h != nil {
-		return nil, nil, nil, &NotOwnerError{Key: k, Owner: owner, Holder: h.recordOf()}
-	}
-	return nil, nil, nil, nil
-}
-
-// ownedElsewhere explains why owner cannot change k, which nobody holds
-// here: it is held elsewhere, or by nobody.
-func (c *Coordinator) ownedElsewhere(ctx context.Context, k keyspace.Key, owner string) error {
-	tctx, cancel := c.cfg.etcdCtx(ctx)
-	defer cancel()
-	first, err := c.store.lines.First(tctx, c.layout.LockPrefix(k))
+// holderElsewhere explains why owner cannot change k, which nobody holds
+// through this sidecar: it is held elsewhere, or by nobody.
+func holderElsewhere(ctx context.Context, lines lockstore.Lines, prefix string, k keyspace.Key, owner string) error {
+	first, err := lines.First(ctx, prefix)
 	if err != nil {
 		return unavailable("read holder", err)
 	}

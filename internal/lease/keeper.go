@@ -97,7 +97,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		select {
 		case <-s.Done():
 			if k.unpublish(s) {
-				k.log.Error("etcd session lost; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(s.ID())))
+				k.log.Error("etcd session lost; its locks are lost", "leaseID", fmt.Sprintf("%x", int64(s.ID())), "why", s.lostBecause())
 				k.onLost()
 				go k.revokeLost(ctx, s)
 			}

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,78 +20,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/baton-dev/baton/internal/config"
 )
-
-// MinTTL is the shortest lease etcd handles reliably: the server checks
-// expiry every 500 ms and a leader change adds an election timeout.
-const MinTTL = 2 * time.Second
-
-// Config configures the session keeper.
-type Config struct {
-	// TTL of the lease: how long after a crash the sidecar's locks stay held.
-	// Rounded up to whole seconds. Default 10s, at least MinTTL.
-	TTL time.Duration
-	// GrantTimeout bounds one attempt to grant a lease. Default 3s; less
-	// than TTL.
-	GrantTimeout time.Duration
-	// RetryMin and RetryMax bound the back-off between failed grants.
-	// Defaults 200ms and 5s.
-	RetryMin, RetryMax time.Duration
-	// LossMargin is how long before etcd could expire the lease, counting
-	// from the last renewal heard, the session is given up. 0 means TTL/4;
-	// less than TTL/2.
-	LossMargin time.Duration
-	// KeysPerLease is how many keys a session puts on one lease, on
-	// average, before it adds a lease. Default 2048 (deleting that many
-	// keys takes etcd about 25 ms); the session keeps at most MaxLeases.
-	KeysPerLease int
-	// MaxLeases caps the leases of one session. Default 256.
-	MaxLeases int
-}
-
-// renewEvery is how often a session asks etcd to renew each of its leases
-// (see renewer).
-func (c Config) renewEvery() time.Duration { return c.TTL / 6 }
-
-func (c Config) lossMargin() time.Duration {
-	if c.LossMargin == 0 {
-		return c.TTL / 4
-	}
-	return c.LossMargin
-}
-
-// Default returns the documented defaults.
-func Default() Config {
-	return Config{
-		TTL: 10 * time.Second, GrantTimeout: 3 * time.Second,
-		RetryMin: 200 * time.Millisecond, RetryMax: time.Second,
-		KeysPerLease: 2048, MaxLeases: 256,
-	}
-}
-
-// Validate checks the fields and their relations.
-func (c Config) Validate() error {
-	switch {
-	case c.TTL < MinTTL:
-		return config.Invalid("lease.TTL", "lease TTL %v: must be at least %v", c.TTL, MinTTL)
-	case c.GrantTimeout <= 0 || c.GrantTimeout >= c.TTL:
-		return config.Invalid("lease.GrantTimeout", "grant timeout %v: must be positive and less than the lease TTL %v", c.GrantTimeout, c.TTL)
-	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
-		return config.Invalid("lease.RetryMin", "retry back-off %v..%v: need 0 < min <= max", c.RetryMin, c.RetryMax)
-	case c.LossMargin < 0 || c.LossMargin >= c.TTL/2:
-		return config.Invalid("lease.LossMargin", "loss margin %v: must be at least 0 and less than half the lease TTL %v", c.LossMargin, c.TTL)
-	case c.KeysPerLease < 1:
-		return config.Invalid("lease.KeysPerLease", "keys per lease %d: must be at least 1", c.KeysPerLease)
-	case c.MaxLeases < 1:
-		return config.Invalid("lease.MaxLeases", "max leases %d: must be at least 1", c.MaxLeases)
-	}
-	return nil
-}
-
-// TTLSeconds converts a TTL to etcd's whole seconds, rounding up.
-func TTLSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // ErrNoSession is returned by Keeper.Current while no session is alive.
 var ErrNoSession = errors.New("no etcd session")
@@ -129,6 +57,7 @@ type Session struct {
 	// heard first: its last renewal heard plus its TTL, less the margin.
 	until   map[clientv3.LeaseID]time.Time
 	renewed chan struct{}   // closed and replaced at each renewal heard
+	why     string          // why it ended by itself, once it did
 	heard   func(rev int64) // told the revision in each renewal's answer; nil: nobody
 }
 
@@ -220,15 +149,17 @@ func (s *Session) keep(id clientv3.LeaseID, left time.Duration) {
 // watch reads the renewals of one lease and ends the session when etcd
 // says the lease is gone or when they stop or come too late.
 func (s *Session) watch(id clientv3.LeaseID, ch <-chan renewal, first, margin time.Duration) {
-	defer s.finish()
 	t := time.NewTimer(first)
 	defer t.Stop()
+	heard := time.Now()
 	for {
 		select {
 		case a := <-ch:
 			if a.ttl <= 0 {
-				return // expired or revoked
+				s.endFor("etcd says lease %x is gone: it expired or was revoked", int64(id))
+				return
 			}
+			heard = a.at
 			if s.heard != nil && a.rev != 0 {
 				s.heard(a.rev)
 			}
@@ -241,10 +172,12 @@ func (s *Session) watch(id clientv3.LeaseID, ch <-chan renewal, first, margin ti
 			s.renewed = make(chan struct{})
 			s.mu.Unlock()
 			t.Reset(time.Until(until))
-		case <-t.C:
-			return // no renewal heard in time: etcd may expire the lease soon
+		case <-t.C: // etcd may expire the lease soon
+			s.endFor("no renewal of lease %x heard for %v", int64(id), time.Since(heard).Round(time.Millisecond))
+			return
 		case <-s.ctx.Done():
-			return // the session ended
+			s.finish() // revoked, or its context ended
+			return
 		}
 	}
 }
@@ -333,6 +266,29 @@ func (s *Session) revoke(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.GrantTimeout)
 	defer cancel()
 	_, _ = s.cli.Revoke(ctx, id)
+}
+
+// lostBecause says why the session ended by itself: etcd said a lease
+// was gone, or no renewal was heard in time, and why the keep-alive stream
+// last broke, if it did.
+func (s *Session) lostBecause() string {
+	s.mu.Lock()
+	why := s.why
+	s.mu.Unlock()
+	if err := s.renew.err(); err != nil {
+		why += "; the keep-alive stream last broke: " + err.Error()
+	}
+	return why
+}
+
+// endFor ends the session, saying why.
+func (s *Session) endFor(format string, args ...any) {
+	s.mu.Lock()
+	if s.why == "" {
+		s.why = fmt.Sprintf(format, args...)
+	}
+	s.mu.Unlock()
+	s.finish()
 }
 
 // TTL is the lease TTL.

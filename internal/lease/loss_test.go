@@ -59,6 +59,9 @@ func TestSessionEndsBeforeEtcdExpiresTheLease(t *testing.T) {
 		t.Fatal("the session did not end after etcd went silent")
 	}
 	told := time.Since(cut)
+	if why := s.lostBecause(); !strings.Contains(why, "no renewal of lease") {
+		t.Errorf("the session ended because %q; want no renewal heard", why)
+	}
 	ttl, err := direct.TimeToLive(ctx, s.ID())
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -35,33 +37,45 @@ type renewal struct {
 // loaded node turns it from rare to frequent. Asking every sixth of the
 // TTL leaves an ask waiting at each of the proxy's renewals; straight to
 // etcd, it renews twice as often as clientv3 would, at one small message
-// per lease each time.
+// per lease each time. An ask not yet answered is not repeated on the same
+// stream before two paces have passed: etcd answers a stream's asks one
+// after the other, and a slow etcd would otherwise pile them up.
 type renewer struct {
 	lc    pb.LeaseClient
 	every time.Duration // between two asks
-	retry time.Duration // before a stream that broke is opened again
+	retry backoff.ExponentialBackOff
 
-	mu    sync.Mutex
-	subs  map[clientv3.LeaseID]chan renewal
-	added chan clientv3.LeaseID // asked for at once, ahead of the pace
+	mu      sync.Mutex
+	subs    map[clientv3.LeaseID]chan renewal
+	fresh   map[clientv3.LeaseID]struct{} // added since the stream last asked
+	lastErr error                         // why the last stream broke
+	wake    chan struct{}                 // something was added
 }
 
-// newRenewer returns a renewer asking every `every`; run starts it.
-func newRenewer(cli *clientv3.Client, every, retry time.Duration) *renewer {
-	return &renewer{lc: clientv3.RetryLeaseClient(cli), every: every, retry: retry,
-		subs: map[clientv3.LeaseID]chan renewal{}, added: make(chan clientv3.LeaseID, 1)}
+// newRenewer returns a renewer asking every `every`, opening a stream
+// that broke again after retryMin, doubling up to at most every; run
+// starts it.
+func newRenewer(cli *clientv3.Client, every, retryMin time.Duration) *renewer {
+	r := &renewer{lc: clientv3.RetryLeaseClient(cli), every: every,
+		subs: map[clientv3.LeaseID]chan renewal{}, fresh: map[clientv3.LeaseID]struct{}{}, wake: make(chan struct{}, 1)}
+	// Varied by ±20%, so that the sidecars that lost a member together do
+	// not come back in step.
+	r.retry = backoff.ExponentialBackOff{InitialInterval: min(retryMin, every), RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: every}
+	r.retry.Reset()
+	return r
 }
 
-// add starts renewing id, at once, and returns the channel its answers
-// arrive on. The channel keeps the latest answer only.
+// add starts renewing id, asking at once, and returns the channel its
+// answers arrive on. The channel keeps the latest answer only.
 func (r *renewer) add(id clientv3.LeaseID) <-chan renewal {
 	ch := make(chan renewal, 1)
 	r.mu.Lock()
 	r.subs[id] = ch
+	r.fresh[id] = struct{}{}
 	r.mu.Unlock()
 	select {
-	case r.added <- id:
-	default: // the pace asks for it soon enough
+	case r.wake <- struct{}{}:
+	default: // already woken
 	}
 	return ch
 }
@@ -70,7 +84,15 @@ func (r *renewer) add(id clientv3.LeaseID) <-chan renewal {
 func (r *renewer) remove(id clientv3.LeaseID) {
 	r.mu.Lock()
 	delete(r.subs, id)
+	delete(r.fresh, id)
 	r.mu.Unlock()
+}
+
+// err returns why the last keep-alive stream broke, or nil.
+func (r *renewer) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastErr
 }
 
 // run keeps a keep-alive stream open until ctx ends, opening another one
@@ -78,46 +100,80 @@ func (r *renewer) remove(id clientv3.LeaseID) {
 // deadlines bound how long that may take.
 func (r *renewer) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		_ = r.stream(ctx)
+		answered, err := r.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.lastErr = err
+		r.mu.Unlock()
+		if answered {
+			r.retry.Reset()
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(r.retry):
+		case <-time.After(r.retry.NextBackOff()):
 		}
 	}
 }
 
 // stream opens one keep-alive stream and asks on it until it breaks or ctx
-// ends.
-func (r *renewer) stream(ctx context.Context) error {
+// ends. answered says whether an answer came on it.
+func (r *renewer) stream(ctx context.Context) (answered bool, err error) {
 	// Required to have a leader: a member cut off from the others ends the
 	// stream, and the next one may go to another member.
 	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	st, err := r.lc.LeaseKeepAlive(sctx, grpc.WaitForReady(true))
 	if err != nil {
-		return err
+		return false, err
 	}
+	asks := &asked{at: map[clientv3.LeaseID]time.Time{}}
 	recvd := make(chan error, 1)
-	go func() { recvd <- r.receive(st) }()
+	go func() { recvd <- r.receive(st, asks) }()
 	tick := time.NewTicker(r.every)
 	defer tick.Stop()
-	for err = r.ask(st, r.ids()...); err == nil; {
+	r.takeFresh()
+	for err = r.ask(st, asks, r.ids()); err == nil; {
 		select {
 		case <-tick.C:
-			err = r.ask(st, r.ids()...)
-		case id := <-r.added:
-			err = r.ask(st, id)
+			err = r.ask(st, asks, r.ids())
+		case <-r.wake:
+			err = r.ask(st, asks, r.takeFresh())
 		case err = <-recvd:
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
 	}
-	return err
+	return asks.answered(), err
 }
 
-// ask sends a renewal of each of ids.
-func (r *renewer) ask(st pb.Lease_LeaseKeepAliveClient, ids ...clientv3.LeaseID) error {
+// asked is what a stream asked and was answered.
+type asked struct {
+	mu  sync.Mutex
+	at  map[clientv3.LeaseID]time.Time // the asks not answered yet
+	any bool                           // an answer came
+}
+
+func (a *asked) answered() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.any
+}
+
+// ask sends a renewal of each of ids but those asked for less than two
+// paces ago and not answered yet.
+func (r *renewer) ask(st pb.Lease_LeaseKeepAliveClient, asks *asked, ids []clientv3.LeaseID) error {
+	now := time.Now()
 	for _, id := range ids {
+		asks.mu.Lock()
+		at, waiting := asks.at[id]
+		if waiting && now.Sub(at) < 2*r.every {
+			asks.mu.Unlock()
+			continue
+		}
+		asks.at[id] = now
+		asks.mu.Unlock()
 		if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
 			return err
 		}
@@ -127,7 +183,7 @@ func (r *renewer) ask(st pb.Lease_LeaseKeepAliveClient, ids ...clientv3.LeaseID)
 
 // receive hands each answer on the stream to its lease's channel until the
 // stream breaks.
-func (r *renewer) receive(st pb.Lease_LeaseKeepAliveClient) error {
+func (r *renewer) receive(st pb.Lease_LeaseKeepAliveClient, asks *asked) error {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -137,8 +193,13 @@ func (r *renewer) receive(st pb.Lease_LeaseKeepAliveClient) error {
 		if resp.Header != nil {
 			a.rev = resp.Header.Revision
 		}
+		id := clientv3.LeaseID(resp.ID)
+		asks.mu.Lock()
+		delete(asks.at, id)
+		asks.any = true
+		asks.mu.Unlock()
 		r.mu.Lock()
-		ch := r.subs[clientv3.LeaseID(resp.ID)]
+		ch := r.subs[id]
 		r.mu.Unlock()
 		if ch == nil {
 			continue
@@ -147,7 +208,10 @@ func (r *renewer) receive(st pb.Lease_LeaseKeepAliveClient) error {
 		case <-ch:
 		default:
 		}
-		ch <- a
+		select { // a stream that broke may still be handing its last one
+		case ch <- a:
+		default:
+		}
 	}
 }
 
@@ -159,5 +223,17 @@ func (r *renewer) ids() []clientv3.LeaseID {
 	for id := range r.subs {
 		ids = append(ids, id)
 	}
+	return ids
+}
+
+// takeFresh returns the leases added since it was last called.
+func (r *renewer) takeFresh() []clientv3.LeaseID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]clientv3.LeaseID, 0, len(r.fresh))
+	for id := range r.fresh {
+		ids = append(ids, id)
+	}
+	clear(r.fresh)
 	return ids
 }
