@@ -26,6 +26,7 @@ type held struct {
 	slot       int           // its place in the deadline queue; -1 when none
 	hold       bool          // bound to a hold stream
 	ending     chan struct{} // while a release or extend of ours is in flight (its delete is not a loss); closed as it settles
+	goneAt     int64         // the revision of a delete of its key heard while a change was in flight (0: none)
 	ended      bool          // the lock ended
 	watched    bool          // its lock's watch is open for it (hub.watchHeld)
 	inScope    bool          // counted among the scope watch's holds, with no lock watch
@@ -40,6 +41,16 @@ func (h *held) settleLocked() {
 	if h.ending != nil {
 		close(h.ending)
 		h.ending = nil
+	}
+}
+
+// goneAfterLocked has h lost, by its own goroutine, when a delete of
+// its key after revision rev was heard while an extend was in flight:
+// the extend's write went in, and then the key went (a force release,
+// say), a delete onDelete leaves to the change in flight.
+func (h *held) goneAfterLocked(rev int64) {
+	if h.goneAt > rev {
+		go h.lostByDelete()
 	}
 }
 

@@ -269,11 +269,20 @@ type counted struct {
 	readDelay     atomic.Int64                  // the way back of each First's answer, in ns: it was read before
 	answerGate    atomic.Pointer[chan struct{}] // when set, each First's answer waits for it to close
 	updateGate    atomic.Pointer[gate]          // when set, each Update says it started and waits for it to open
+	updatedGate   atomic.Pointer[gate]          // when set, each Update, once written, says so and waits for it to open
 }
 
 // gate holds a store call up: the call says it started on entered, then
 // waits until open is closed.
 type gate struct{ entered, open chan struct{} }
+
+// pass says a call came to g and waits for it to open; a nil g is open.
+func (g *gate) pass() {
+	if g != nil {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+}
 
 func (c *counted) Writes() int64 { return c.writes.Load() }
 func (c *counted) Reads() int64  { return c.reads.Load() }
@@ -335,11 +344,10 @@ func (c *counted) Snapshot(ctx context.Context, prefix string) ([]lockstore.Cont
 
 func (c *counted) Update(p lockstore.Put, create, mod int64) (lockstore.Outcome, error) {
 	c.writes.Add(1)
-	if g := c.updateGate.Load(); g != nil {
-		g.entered <- struct{}{}
-		<-g.open
-	}
-	return c.Store.Update(p, create, mod)
+	c.updateGate.Load().pass()
+	out, err := c.Store.Update(p, create, mod)
+	c.updatedGate.Load().pass()
+	return out, err
 }
 
 func (c *counted) Delete(key string, create int64) (lockstore.Outcome, error) {

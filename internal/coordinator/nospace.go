@@ -60,6 +60,7 @@ func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp ti
 		return Grant{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, h.owner))
 	}
 	e.recLocked() // what etcd has: the record with the deadline before
+	h.goneAfterLocked(0)
 	h.expiresAt, h.ttl = exp.UTC(), ttl
 	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
 	h.changedLocked(false)

@@ -136,6 +136,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	}
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
 	e.wroteLocked(h.etcdKey, h.fence, out.Rev, rec)
+	h.goneAfterLocked(out.Rev)
 	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
 	h.changedLocked(false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
@@ -225,11 +226,18 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	if u := c.units[key]; u != nil {
 		e = u
 	}
-	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence || e.held.ending != nil {
+	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence {
 		c.unlock()
 		return
 	}
 	h := e.held
+	if h.ending != nil {
+		// A release's own delete, or someone else's as an extend's write
+		// lands: the change, as it ends, tells which (goneAfterLocked).
+		h.goneAt = max(h.goneAt, modRev)
+		c.unlock()
+		return
+	}
 	c.unlock()
 	go h.lostByDelete()
 }
@@ -238,7 +246,6 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 // lease is gone too, force_released otherwise.
 func (h *held) lostByDelete() {
 	c := h.co
-	e := h.entry
 	reason := ForceReleased
 	ctx, cancel := c.cfg.etcdCtx(c.stop)
 	gone, err := c.store.leases.LeaseGone(ctx, h.lease)
@@ -248,7 +255,7 @@ func (h *held) lostByDelete() {
 	}
 	c.mu.Lock()
 	defer c.unlock()
-	if e.held == h && h.ending == nil {
+	if e := h.entry; e.held == h && h.ending == nil {
 		h.loseLocked(reason)
 		e.passTurnLocked()
 	}

@@ -205,6 +205,41 @@ func TestReleaseWaitsForAnExtendInFlight(t *testing.T) {
 	}
 }
 
+// TestDeletedAsExtendedIsNoticed: the lock's key deleted (a force
+// release) just after an extend's write went in, before the extend ended.
+// The watch hears the delete while the change is in flight, when a delete
+// may be the change's own; the extend's end must then have the lock lost,
+// not held in silence until its next renewal or its deadline.
+func TestDeletedAsExtendedIsNoticed(t *testing.T) {
+	parallel(t)
+	k := key(t, "extended")
+	a := newSidecar(t, "pod-a")
+	ctx := context.Background()
+	g := a.mustAcquire(t, k, "job")
+	keys := a.contenders(t, k)
+	written := gate{entered: make(chan struct{}), open: make(chan struct{})}
+	a.calls.updatedGate.Store(&written)
+	extended := make(chan error, 1)
+	go func() {
+		_, err := a.c.Extend(ctx, k, "job", time.Minute)
+		extended <- err
+	}()
+	<-written.entered // the extend's write is in; the extend has not ended
+	a.calls.updatedGate.Store(nil)
+	a.deleteKey(t, keys[0])
+	waitFor(t, 5*time.Second, "the watch to hear the delete", func() bool {
+		a.c.mu.Lock()
+		defer a.c.unlock()
+		h := a.c.locks[k.String()].held
+		return h != nil && h.goneAt != 0
+	})
+	close(written.open)
+	if err := <-extended; err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	wantLost(t, g, ForceReleased, "the holder was not told its key was deleted as it was extended")
+}
+
 func TestForceReleaseIsNoticed(t *testing.T) {
 	parallel(t)
 	k := key(t, "forced")

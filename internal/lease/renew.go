@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -219,21 +221,14 @@ func (r *renewer) receive(st pb.Lease_LeaseKeepAliveClient, asks *asked) error {
 func (r *renewer) ids() []clientv3.LeaseID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]clientv3.LeaseID, 0, len(r.subs))
-	for id := range r.subs {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(r.subs))
 }
 
 // takeFresh returns the leases added since it was last called.
 func (r *renewer) takeFresh() []clientv3.LeaseID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]clientv3.LeaseID, 0, len(r.fresh))
-	for id := range r.fresh {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Keys(r.fresh))
 	clear(r.fresh)
 	return ids
 }
