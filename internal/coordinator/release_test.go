@@ -173,11 +173,7 @@ func TestReleaseWaitsForAnExtendInFlight(t *testing.T) {
 	g := a.mustAcquire(t, k, "job")
 	held := gate{entered: make(chan struct{}), open: make(chan struct{})}
 	a.calls.updateGate.Store(&held)
-	extended := make(chan error, 1)
-	go func() {
-		_, err := a.c.Extend(ctx, k, "job", time.Minute)
-		extended <- err
-	}()
+	extended := extending(a, k, "job")
 	<-held.entered // the extend's write is in flight
 	a.calls.updateGate.Store(nil)
 	released := make(chan error, 1)
@@ -214,16 +210,11 @@ func TestDeletedAsExtendedIsNoticed(t *testing.T) {
 	parallel(t)
 	k := key(t, "extended")
 	a := newSidecar(t, "pod-a")
-	ctx := context.Background()
 	g := a.mustAcquire(t, k, "job")
 	keys := a.contenders(t, k)
 	written := gate{entered: make(chan struct{}), open: make(chan struct{})}
 	a.calls.updatedGate.Store(&written)
-	extended := make(chan error, 1)
-	go func() {
-		_, err := a.c.Extend(ctx, k, "job", time.Minute)
-		extended <- err
-	}()
+	extended := extending(a, k, "job")
 	<-written.entered // the extend's write is in; the extend has not ended
 	a.calls.updatedGate.Store(nil)
 	a.deleteKey(t, keys[0])
@@ -238,6 +229,17 @@ func TestDeletedAsExtendedIsNoticed(t *testing.T) {
 		t.Fatalf("extend: %v", err)
 	}
 	wantLost(t, g, ForceReleased, "the holder was not told its key was deleted as it was extended")
+}
+
+// extending extends owner's lock of k by a minute in the background, and
+// returns the channel its outcome arrives on.
+func extending(s *sidecar, k keyspace.Key, owner string) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		_, err := s.c.Extend(context.Background(), k, owner, time.Minute)
+		out <- err
+	}()
+	return out
 }
 
 func TestForceReleaseIsNoticed(t *testing.T) {

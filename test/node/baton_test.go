@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,19 +278,40 @@ func TestBatonOnANode(t *testing.T) {
 	})
 
 	t.Run("force release by annotation", func(t *testing.T) {
-		h := holding(t)
-		name := strings.TrimSpace(kubectl(t, "get", "locks", "-n", appNS, "-o", "jsonpath={.items[0].metadata.name}"))
-		start := time.Now()
-		kubectl(t, "annotate", "lock", name, "-n", appNS, "baton.dev/force-release=node test")
-		nextRun(t, h, start)
-		eventually(t, 30*time.Second, "SIGTERM to the holder's command", func() error {
-			for _, r := range checkPhases(t, log) {
-				if r.fence == h.fence && r.termed {
+		// A hold of its own, which no phase's end can beat: the app's runs
+		// last a second, less than kubectl and the controller may take on
+		// a busy node.
+		pod := strings.Fields(kubectlOut("get", "pods", "-n", appNS, "-o", "jsonpath={.items[*].metadata.name}"))[0]
+		logsOnFailure(t, []string{pod})
+		hold, out, ended := batonRunIn(t, pod, "--key", "forced/by-annotation", "--owner", "forced", "--ttl", "1m", "--",
+			"sh", "-c", `trap 'echo term; exit 143' TERM; echo "held $BATON_FENCE"; sleep 600 & wait $!`)
+		defer hold.Process.Kill()
+		var fence, name string
+		eventually(t, 30*time.Second, "the lock forced/by-annotation held and shown", func() error {
+			m := regexp.MustCompile(`held (\d+)`).FindStringSubmatch(out.String())
+			if m == nil {
+				return fmt.Errorf("baton run printed %q", out.String())
+			}
+			fence = m[1]
+			for _, l := range strings.Split(kubectlOut("get", "locks", "-n", appNS, "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.key} {.status.fence}{"\n"}{end}`), "\n") {
+				if f := strings.Fields(l); len(f) == 3 && f[1] == "forced/by-annotation" && f[2] == fence {
+					name = f[0]
 					return nil
 				}
 			}
-			return fmt.Errorf("no term line for fence %d", h.fence)
+			return fmt.Errorf("no Lock object shows fence %s", fence)
 		})
+		start := time.Now()
+		kubectl(t, "annotate", "lock", name, "-n", appNS, "baton.dev/force-release=node test")
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("baton run still runs 30s after the force release: %s", out.String())
+		}
+		if code := hold.ProcessState.ExitCode(); code != 70 || !strings.Contains(out.String(), "term") || !strings.Contains(out.String(), "force release") {
+			t.Errorf("baton run after the force release: exit %d, %s; want 70, its command stopped (term) and the force release named", code, out.String())
+		}
+		t.Logf("the holder's command was stopped %v after the annotation", time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("etcd's backups: the first by itself, one more by hand, as docs/operations.md shows", func(t *testing.T) {
@@ -318,8 +340,9 @@ func TestBatonOnANode(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, 30*time.Second, "the lock shown Free", func() error {
-			if phases := kubectl(t, "get", "locks", "-n", appNS, "-o", "jsonpath={.items[*].status.phase}"); strings.TrimSpace(phases) != "Free" {
+		eventually(t, 30*time.Second, "every lock shown Free", func() error {
+			phases := strings.Fields(kubectl(t, "get", "locks", "-n", appNS, "-o", "jsonpath={.items[*].status.phase}"))
+			if len(phases) == 0 || slices.ContainsFunc(phases, func(p string) bool { return p != "Free" }) {
 				return fmt.Errorf("phases %q", phases)
 			}
 			return nil

@@ -169,6 +169,25 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 	})
 }
 
+// batonRunIn starts baton run with args in pod's worker container, and
+// returns it, what it prints, and a channel closed when it ends.
+func batonRunIn(t *testing.T, pod string, args ...string) (*exec.Cmd, *syncBuffer, <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"exec", "-n", appNS, pod, "-c", "worker", "--", "baton", "run"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(ended)
+	}()
+	return cmd, out, ended
+}
+
 // holdThrough starts baton run in pod holding the lock nospace/held with a
 // ttl of 6s through a hold stream, its command waiting for the file
 // /tmp/nospace-done, and returns it, what it prints, its fence, and a
