@@ -1,24 +1,34 @@
 package coordinator
 
-import "github.com/baton-dev/baton/internal/keyspace"
+import (
+	"context"
+
+	"github.com/baton-dev/baton/internal/keyspace"
+)
 
 // The scope's watch stands in for the lock watches of a sidecar that needs
-// more than Config.MaxLockWatches of them (see hub).
+// more than Config.MaxLockWatches of them (see hub). The switch to it and
+// back is made under hub.mu, which every change of a need takes while the
+// scope is watched, and none takes otherwise: a need counts itself in
+// hub.needed before it looks at hub.scope, and the switch to the scope sets
+// hub.scope before it counts them, so one of the two sees the other.
 
 // watchHeld is need for a lock held here, but while the scope is watched
 // it keeps no record of the lock: the lock counts among the scope's holds,
 // and the scope stays watched until they end (a sidecar holding 100 000
 // locks keeps no record of each). inScope says which; unwatchHeld undoes it.
 func (h *hub) watchHeld(k keyspace.Key, since int64) (inScope bool) {
-	h.mu.Lock()
-	if h.scope != nil {
-		h.scopeHolds++
-		h.needed++
-		h.scopeLocked()
+	if h.scope.Load() != nil {
+		h.mu.Lock()
+		if h.scope.Load() != nil {
+			h.scopeHolds++
+			h.needed.Add(1)
+			h.scopeLocked()
+			h.mu.Unlock()
+			return true
+		}
 		h.mu.Unlock()
-		return true
 	}
-	h.mu.Unlock()
 	h.need(k, since)
 	return false
 }
@@ -31,7 +41,18 @@ func (h *hub) unwatchHeld(k keyspace.Key, inScope bool) {
 	}
 	h.mu.Lock()
 	h.scopeHolds--
-	h.needed--
+	h.needed.Add(-1)
+	h.scopeLocked()
+	h.mu.Unlock()
+}
+
+// rescope has the switch between the scope's watch and the locks' made,
+// after a need changed, when the count of needs may call for it.
+func (h *hub) rescope() {
+	if h.scope.Load() == nil && h.needed.Load() <= int64(h.maxLocks) {
+		return
+	}
+	h.mu.Lock()
 	h.scopeLocked()
 	h.mu.Unlock()
 }
@@ -40,21 +61,60 @@ func (h *hub) unwatchHeld(k keyspace.Key, inScope bool) {
 // and the locks again once at most half as many do and no lock counts
 // among the scope's holds.
 func (h *hub) scopeLocked() {
-	keep := h.needed > h.maxLocks/2 || h.scopeHolds > 0
+	sc := h.scope.Load()
+	if sc == nil {
+		if h.needed.Load() <= int64(h.maxLocks) {
+			return
+		}
+		sc = &lockWatch{need: 1}
+		h.scope.Store(sc) // before needed is read again, below
+		h.log.Info("watching the scope rather than each lock", "locks", h.needed.Load(), "max", h.maxLocks)
+		h.startLocked(sc)
+	}
+	keep := h.needed.Load() > int64(h.maxLocks/2) || h.scopeHolds > 0
 	switch {
-	case h.needed > h.maxLocks && h.scope == nil:
-		h.scope = &lockWatch{need: 1}
-		h.scoping.Store(true)
-		h.log.Info("watching the scope rather than each lock", "locks", h.needed, "max", h.maxLocks)
-		h.startLocked(h.scope)
-	case h.scope != nil && keep && h.scope.need == 0:
-		h.scope.need = 1
-		poke(h.scope.wake)
-	case h.scope != nil && !keep:
-		h.scope.need = 0
+	case keep && sc.need == 0:
+		sc.need = 1
+		poke(sc.wake)
+	case !keep:
+		sc.need = 0
 	}
 }
 
-// scopeCoversLocked reports whether the scope's watch is established and
-// stands in for the lock watches.
-func (h *hub) scopeCoversLocked() bool { return h.scope != nil && h.scope.open.Load() != 0 }
+// scopeCovers reports whether the scope's watch is established and stands
+// in for the lock watches.
+func (h *hub) scopeCovers() bool {
+	sc := h.scope.Load()
+	return sc != nil && sc.open.Load() != 0
+}
+
+// keepScopeOpen is keepOpen for the scope's watch: once it is not needed,
+// the lock watches it stood in for start.
+func (h *hub) keepScopeOpen(ctx context.Context, sc *lockWatch) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ctx.Err() == nil && sc.need > 0 {
+		return true
+	}
+	sc.running = false
+	h.setFailing(sc, false)
+	h.scope.Store(nil) // before they look whether they may start
+	h.startNeeded()
+	return false
+}
+
+// idle reports whether lw's watch is not needed now (its goroutine ends
+// once that has lasted a linger). For the scope's, it first has the switch
+// made again: a need that changed as the scope's watch took over may not
+// have.
+func (h *hub) idle(lw *lockWatch) bool {
+	if lw.key.IsZero() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.scopeLocked()
+		return lw.need == 0
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return h.lockDoneLocked(lw)
+}

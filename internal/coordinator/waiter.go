@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -23,11 +22,7 @@ type waiter struct {
 // waiter, and its watch open until done.
 func (h *hub) register(k keyspace.Key) *waiter {
 	w := &waiter{notify: make(chan struct{}, 1), gone: map[string]deletion{}}
-	h.mu.Lock()
-	lw := h.needLocked(k, 0)
-	regs := append(slices.Clip(lw.waiters()), w)
-	lw.regs.Store(&regs)
-	h.mu.Unlock()
+	h.needFor(k, 0, w)
 	return w
 }
 
@@ -38,30 +33,6 @@ func (lw *lockWatch) waiters() []*waiter {
 		return *regs
 	}
 	return nil
-}
-
-// done undoes, in one hold of the mutex, a waiter's need of k (needed)
-// and, when it registered w (not nil), its registration.
-func (h *hub) done(k keyspace.Key, w *waiter, needed bool) {
-	if w == nil && !needed {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	lw := h.locks[k]
-	if lw == nil {
-		return
-	}
-	d := 0
-	if needed {
-		d--
-	}
-	if w != nil {
-		regs := slices.DeleteFunc(slices.Clone(lw.waiters()), func(o *waiter) bool { return o == w })
-		lw.regs.Store(&regs)
-		d-- // the registration's need
-	}
-	h.addNeedLocked(lw, d)
 }
 
 // note takes in a delete under the waiter's lock.

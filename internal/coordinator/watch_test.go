@@ -19,14 +19,13 @@ func (s *sidecar) watchOpen() bool {
 
 // watchedLocks returns the locks whose watch is established.
 func (s *sidecar) watchedLocks() []string {
-	s.c.hub.mu.Lock()
-	defer s.c.hub.mu.Unlock()
 	var ks []string
-	for _, lw := range s.c.hub.locks {
-		if lw.open.Load() != 0 {
+	s.c.hub.locks.Range(func(_, v any) bool {
+		if lw := v.(*lockWatch); lw.open.Load() != 0 {
 			ks = append(ks, lw.key.String())
 		}
-	}
+		return true
+	})
 	return ks
 }
 
@@ -304,20 +303,18 @@ func TestManyLocksWatchTheScope(t *testing.T) {
 	few := func(c *Config) { c.WatchDelay, c.WatchLinger, c.MaxLockWatches = 0, 100*time.Millisecond, max }
 	a, b := newSidecar(t, "pod-a", few), newSidecar(t, "pod-b", few)
 	ctx := context.Background()
-	scopeOpen := func() bool {
-		a.c.hub.mu.Lock()
-		defer a.c.hub.mu.Unlock()
-		return a.c.hub.scopeCoversLocked()
-	}
+	scopeOpen := a.c.hub.scopeCovers
 	lockWatches := func() int {
-		a.c.hub.mu.Lock()
-		defer a.c.hub.mu.Unlock()
 		n := 0
-		for _, lw := range a.c.hub.locks {
+		a.c.hub.locks.Range(func(_, v any) bool {
+			lw := v.(*lockWatch)
+			lw.mu.Lock()
 			if lw.running {
 				n++
 			}
-		}
+			lw.mu.Unlock()
+			return true
+		})
 		return n
 	}
 	var ks []keyspace.Key
@@ -330,7 +327,7 @@ func TestManyLocksWatchTheScope(t *testing.T) {
 	later := key(t, "many-later")
 	a.mustAcquire(t, later, "o")
 	a.c.hub.mu.Lock()
-	_, recorded := a.c.hub.locks[later]
+	_, recorded := a.c.hub.locks.Load(later)
 	holds := a.c.hub.scopeHolds
 	a.c.hub.mu.Unlock()
 	if recorded || holds != 1 {
@@ -369,11 +366,7 @@ func TestManyLocksWatchTheScope(t *testing.T) {
 			t.Fatalf("release %s: %v", l.k, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the scope's watch closed", func() bool {
-		a.c.hub.mu.Lock()
-		defer a.c.hub.mu.Unlock()
-		return a.c.hub.scope == nil
-	})
+	waitFor(t, 5*time.Second, "the scope's watch closed", func() bool { return a.c.hub.scope.Load() == nil })
 	g := a.mustAcquire(t, ks[0], "again")
 	waitFor(t, 5*time.Second, "the lock's own watch", func() bool { return slices.Equal(a.watchedLocks(), []string{ks[0].String()}) })
 	a.deleteKey(t, a.contenders(t, ks[0])[0])
