@@ -61,7 +61,8 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 		h.holdLocked(max(c.clock.Until(expires), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.
-		e.contendLocked(h.etcdKey, h.fence, ct.Mod, h.lease, rec)
+		e.placing.Store(&contenderRecord{key: h.etcdKey, create: h.fence, mod: ct.Mod, lease: h.lease, wrote: rec})
+		e.publishLaterLocked()
 		adopted++
 		c.log.Info("lock kept across a restart", "lock", k.String(), "owner", h.owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	}

@@ -90,7 +90,7 @@ func storesOf(s lockstore.Store) stores {
 }
 
 // entry is the local state of one lock. All fields are guarded by
-// Coordinator.mu.
+// Coordinator.mu, but for the atomics.
 type entry struct {
 	co   *Coordinator // the registry of lines and the session they share
 	key  keyspace.Key
@@ -114,6 +114,10 @@ type entry struct {
 	flights uint64
 
 	rec *contenderRecord // the contender key of the turn's owner; nil when none
+	// placing is a waiter's contender key, written to etcd and not yet
+	// taken into rec: set without mu, taken in by whoever looks at rec
+	// next under it (adoptPlacedLocked).
+	placing atomic.Pointer[contenderRecord]
 
 	// The flags last, together: a sidecar keeps an entry per held lock.
 	busy       bool // the turn is taken

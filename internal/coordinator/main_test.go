@@ -268,6 +268,7 @@ type counted struct {
 	deletes       atomic.Int64                  // deletes the watches delivered
 	readDelay     atomic.Int64                  // the way back of each First's answer, in ns: it was read before
 	answerGate    atomic.Pointer[chan struct{}] // when set, each First's answer waits for it to close
+	queueGate     atomic.Pointer[gate]          // when set, each Queue says it started and waits for it to open
 	updateGate    atomic.Pointer[gate]          // when set, each Update says it started and waits for it to open
 	updatedGate   atomic.Pointer[gate]          // when set, each Update, once written, says so and waits for it to open
 }
@@ -294,6 +295,7 @@ func (c *counted) Try(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 
 func (c *counted) Queue(lock string, p lockstore.Put) (lockstore.Outcome, error) {
 	c.writes.Add(1)
+	c.queueGate.Load().pass()
 	return c.Store.Queue(lock, p)
 }
 

@@ -53,20 +53,24 @@ func (h *held) recordOf() keyspace.Holder {
 	return r
 }
 
-// contendLocked notes that e's contender key was written, created at
-// revision create (and last written at mod) with rec under lease id,
-// unless it is noted already; then writes the record again later if it
-// does not say what is true here (a waiter just granted, say).
-func (e *entry) contendLocked(key string, create, mod int64, id lockstore.LeaseID, rec keyspace.Holder) {
-	if r := e.rec; r == nil || r.key != key || r.create != create {
-		e.rec = &contenderRecord{key: key, create: create, mod: mod, lease: id, wrote: rec}
+// adoptPlacedLocked takes in, as e's contender record, the key noted
+// without the mutex (entry.placing: a waiter's, once queued; a lock's kept
+// across a restart), unless that key is noted already. Every look at e.rec
+// under the mutex starts here.
+func (e *entry) adoptPlacedLocked() {
+	r := e.placing.Swap(nil)
+	if r == nil {
+		return
 	}
-	e.publishLaterLocked()
+	if was := e.rec; was == nil || was.key != r.key || was.create != r.create {
+		e.rec = r
+	}
 }
 
 // recLocked returns e's contender record, made from its holder when it
 // keeps none (etcd then has the holder's record with nobody queued).
 func (e *entry) recLocked() *contenderRecord {
+	e.adoptPlacedLocked()
 	if h := e.held; e.rec == nil && h != nil {
 		e.rec = &contenderRecord{key: h.etcdKey, create: h.fence, mod: h.mod, lease: h.lease, wrote: h.recordOf()}
 	}
@@ -87,6 +91,7 @@ func (e *entry) wantLocked() keyspace.Holder {
 // (created at create) at revision rev, and writes it again later if the
 // lock's state here has moved on meanwhile.
 func (e *entry) wroteLocked(key string, create, rev int64, rec keyspace.Holder) {
+	e.adoptPlacedLocked()
 	switch r := e.rec; {
 	case r == nil:
 		h := e.held
@@ -116,6 +121,7 @@ func (e *entry) publishLaterLocked() {
 
 func (e *entry) publishAfterLocked(d time.Duration) {
 	c := e.co
+	e.adoptPlacedLocked()
 	if e.rec == nil && e.queued.Load() == 0 {
 		return // nothing to write, and nothing to keep
 	}
@@ -145,6 +151,7 @@ func (e *entry) publish() {
 	defer c.unlock()
 	defer e.unrefLocked() // the timer's reference
 	e.publishDue = false
+	e.adoptPlacedLocked()
 	r := e.rec
 	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending != nil) {
 		// The key is being deleted, or an extend in flight reports back.

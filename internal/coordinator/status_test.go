@@ -254,6 +254,60 @@ func TestWaitersCountCallers(t *testing.T) {
 	}
 }
 
+// TestQueuedAsItQueues: a caller that queues here behind a waiter whose
+// key is being written (its record made, saying nobody queues behind it)
+// is counted in that record once the key is written. The key is noted
+// with no mutex, so it is the waiter that sees the queue moved.
+func TestQueuedAsItQueues(t *testing.T) {
+	parallel(t)
+	k := key(t, "queued-as-it-queues")
+	a, b := newSidecar(t, "pod-a"), newSidecar(t, "pod-b")
+	b.mustAcquire(t, k, "holder")
+	writing := gate{entered: make(chan struct{}), open: make(chan struct{})}
+	a.calls.queueGate.Store(&writing)
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := a.acquire(t, k, "first", time.Minute)
+		first <- err
+	}()
+	<-writing.entered // first's key is being written, with Queued 0
+	a.calls.queueGate.Store(nil)
+	go func() {
+		_, err := a.acquire(t, k, "second", time.Minute)
+		second <- err
+	}()
+	waitFor(t, 5*time.Second, "second queued behind first", func() bool {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		e := a.c.locks[k.String()]
+		return e != nil && e.queued.Load() == 1
+	})
+	close(writing.open)
+	waitFor(t, 5*time.Second, "first's record counting second", func() bool {
+		cs, _, err := a.raw.Contenders(context.Background(), a.c.Layout().LockPrefix(k), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if c.Holder.Owner == "first" {
+				return c.Holder.Queued == 1
+			}
+		}
+		return false
+	})
+	if _, err := b.c.Release(context.Background(), k, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	a.mustRelease(t, k, "first")
+	if err := <-second; err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	a.mustRelease(t, k, "second")
+}
+
 // TestVisitHeldRunsNothingUnderTheLock: VisitHeld's callback runs with the
 // engine's mutex let go (the metrics' scrape reads the held locks with it:
 // under the mutex, every lock operation waited for it), so it may even

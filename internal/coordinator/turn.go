@@ -127,6 +127,7 @@ func (e *entry) awaitTurn(ctx context.Context, ch chan struct{}, waiter bool) er
 func (e *entry) passTurnLocked() {
 	e.retiring = false
 	e.rec = nil // the key is gone, or goes with its session
+	e.placing.Store(nil)
 	if len(e.queue) == 0 {
 		e.busy = false
 		e.dropIfIdleLocked()

@@ -220,7 +220,9 @@ func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, key
 
 // placed takes in the outcome of the write that queued p (Queue or Join),
 // which wrote rec; on failure p's key is being deleted and the turn
-// passes on.
+// passes on. On success it notes the key with no mutex (entry.placing):
+// the next look at the lock's record under Coordinator.mu (a change of its
+// queue, the grant) takes it in.
 func (e *entry) placed(p *place, rec keyspace.Holder, out lockstore.Outcome, err error, op string) error {
 	c := e.co
 	if err != nil {
@@ -234,9 +236,15 @@ func (e *entry) placed(p *place, rec keyspace.Holder, out lockstore.Outcome, err
 		return fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
 	p.rev = out.Rev
-	c.mu.Lock()
-	e.contendLocked(p.key, p.rev, p.rev, p.lease, rec)
-	c.unlock()
+	e.placing.Store(&contenderRecord{key: p.key, create: p.rev, mod: p.rev, lease: p.lease, wrote: rec})
+	if e.queued.Load() != int32(rec.Queued) {
+		// The queue behind it moved since its record was made: it is
+		// written again. (A change from now on finds the key placed: a
+		// change counts itself in before it looks.)
+		c.mu.Lock()
+		e.publishLaterLocked()
+		c.unlock()
+	}
 	return nil
 }
 
