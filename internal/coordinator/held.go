@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -160,40 +159,59 @@ func (h *held) changedLocked(ended bool) {
 // key deleted as it is granted, its delete delivered before the grant
 // indexed it, is lost rather than held in silence.
 type heldIndex struct {
-	m      sync.Map // etcd key → *held
-	n      atomic.Int64
+	// mu guards m, a map of its own rather than a sync.Map: a sidecar may
+	// hold 100 000 locks, and a sync.Map's entry costs several times a
+	// map's.
+	mu     sync.RWMutex
+	m      map[string]*held // etcd key → its holder
 	missed missedDeletes
 }
 
 // add indexes h's key, and returns the revision of a delete of it that
 // the watch delivered before (0: none).
 func (x *heldIndex) add(h *held) int64 {
-	if _, had := x.m.Swap(h.etcdKey, h); !had {
-		x.n.Add(1)
+	x.mu.Lock()
+	if x.m == nil {
+		x.m = map[string]*held{}
 	}
+	x.m[h.etcdKey] = h
+	x.mu.Unlock()
 	return x.missed.of(h.etcdKey) // after the index: deleted sees one or the other
 }
 
 // remove forgets h's key, unless another holder has it since.
 func (x *heldIndex) remove(h *held) {
-	if x.m.CompareAndDelete(h.etcdKey, h) {
-		x.n.Add(-1)
+	x.mu.Lock()
+	if x.m[h.etcdKey] == h {
+		delete(x.m, h.etcdKey)
 	}
+	x.mu.Unlock()
 }
 
 // deleted takes in a delete of key at rev that the watch delivered, and
 // reports whether key is held here.
 func (x *heldIndex) deleted(key string, rev int64) bool {
-	if _, ok := x.m.Load(key); ok {
+	if x.has(key) {
 		return true
 	}
 	x.missed.note(key, rev)
-	_, ok := x.m.Load(key) // indexed meanwhile: add may not have seen the note
+	return x.has(key) // indexed meanwhile: add may not have seen the note
+}
+
+// has reports whether key is held here.
+func (x *heldIndex) has(key string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, ok := x.m[key]
 	return ok
 }
 
 // len is the number of keys held here.
-func (x *heldIndex) len() int64 { return x.n.Load() }
+func (x *heldIndex) len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.m)
+}
 
 // missedDeletes remembers the last deletes of keys not held here when the
 // watch delivered them, the revision of each, with a mutex of its own.
