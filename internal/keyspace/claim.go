@@ -1,7 +1,5 @@
 package keyspace
 
-import "fmt"
-
 // A lock's contenders stand in one line, ordered by create revision, and
 // what each asks for is its Claim, carried in its holder record:
 //
@@ -11,7 +9,8 @@ import "fmt"
 //   - units (Limit N, Weight w): w of the N units of a semaphore.
 //
 // The holders are the longest front of the line that may hold together
-// (Holders): an exclusive contender alone, readers up to the first writer,
+// (Holders, as the first contender's Admission says): an exclusive
+// contender alone, readers up to the first writer,
 // units up to the first claim that does not fit. Nobody passes a contender
 // that does not fit yet: a heavy claim at the front is not starved by light
 // ones behind it, and a queued writer blocks the readers that came after
@@ -58,15 +57,7 @@ func (c Claim) Units() int {
 
 // Kind names the sort of lock c contends for, for messages: "a mutex", "a
 // read/write lock", "a semaphore of 4 units".
-func (c Claim) Kind() string {
-	switch {
-	case c.Limit > 0:
-		return fmt.Sprintf("a semaphore of %d units", c.Limit)
-	case c.Mode == Read:
-		return "a read/write lock"
-	}
-	return "a lock (mutex or read/write)"
-}
+func (c Claim) Kind() string { return c.Admission().Kind() }
 
 // Agrees reports whether c and d may stand in one line: a semaphore's
 // contenders agree on its limit, and a semaphore is not a read/write lock.
@@ -80,34 +71,6 @@ func ClaimOf(h Holder) Claim {
 		return Claim{}
 	}
 	return h.Claim
-}
-
-// Holders returns how many contenders at the front of line, ordered by
-// create revision, hold the lock together.
-func Holders(line []Claim) int {
-	if len(line) == 0 {
-		return 0
-	}
-	first := line[0]
-	switch {
-	case first.Limit > 0:
-		units := 0
-		for i, c := range line {
-			if c.Limit == 0 || units+c.Units() > first.Limit {
-				return i
-			}
-			units += c.Units()
-		}
-	case first.Mode == Read:
-		for i, c := range line {
-			if c.Mode != Read || c.Limit != 0 {
-				return i
-			}
-		}
-	default:
-		return 1
-	}
-	return len(line)
 }
 
 // InForce returns the claim of the first Baton contender of line, whose

@@ -39,9 +39,10 @@ func TestHolders(t *testing.T) {
 	}
 }
 
-// TestHoldersProperties checks, over random lines, what the coordinator
-// relies on: never more units held than the limit, never a writer with
-// anyone, and a holder stays a holder whoever ahead of it leaves.
+// TestHoldersProperties checks, over random lines of every admission's
+// claims, what the coordinator relies on: never more units held than the
+// limit, never a writer with anyone, and a holder stays a holder whoever
+// ahead of it leaves.
 func TestHoldersProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	claims := []Claim{excl, read, read, units(4, 1), units(4, 2), units(4, 4)}
