@@ -231,6 +231,32 @@ func TestDeletedAsExtendedIsNoticed(t *testing.T) {
 	wantLost(t, g, ForceReleased, "the holder was not told its key was deleted as it was extended")
 }
 
+// TestForceReleasedAsExtendedHere: a force release through the holder's
+// own sidecar, just after an extend's write went in and before the extend
+// ended, is not taken in at once (the holder's change is in flight), and
+// still loses the lock soon after the extend ends, though the lock is
+// young (its watch delay is a minute): the delete reaches onDelete, which
+// loses it.
+func TestForceReleasedAsExtendedHere(t *testing.T) {
+	parallel(t)
+	k := key(t, "forced-as-extended")
+	a := newSidecar(t, "pod-a", func(c *Config) { c.WatchDelay = time.Minute })
+	g := a.mustAcquire(t, k, "job")
+	written := gate{entered: make(chan struct{}), open: make(chan struct{})}
+	a.calls.updatedGate.Store(&written)
+	extended := extending(a, k, "job")
+	<-written.entered // the extend's write is in; the extend has not ended
+	a.calls.updatedGate.Store(nil)
+	if _, err := a.c.ForceRelease(context.Background(), k, g.Fence, "test"); err != nil {
+		t.Fatalf("force release: %v", err)
+	}
+	close(written.open)
+	if err := <-extended; err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	wantLost(t, g, ForceReleased, "the holder was not told of a force release here as it was extended")
+}
+
 // extending extends owner's lock of k by a minute in the background, and
 // returns the channel its outcome arrives on.
 func extending(s *sidecar, k keyspace.Key, owner string) <-chan error {
