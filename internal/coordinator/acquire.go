@@ -346,10 +346,11 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 	}
 	h := &held{
 		owner: req.Owner, entry: e, fence: fence, etcdKey: key, sess: sess, lease: id, hold: req.Hold,
-		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL, co: c,
+		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL,
 	}
 	if req.MaxHold > 0 {
-		h.capAt = rec.AcquiredAt.Add(req.MaxHold)
+		capAt := rec.AcquiredAt.Add(req.MaxHold)
+		h.capAt = &capAt
 	}
 	h.holdLocked(req.TTL, req.Hold) // the holder takes the caller's reference to e
 	e.trying = nil                  // the holder answers the lock's tries here now

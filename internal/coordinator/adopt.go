@@ -57,7 +57,7 @@ func (c *Coordinator) Adopt(ctx context.Context, sess lockstore.Session, previou
 			expires = d
 		}
 		h := &held{owner: rec.Owner, entry: e, fence: ct.Create, etcdKey: ct.Key, sess: sess, lease: ct.Lease,
-			acquiredAt: rec.AcquiredAt, expiresAt: expires, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt), co: c}
+			acquiredAt: rec.AcquiredAt, expiresAt: expires, ttl: rec.ExpiresAt.Sub(rec.AcquiredAt)}
 		h.holdLocked(max(c.clock.Until(expires), 0), true)
 		// The callers the record counts as queued here died with the
 		// earlier process.

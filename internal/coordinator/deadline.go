@@ -25,11 +25,11 @@ func (q deadlineQueue) Len() int           { return len(q) }
 func (q deadlineQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
 func (q deadlineQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].slot, q[j].slot = i, j
+	q[i].slot, q[j].slot = int32(i), int32(j)
 }
 func (q *deadlineQueue) Push(x any) {
 	h := x.(*held)
-	h.slot = len(*q)
+	h.slot = int32(len(*q))
 	*q = append(*q, h)
 }
 func (q *deadlineQueue) Pop() any {
@@ -44,15 +44,15 @@ func (q *deadlineQueue) Pop() any {
 // holds reports whether h is in the queue (its slot may be stale or the
 // zero value of a new held).
 func (q deadlineQueue) holds(h *held) bool {
-	return h.slot >= 0 && h.slot < len(q) && q[h.slot] == h
+	return h.slot >= 0 && int(h.slot) < len(q) && q[h.slot] == h
 }
 
 // arm makes h's deadline fire in d (again, if it was set).
-func (d *deadlines) arm(e *entry, h *held, in time.Duration) {
-	h.entry, h.due = e, d.clock.Now().Add(in)
+func (d *deadlines) arm(h *held, in time.Duration) {
+	h.due = d.clock.Now().Add(in)
 	q := &d.queue
 	if q.holds(h) {
-		heap.Fix(q, h.slot)
+		heap.Fix(q, int(h.slot))
 	} else {
 		heap.Push(q, h)
 	}
@@ -63,7 +63,7 @@ func (d *deadlines) arm(e *entry, h *held, in time.Duration) {
 func (d *deadlines) disarm(h *held) {
 	q := &d.queue
 	if q.holds(h) {
-		heap.Remove(q, h.slot)
+		heap.Remove(q, int(h.slot))
 	}
 	h.slot = -1
 }

@@ -45,7 +45,7 @@ func (e *DelayedError) Is(target error) bool { return target == ErrHeld }
 // markerOf is the lock-delay marker h deletes when it lets go cleanly; ""
 // when it was granted without a lock delay.
 func (h *held) markerOf() string {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	if keyspace.IsDelayContender(h.etcdKey) {
 		return c.layout.Delay(e.key)

@@ -62,9 +62,9 @@ func (g Grant) ValidFor(now time.Time) time.Duration {
 	if g.h == nil {
 		return 0
 	}
-	g.h.co.mu.Lock()
+	g.h.entry.co.mu.Lock()
 	ended := g.h.ended
-	g.h.co.unlock()
+	g.h.entry.co.unlock()
 	until := g.h.sess.ValidUntil()
 	if ended || until.IsZero() {
 		return 0
@@ -88,14 +88,14 @@ func (g Grant) Err() error {
 	if g.h == nil {
 		return nil
 	}
-	g.h.co.mu.Lock()
-	defer g.h.co.unlock()
-	if g.h.ended && g.h.lost != nil {
-		return g.h.lost
+	g.h.entry.co.mu.Lock()
+	defer g.h.entry.co.unlock()
+	if lost := g.h.lostErr(); g.h.ended && lost != nil {
+		return lost
 	}
 	return nil
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.capAt, Claim: h.claim(), h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.maxHoldAt(), Claim: h.claim(), h: h}
 }

@@ -8,30 +8,63 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// held is a lock granted to a local owner.
+// held is a lock granted to a local owner. A sidecar may hold 100 000
+// locks: what few of them need (a max hold, how one ended) is behind a
+// pointer, and the fields are ordered so that a held is 192 bytes.
 type held struct {
 	owner      string
-	fence      int64
 	etcdKey    string
 	sess       lockstore.Session
+	fence      int64
 	lease      lockstore.LeaseID // the lease of sess that carries etcdKey
 	mod        int64             // the revision of the last write of etcdKey that etcd took, while entry.rec keeps none
+	ttl        time.Duration     // the window each grant, extend or renewal sets
 	acquiredAt time.Time
 	expiresAt  time.Time
-	ttl        time.Duration // the window each grant, extend or renewal sets
-	capAt      time.Time     // the request's max hold: no deadline goes past it; zero when none
-	entry      *entry        // the lock's entry: its claim, and for its deadline
 	due        time.Time     // when its deadline fires
-	slot       int           // its place in the deadline queue; -1 when none
-	hold       bool          // bound to a hold stream
+	capAt      *time.Time    // the request's max hold: no deadline goes past it; nil when none. Never changes
+	entry      *entry        // the lock's entry: its claim, its deadline, and its registry (entry.co, whose mu guards the rest). Never changes
 	ending     chan struct{} // while a release or extend of ours is in flight (its delete is not a loss); closed as it settles
-	goneAt     int64         // the revision of a delete of its key heard while a change was in flight (0: none)
+	end        *heldEnd      // made when first needed: most locks are released without
+	slot       int32         // its place in the deadline queue; -1 when none
+	hold       bool          // bound to a hold stream
 	ended      bool          // the lock ended
 	watched    bool          // its lock's watch is open for it (hub.watchHeld)
 	inScope    bool          // counted among the scope watch's holds, with no lock watch
-	co         *Coordinator  // whose mu guards ended, done and lost for Grant
-	done       chan struct{} // closed when the lock ends; made when first asked for, as most locks never are
-	lost       *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// heldEnd is what a held lock's end needs: who waits for it, why it was
+// lost, and a delete heard while a change was in flight. Guarded by
+// Coordinator.mu.
+type heldEnd struct {
+	goneAt int64         // the revision of a delete of its key heard while a change was in flight (0: none)
+	done   chan struct{} // closed when the lock ends; made when first asked for
+	lost   *LostError    // why it ended, when not by its owner's release; set before it ends
+}
+
+// endOf returns h's heldEnd, made if need be; Coordinator.mu is held.
+func (h *held) endOf() *heldEnd {
+	if h.end == nil {
+		h.end = &heldEnd{}
+	}
+	return h.end
+}
+
+// lostErr is why h was lost; nil while held or once released. Guarded by
+// Coordinator.mu.
+func (h *held) lostErr() *LostError {
+	if h.end == nil {
+		return nil
+	}
+	return h.end.lost
+}
+
+// maxHoldAt is h's max hold; zero when none.
+func (h *held) maxHoldAt() time.Time {
+	if h.capAt == nil {
+		return time.Time{}
+	}
+	return *h.capAt
 }
 
 // settleLocked ends the change of h in flight, if any: the callers
@@ -48,7 +81,7 @@ func (h *held) settleLocked() {
 // the extend's write went in, and then the key went (a force release,
 // say), a delete onDelete leaves to the change in flight.
 func (h *held) goneAfterLocked(rev int64) {
-	if h.goneAt > rev {
+	if h.end != nil && h.end.goneAt > rev {
 		go h.lostByDelete()
 	}
 }
@@ -61,28 +94,30 @@ func (h *held) claim() keyspace.Claim {
 // doneChan returns the channel closed when h ends, making it if need be.
 // Whoever waits on it must hear of a loss at once: h is watched from now.
 func (h *held) doneChan() <-chan struct{} {
-	h.co.mu.Lock()
-	defer h.co.unlock()
-	if h.done == nil {
-		h.done = make(chan struct{})
+	h.entry.co.mu.Lock()
+	defer h.entry.co.unlock()
+	end := h.endOf()
+	if end.done == nil {
+		end.done = make(chan struct{})
 		if h.ended {
-			close(h.done)
+			close(end.done)
 		}
 	}
 	h.watchHeldLocked()
-	return h.done
+	return end.done
 }
 
 // loseLocked ends h as lost for reason and remembers it for its owner.
 func (h *held) loseLocked(reason LostReason) {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	if e.held != h {
 		return
 	}
-	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
+	lost := &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now()}
+	h.endOf().lost = lost
 	h.endLocked()
-	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
+	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: lost.At, expiresAt: h.expiresAt})
 	c.log.Warn("lock lost", "lock", e.key.String(), "owner", h.owner, "fence", h.fence, "reason", string(reason), "heldFor", c.now().Sub(h.acquiredAt))
 }
 
@@ -91,7 +126,7 @@ func (h *held) loseLocked(reason LostReason) {
 // happens, or one held since before this process) h is watched at once,
 // otherwise once it has been held for the watch delay.
 func (h *held) holdLocked(d time.Duration, watchNow bool) {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	// Indexed before its watch opens: a delete that the watch delivers
 	// finds the key held here (onDelete), and then waits for this hold.
@@ -102,7 +137,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	} else {
 		h.watchLaterLocked()
 	}
-	c.deadlines.arm(e, h, d)
+	c.deadlines.arm(h, d)
 	if e.slot != nil {
 		c.units[h.etcdKey] = e
 	}
@@ -116,7 +151,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 
 // endLocked forgets h as e's holder; the caller decides about the turn.
 func (h *held) endLocked() {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	if e.held != h {
 		return
@@ -131,13 +166,13 @@ func (h *held) endLocked() {
 	if h.watched {
 		c.hub.unwatchHeld(e.key, h.inScope)
 	}
-	if h.done != nil {
-		close(h.done)
+	if h.end != nil && h.end.done != nil {
+		close(h.end.done)
 	}
 	e.refs-- // the holder's reference; the turn, still busy, keeps e
 	var reason string
-	if h.lost != nil {
-		reason = string(h.lost.Reason)
+	if lost := h.lostErr(); lost != nil {
+		reason = string(lost.Reason)
 	}
 	c.events.add(lockEvent{key: e.key.String(), claim: h.claim(), ended: true, reason: reason, heldFor: c.now().Sub(h.acquiredAt)})
 	c.journal.held--
@@ -146,7 +181,7 @@ func (h *held) endLocked() {
 
 // changedLocked notes a change of h for HeldChanges and signals Changes.
 func (h *held) changedLocked(ended bool) {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	c.journal.note(e, h, ended)
 	signal(c.changes)

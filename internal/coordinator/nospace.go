@@ -37,7 +37,7 @@ const noSpaceHint = "the locks held go on (their holders may extend and release 
 // sidecars, watches and Lock objects show that one meanwhile, and a
 // sidecar that restarts meanwhile keeps the later one of its state file.
 func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp time.Time, ttl time.Duration, level slog.Level, cause error) (Grant, error) {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	tctx, cancel := c.cfg.etcdCtx(ctx)
 	mine, err := c.store.lines.Holds(tctx, h.etcdKey, h.fence)
@@ -62,7 +62,7 @@ func (h *held) extendHere(ctx context.Context, k keyspace.Key, op string, exp ti
 	e.recLocked() // what etcd has: the record with the deadline before
 	h.goneAfterLocked(0)
 	h.expiresAt, h.ttl = exp.UTC(), ttl
-	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
+	c.deadlines.arm(h, h.expiresAt.Sub(c.now()))
 	h.changedLocked(false)
 	// Written into the record once etcd takes writes again, tried every
 	// recordRetry until then.

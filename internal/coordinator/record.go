@@ -46,7 +46,7 @@ func (id Identity) holder(owner string, at, expires time.Time) keyspace.Holder {
 
 // recordOf returns the record of h in etcd as it should be now.
 func (h *held) recordOf() keyspace.Holder {
-	c := h.co
+	c := h.entry.co
 	r := c.cfg.Identity.holder(h.owner, h.acquiredAt, h.expiresAt)
 	r.Claim = h.claim()
 	r.Hold = h.hold

@@ -22,7 +22,7 @@ func TestEntriesGoWhenUnused(t *testing.T) {
 		if e == nil {
 			return 0, false
 		}
-		return e.refs, true
+		return int(e.refs), true
 	}
 
 	k := key(t, "used")

@@ -104,8 +104,8 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 		return Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
 	exp := c.now().Add(ttl)
-	if !h.capAt.IsZero() && exp.After(h.capAt) {
-		exp = h.capAt
+	if h.capAt != nil && exp.After(*h.capAt) {
+		exp = *h.capAt
 	}
 	c.mu.Lock()
 	rec := h.recordOf()
@@ -137,7 +137,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
 	e.wroteLocked(h.etcdKey, h.fence, out.Rev, rec)
 	h.goneAfterLocked(out.Rev)
-	c.deadlines.arm(e, h, h.expiresAt.Sub(c.now()))
+	c.deadlines.arm(h, h.expiresAt.Sub(c.now()))
 	h.changedLocked(false)
 	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
 	return grantOf(e, h), nil
@@ -145,7 +145,7 @@ func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, 
 
 // expire ends h at its deadline and deletes its key.
 func (h *held) expire() {
-	c := h.co
+	c := h.entry.co
 	e := h.entry
 	c.mu.Lock()
 	if e.held != h {
@@ -153,22 +153,23 @@ func (h *held) expire() {
 		return
 	}
 	if h.ending != nil { // a release or extend is in flight: look again soon
-		c.deadlines.arm(e, h, 100*time.Millisecond)
+		c.deadlines.arm(h, 100*time.Millisecond)
 		c.unlock()
 		return
 	}
 	if d := h.expiresAt.Sub(c.now()); d > 0 { // extended meanwhile
-		c.deadlines.arm(e, h, d)
+		c.deadlines.arm(h, d)
 		c.unlock()
 		return
 	}
 	reason, what := Expired, "lock expired after %v"
-	if !h.capAt.IsZero() && !h.expiresAt.Before(h.capAt) {
+	if h.capAt != nil && !h.expiresAt.Before(*h.capAt) {
 		reason, what = MaxHoldReached, "lock reached its max hold of %v"
 	}
-	h.lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}
+	lost := &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}
+	h.endOf().lost = lost
 	h.endLocked()
-	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: h.lost.At, expiresAt: h.expiresAt})
+	c.ended.remember(c.now(), e.key, endedLock{owner: h.owner, fence: h.fence, reason: reason, at: lost.At, expiresAt: h.expiresAt})
 	c.log.Warn(fmt.Sprintf(what, h.expiresAt.Sub(h.acquiredAt).Round(time.Millisecond)),
 		"lock", e.key.String(), "owner", h.owner, "fence", h.fence, "heldFor", c.now().Sub(h.acquiredAt))
 	c.unlock()
@@ -234,7 +235,7 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	if h.ending != nil {
 		// A release's own delete, or someone else's as an extend's write
 		// lands: the change, as it ends, tells which (goneAfterLocked).
-		h.goneAt = max(h.goneAt, modRev)
+		h.endOf().goneAt = max(h.endOf().goneAt, modRev)
 		c.unlock()
 		return
 	}
@@ -245,7 +246,7 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 // lostByDelete marks h lost after its key was deleted: lease_lost when its
 // lease is gone too, force_released otherwise.
 func (h *held) lostByDelete() {
-	c := h.co
+	c := h.entry.co
 	reason := ForceReleased
 	ctx, cancel := c.cfg.etcdCtx(c.stop)
 	gone, err := c.store.leases.LeaseGone(ctx, h.lease)
@@ -275,7 +276,7 @@ func (h *held) verify(ctx context.Context) error {
 
 // keyHeld reads whether h's key is still in etcd, created at its fence.
 func (h *held) keyHeld(ctx context.Context) (bool, error) {
-	c := h.co
+	c := h.entry.co
 	tctx, cancel := c.cfg.etcdCtx(ctx)
 	defer cancel()
 	return c.store.lines.Holds(tctx, h.etcdKey, h.fence)

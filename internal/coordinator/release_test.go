@@ -222,7 +222,7 @@ func TestDeletedAsExtendedIsNoticed(t *testing.T) {
 		a.c.mu.Lock()
 		defer a.c.unlock()
 		h := a.c.locks[k.String()].held
-		return h != nil && h.goneAt != 0
+		return h != nil && h.end != nil && h.end.goneAt != 0
 	})
 	close(written.open)
 	if err := <-extended; err != nil {

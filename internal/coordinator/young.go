@@ -36,7 +36,7 @@ type youngLock struct {
 // watchLaterLocked has h watched once it has been held for the watch delay,
 // or at once when the delay is 0.
 func (h *held) watchLaterLocked() {
-	c := h.co
+	c := h.entry.co
 	if c.cfg.WatchDelay == 0 {
 		h.watchHeldLocked()
 		return
@@ -96,7 +96,7 @@ func (c *Coordinator) matureYoung() {
 // watch, if it opens for h, starts just after h's grant: a delete during
 // its watch delay is delivered too.
 func (h *held) watchHeldLocked() {
-	c := h.co
+	c := h.entry.co
 	if h.watched || h.ended {
 		return
 	}
