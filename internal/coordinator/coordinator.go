@@ -57,7 +57,7 @@ type Coordinator struct {
 	units        map[string]*entry // the shared claims held here, by contender key
 	ended        endedLocks        // the locks that ended without their owners' release
 	elsewhere    seenHeld          // the locks seen held by another sidecar; its own mutex
-	heldKeys     heldIndex         // the contender keys held here; written under mu, read without it
+	heldKeys     *heldIndex        // the contender keys held here, counted; written under mu, read without it
 	journal      journal           // changes of the held locks, for HeldChanges
 	deadlines    deadlines         // when the held locks expire
 	waiting      atomic.Int64      // blocking acquires in progress; grows under mu
@@ -140,10 +140,11 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	c := &Coordinator{
 		cfg: cfg, store: storesOf(store), layout: layout, log: log, obs: observed{Observer: nopObserver{}, log: log}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
-		locks:   map[string]*entry{},
-		units:   map[string]*entry{},
-		ended:   endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
-		changes: make(chan struct{}, 1),
+		locks:    map[string]*entry{},
+		units:    map[string]*entry{},
+		heldKeys: newHeldIndex(),
+		ended:    endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
+		changes:  make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -185,96 +184,4 @@ func (h *held) changedLocked(ended bool) {
 	e := h.entry
 	c.journal.note(e, h, ended)
 	signal(c.changes)
-}
-
-// heldIndex is the contender keys held here, written as holds begin and
-// end (under Coordinator.mu) and read without it: the watch's goroutine
-// takes the engine's mutex only for a delete of a key held here. It
-// remembers the last deletes of keys it did not have (missed), so that a
-// key deleted as it is granted, its delete delivered before the grant
-// indexed it, is lost rather than held in silence.
-type heldIndex struct {
-	// mu guards m, a map of its own rather than a sync.Map: a sidecar may
-	// hold 100 000 locks, and a sync.Map's entry costs several times a
-	// map's.
-	mu     sync.RWMutex
-	m      map[string]*held // etcd key → its holder
-	missed missedDeletes
-}
-
-// add indexes h's key, and returns the revision of a delete of it that
-// the watch delivered before (0: none).
-func (x *heldIndex) add(h *held) int64 {
-	x.mu.Lock()
-	if x.m == nil {
-		x.m = map[string]*held{}
-	}
-	x.m[h.etcdKey] = h
-	x.mu.Unlock()
-	return x.missed.of(h.etcdKey) // after the index: deleted sees one or the other
-}
-
-// remove forgets h's key, unless another holder has it since.
-func (x *heldIndex) remove(h *held) {
-	x.mu.Lock()
-	if x.m[h.etcdKey] == h {
-		delete(x.m, h.etcdKey)
-	}
-	x.mu.Unlock()
-}
-
-// deleted takes in a delete of key at rev that the watch delivered, and
-// reports whether key is held here.
-func (x *heldIndex) deleted(key string, rev int64) bool {
-	if x.has(key) {
-		return true
-	}
-	x.missed.note(key, rev)
-	return x.has(key) // indexed meanwhile: add may not have seen the note
-}
-
-// has reports whether key is held here.
-func (x *heldIndex) has(key string) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	_, ok := x.m[key]
-	return ok
-}
-
-// len is the number of keys held here.
-func (x *heldIndex) len() int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return len(x.m)
-}
-
-// missedDeletes remembers the last deletes of keys not held here when the
-// watch delivered them, the revision of each, with a mutex of its own.
-type missedDeletes struct {
-	mu   sync.Mutex
-	rev  map[string]int64
-	ring [256]string // the keys, oldest first from next: past them, forgotten
-	next int
-}
-
-// note remembers the delete of key at rev.
-func (m *missedDeletes) note(key string, rev int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.rev == nil {
-		m.rev = map[string]int64{}
-	}
-	if _, ok := m.rev[key]; !ok {
-		delete(m.rev, m.ring[m.next])
-		m.ring[m.next] = key
-		m.next = (m.next + 1) % len(m.ring)
-	}
-	m.rev[key] = max(m.rev[key], rev)
-}
-
-// of returns the revision of the last delete of key remembered (0: none).
-func (m *missedDeletes) of(key string) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.rev[key]
 }

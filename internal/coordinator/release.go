@@ -228,6 +228,9 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 		e = u
 	}
 	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence {
+		// Another key of the index's slot, or this one about to be granted:
+		// its grant, under the mutex after this, looks for the delete.
+		c.heldKeys.missed.note(key, modRev)
 		c.unlock()
 		return
 	}

@@ -308,6 +308,38 @@ func TestDeletedAsGranted(t *testing.T) {
 	wantLost(t, g, ForceReleased, "a key deleted before its grant was indexed is held in silence")
 }
 
+// TestDeletedAsGrantedBesideAHeldKey: as TestDeletedAsGranted, with
+// another key held here that shares the deleted key's slot in the index of
+// held keys, so that the index cannot say the deleted key is not held: the
+// delete is looked at under the mutex, which finds no holder yet and
+// leaves it for the grant to find.
+func TestDeletedAsGrantedBesideAHeldKey(t *testing.T) {
+	parallel(t)
+	k := key(t, "deleted-beside")
+	a := newSidecar(t, "pod-a")
+	first := a.mustAcquire(t, k, "o")
+	name := first.h.etcdKey
+	a.mustRelease(t, k, "o")
+	sess := a.session(t)
+	var beside keyspace.Key
+	for i := 0; beside.IsZero(); i++ {
+		if i == 1<<20 {
+			t.Fatal("no key shares the deleted key's slot")
+		}
+		b := key(t, fmt.Sprintf("beside-%d", i))
+		if a.c.heldKeys.slot(a.c.Layout().ContenderKey(b, int64(sess.ID()))) == a.c.heldKeys.slot(name) {
+			beside = b
+		}
+	}
+	a.mustAcquire(t, beside, "o")
+	a.c.onDelete(k, name, 1<<62)
+	g := a.mustAcquire(t, k, "o")
+	if g.h.etcdKey != name {
+		t.Fatalf("the second grant's key %s, want the session's %s again", g.h.etcdKey, name)
+	}
+	wantLost(t, g, ForceReleased, "a key deleted before its grant was indexed, beside a held key of its slot, is held in silence")
+}
+
 func TestLeaseLost(t *testing.T) {
 	parallel(t)
 	k := key(t, "lease")
