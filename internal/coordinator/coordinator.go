@@ -150,7 +150,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		o(c)
 	}
 	c.now = c.clock.Now
-	c.sessions = &sessionWatch{sessions: sessions, timeout: cfg.RequestTimeout, stop: c.stop.Done(), ended: c.sessionEnded, watching: map[lockstore.Session]bool{}}
+	c.sessions = &sessionWatch{sessions: sessions, timeout: cfg.RequestTimeout, stop: c.stop.Done(), ended: c.sessionEnded, began: c.heldKeys.began, watching: map[lockstore.Session]bool{}}
 	c.floor.now = c.now
 	c.reads = &etcdReader{lines: store, watches: store, layout: layout, timeout: cfg.RequestTimeout, now: c.now, inflight: map[string]*sharedRead{}}
 	c.runs = &runRecords{records: c.store.records, layout: layout, timeout: cfg.RequestTimeout, now: c.now, log: log}

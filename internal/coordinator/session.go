@@ -18,6 +18,7 @@ type sessionWatch struct {
 	timeout  time.Duration // Config.RequestTimeout: bounds a wait for a session
 	stop     <-chan struct{}
 	ended    func(lockstore.Session) // loses the locks of a session that ended
+	began    func(lockstore.Session) // told of each session before any key of it is written
 
 	mu       sync.Mutex
 	watching map[lockstore.Session]bool // sessions whose end is watched
@@ -54,6 +55,7 @@ func (w *sessionWatch) watch(s lockstore.Session) {
 	defer w.mu.Unlock()
 	if !w.watching[s] {
 		w.watching[s] = true
+		w.began(s)
 		go w.await(s)
 	}
 	w.watched.Store(watchedSession{s})
