@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +40,9 @@ func exitOf(t *testing.T, err error) int {
 func TestRunCommandUnderLock(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "baton-run")
 	defer os.RemoveAll(dir)
-	sc := startProc(t, filepath.Join(dir, "s.sock"), "run-test")
+	// A scope of its own each run: the lock delay that a lock of a run
+	// leaves behind holds the next run's (go test -count=2) back.
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "run-test-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	c := unixClient(sc.socket)
 
 	t.Run("runs with the lock and exits with the command's code", func(t *testing.T) {

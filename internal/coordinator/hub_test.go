@@ -97,6 +97,22 @@ type heard struct {
 	resync  map[keyspace.Key]int64
 }
 
+func newHeard() *heard {
+	return &heard{deleted: map[string]bool{}, resync: map[keyspace.Key]int64{}}
+}
+
+// newTestHub is a hub of scope on f, reporting to r, with the linger and
+// the room for lock watches given; the test runs it.
+func newTestHub(t *testing.T, scope string, f *fakeWatches, r *heard, linger time.Duration, maxLocks int) *hub {
+	t.Helper()
+	layout, err := keyspace.NewLayout(scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return newHub(f, layout, log, clockwork.NewRealClock(), linger, maxLocks, r.onDelete, r.onResync)
+}
+
 func (r *heard) onDelete(_ keyspace.Key, key string, _ int64) {
 	r.mu.Lock()
 	r.deleted[key] = true
@@ -126,13 +142,9 @@ func (r *heard) of(k keyspace.Key, key string, rev int64) bool {
 // every watch closes and the hub forgets every lock.
 func TestHubUnderChurn(t *testing.T) {
 	t.Parallel()
-	layout, err := keyspace.NewLayout("churn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, r := newFakeWatches(), &heard{deleted: map[string]bool{}, resync: map[keyspace.Key]int64{}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h := newHub(f, layout, log, clockwork.NewRealClock(), 20*time.Millisecond, 4, r.onDelete, r.onResync)
+	f, r := newFakeWatches(), newHeard()
+	h := newTestHub(t, "churn", f, r, 20*time.Millisecond, 4)
+	layout := h.layout
 	sentinel := key(t, "sentinel")
 	churned := make(chan struct{})
 	h.need(sentinel, 0) // before Run: Run starts its watch
@@ -236,14 +248,9 @@ func TestHubUnderChurn(t *testing.T) {
 // after it stopped, and its stop waits for every watch it started.
 func TestHubStopsUnderChurn(t *testing.T) {
 	t.Parallel()
-	layout, err := keyspace.NewLayout("stop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, r := newFakeWatches(), &heard{deleted: map[string]bool{}, resync: map[keyspace.Key]int64{}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f, r := newFakeWatches(), newHeard()
 	for round := range 20 {
-		h := newHub(f, layout, log, clockwork.NewRealClock(), 5*time.Millisecond, 2, r.onDelete, r.onResync)
+		h := newTestHub(t, "stop", f, r, 5*time.Millisecond, 2)
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan error, 1)
 		go func() { ran <- h.run(ctx) }()

@@ -300,12 +300,20 @@ func TestDeletedAsGranted(t *testing.T) {
 	first := a.mustAcquire(t, k, "o")
 	name := first.h.etcdKey // the session's contender key of k, again below
 	a.mustRelease(t, k, "o")
-	a.c.onDelete(k, name, 1<<62)
-	g := a.mustAcquire(t, k, "o")
+	deletedThenGranted(t, a, k, name, "a key deleted before its grant was indexed is held in silence")
+}
+
+// deletedThenGranted hands a delete of name, s's contender key of k, to s
+// as its watch would, at a revision after any fence, then has k granted
+// to s again with that key, and wants the grant lost at once.
+func deletedThenGranted(t *testing.T, s *sidecar, k keyspace.Key, name, silent string) {
+	t.Helper()
+	s.c.onDelete(k, name, 1<<62)
+	g := s.mustAcquire(t, k, "o")
 	if g.h.etcdKey != name {
 		t.Fatalf("the second grant's key %s, want the session's %s again", g.h.etcdKey, name)
 	}
-	wantLost(t, g, ForceReleased, "a key deleted before its grant was indexed is held in silence")
+	wantLost(t, g, ForceReleased, silent)
 }
 
 // TestDeletedAsGrantedBesideAHeldKey: as TestDeletedAsGranted, with
@@ -332,12 +340,7 @@ func TestDeletedAsGrantedBesideAHeldKey(t *testing.T) {
 		}
 	}
 	a.mustAcquire(t, beside, "o")
-	a.c.onDelete(k, name, 1<<62)
-	g := a.mustAcquire(t, k, "o")
-	if g.h.etcdKey != name {
-		t.Fatalf("the second grant's key %s, want the session's %s again", g.h.etcdKey, name)
-	}
-	wantLost(t, g, ForceReleased, "a key deleted before its grant was indexed, beside a held key of its slot, is held in silence")
+	deletedThenGranted(t, a, k, name, "a key deleted before its grant was indexed, beside a held key of its slot, is held in silence")
 }
 
 func TestLeaseLost(t *testing.T) {
