@@ -71,9 +71,9 @@ type hub struct {
 }
 
 // lockWatch is the watch on one lock's prefix, or the scope's. Its mu
-// guards need, running, retired and the writes of regs (for the scope's,
-// hub.mu does); what its goroutine writes as it runs (open, failing) is
-// atomic.
+// guards need, running, retired and the writes of regs (the scope's need
+// and running are guarded by hub.mu instead, and it has no waiters of its
+// own); what its goroutine writes as it runs (open, failing) is atomic.
 type lockWatch struct {
 	key     keyspace.Key // the zero Key for the scope's
 	mu      sync.Mutex

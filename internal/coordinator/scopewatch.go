@@ -9,9 +9,12 @@ import (
 // The scope's watch stands in for the lock watches of a sidecar that needs
 // more than Config.MaxLockWatches of them (see hub). The switch to it and
 // back is made under hub.mu, which every change of a need takes while the
-// scope is watched, and none takes otherwise: a need counts itself in
-// hub.needed before it looks at hub.scope, and the switch to the scope sets
-// hub.scope before it counts them, so one of the two sees the other.
+// scope is watched, and otherwise only one that finds more than
+// MaxLockWatches locks needing a watch (the switch itself): a need counts
+// itself in hub.needed before it looks at hub.scope, and the switch to the
+// scope sets hub.scope before it counts them again, so one of the two sees
+// the other. A lock watch's start does not rest on this: it is decided
+// under that watch's own mutex, which the switch back takes for each.
 
 // watchHeld is need for a lock held here, but while the scope is watched
 // it keeps no record of the lock: the lock counts among the scope's holds,
