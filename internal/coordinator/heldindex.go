@@ -3,11 +3,10 @@ package coordinator
 import (
 	"hash/maphash"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
@@ -48,7 +47,7 @@ func (x *heldIndex) slot(key string) *atomic.Int32 {
 
 // began notes a session of this sidecar's, before any key of it is
 // written.
-func (x *heldIndex) began(s lockstore.Session) { x.ours(strconv.FormatInt(int64(s.ID()), 16)) }
+func (x *heldIndex) began(s lockstore.Session) { x.ours(keyspace.SessionName(int64(s.ID()))) }
 
 // ours adds a session's name to the sessions.
 func (x *heldIndex) ours(name string) {
@@ -68,16 +67,9 @@ func (x *heldIndex) ours(name string) {
 // name (after its lock's prefix, up to a tag or a suffix) is a session's.
 func (x *heldIndex) mine(key string) bool {
 	if p := x.sessions.Load(); p != nil {
-		return slices.Contains(*p, sessionName(key))
+		return slices.Contains(*p, keyspace.SessionOf(key))
 	}
 	return false
-}
-
-// sessionName is the name of the session that wrote a contender key: the
-// key's last segment up to a tag ("-0000002a") or a suffix ("-d").
-func sessionName(key string) string {
-	name, _, _ := strings.Cut(key[strings.LastIndexByte(key, '/')+1:], "-")
-	return name
 }
 
 // add counts h's key in, and returns the revision of a delete of it that
@@ -85,7 +77,7 @@ func sessionName(key string) string {
 // Coordinator.mu, as remove is.
 func (x *heldIndex) add(h *held) int64 {
 	if !x.mine(h.etcdKey) { // a key of the process before, taken over
-		x.ours(sessionName(h.etcdKey))
+		x.ours(keyspace.SessionOf(h.etcdKey))
 	}
 	x.slot(h.etcdKey).Add(1)
 	x.n.Add(1)

@@ -202,3 +202,23 @@ func TestBadCharacterIsNamed(t *testing.T) {
 		t.Errorf("ValidatePrefix: %v", err)
 	}
 }
+
+// TestSessionOf: the session's name is read back from each of its contender
+// keys, as the sidecar's index of held keys reads it.
+func TestSessionOf(t *testing.T) {
+	l, err := NewLayout("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := ParseKey("flow-1/plan")
+	const lease = 0x3e73a220fbe5b203
+	want := SessionName(lease)
+	for _, key := range []string{l.ContenderKey(k, lease), l.UnitKey(k, lease, 42), l.DelayContenderKey(k, lease)} {
+		if got := SessionOf(key); got != want {
+			t.Errorf("SessionOf(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if SessionOf(l.ContenderKey(k, lease+1)) == want {
+		t.Error("another session's key has this session's name")
+	}
+}

@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -81,7 +82,19 @@ func (l Layout) MutexName(k Key) string { return l.base + Escape(k.s) }
 // to contend for lock k: the layout of concurrency.Mutex, the lease id in
 // hex.
 func (l Layout) ContenderKey(k Key, lease int64) string {
-	return fmt.Sprintf("%s%x", l.LockPrefix(k), lease)
+	return l.LockPrefix(k) + SessionName(lease)
+}
+
+// SessionName is the name of the session whose first lease is lease in its
+// contender keys: the lease id in hex.
+func SessionName(lease int64) string { return strconv.FormatInt(lease, 16) }
+
+// SessionOf is the name of the session that wrote a contender key
+// (ContenderKey, UnitKey, DelayContenderKey): its last segment up to a
+// tag or a suffix.
+func SessionOf(contenderKey string) string {
+	name, _, _ := strings.Cut(contenderKey[strings.LastIndexByte(contenderKey, '/')+1:], "-")
+	return name
 }
 
 // UnitKey is the contender key of one grant of a shared claim (a reader,
@@ -91,7 +104,7 @@ func (l Layout) ContenderKey(k Key, lease int64) string {
 // the sidecar picks for the grant. etcdctl lock, which names its key after
 // its lease alone, contends with these keys as with any other.
 func (l Layout) UnitKey(k Key, lease int64, tag uint32) string {
-	return fmt.Sprintf("%s%x-%08x", l.LockPrefix(k), lease, tag)
+	return fmt.Sprintf("%s%s-%08x", l.LockPrefix(k), SessionName(lease), tag)
 }
 
 // ListPrefix is the etcd prefix of every lock whose key starts with p, a
