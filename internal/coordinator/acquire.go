@@ -55,11 +55,15 @@ func (c *Coordinator) acquire(ctx context.Context, req AcquireRequest) (g Grant,
 		return d.g, d.err
 	case req.Wait > 0:
 		return e.waitAdmitted(ctx, req, start, d.ch)
-	case e.slot != nil:
-		return sharedLine{e}.tryShared(ctx, req, d.ch)
 	}
-	return e.tryOnce(ctx, req, d.step, &ref)
+	return e.admission().try(ctx, req, d, &ref)
 }
+
+// mutexLine is the line of the claims that hold only alone: the key's
+// entry, whose turn its local owners share (below, and wait.go).
+type mutexLine struct{ *entry }
+
+func (e mutexLine) stepLocked() decision { return decision{step: e.tryStepLocked()} }
 
 // tryStep is what a try of a lock does next, as tryStepLocked found it
 // here: make its transaction (mine: it has the turn, f is its flight), wait
@@ -82,7 +86,7 @@ type tryStep struct {
 
 // tryStepLocked finds what a try of e does next; the turn it takes comes
 // with the flight that the lock's other tries here wait for.
-func (e *entry) tryStepLocked() tryStep {
+func (e mutexLine) tryStepLocked() tryStep {
 	c := e.co
 	if e.takeTurn() {
 		return e.startTry(&c.elsewhere, int(c.load.Load()))
@@ -104,15 +108,16 @@ func (e *entry) startTry(elsewhere *seenHeld, load int) tryStep {
 	return tryStep{f: f, mine: true, readFirst: elsewhere.has(e.key.String()), load: load}
 }
 
-// tryOnce carries out a try from step on: in etcd when the turn is free
+// try carries out a try from d.step on: in etcd when the turn is free
 // or is being freed by a release here, else it is refused naming the
 // holder.
 //
 // ref is the caller's reference to e: a try of its own that leaves the
 // turn (refused, held back, its read of the holder failed) drops it in the
 // same hold of the mutex, and sets it false.
-func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
+func (e mutexLine) try(ctx context.Context, req AcquireRequest, d decision, ref *bool) (Grant, error) {
 	c := e.co
+	step := d.step
 	since := step.since // the caller's question: a refusal older than it does not answer it
 	for {
 		switch {
@@ -160,19 +165,19 @@ func (e *entry) tryOnce(ctx context.Context, req AcquireRequest, step tryStep, r
 	}
 }
 
-// tryTracked is try, the caller having the turn and step's flight, which
+// tryTracked is attempt, the caller having the turn and step's flight, which
 // the lock's other tries here wait for until it is done. A try that ends
 // with the turn still its own leaves it, in one hold of the mutex with
 // the drop of the caller's reference (ref); a refusal by a holder
 // elsewhere is made after that (it may read the lock's line), and the
 // flight ends last, the turn free.
-func (e *entry) tryTracked(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
+func (e mutexLine) tryTracked(ctx context.Context, req AcquireRequest, step tryStep, ref *bool) (Grant, error) {
 	c := e.co
 	var g Grant
 	end := tryEnd{exit: leaveTurn}
 	err := c.floor.rewound(fmt.Sprintf("acquire %q", req.Key))
 	if err == nil {
-		g, end, err = e.try(ctx, req, step)
+		g, end, err = e.attempt(ctx, req, step)
 	}
 	if end.exit != turnDone {
 		if end.exit == heldElsewhere {
@@ -245,9 +250,9 @@ func (f *flight) shared() bool {
 		(errors.Is(err, ErrHeld) || errors.Is(err, ErrLimitMismatch) || errors.Is(err, ErrUnavailable))
 }
 
-// try makes one attempt in one etcd transaction; the caller has the turn.
+// attempt makes one try in one etcd transaction; the caller has the turn.
 // It says what is left to do as it ends (tryEnd).
-func (e *entry) try(ctx context.Context, req AcquireRequest, step tryStep) (Grant, tryEnd, error) {
+func (e mutexLine) attempt(ctx context.Context, req AcquireRequest, step tryStep) (Grant, tryEnd, error) {
 	c := e.co
 	sess, err := c.sessions.current(ctx)
 	if err != nil {

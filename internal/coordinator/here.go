@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/internal/lockstore"
 )
@@ -104,10 +105,8 @@ func (e *entry) decideLocked(req AcquireRequest, verified *held, proceed bool) d
 	case req.Wait > 0:
 		ch, err := e.admitLocked(req)
 		return decision{ch: ch, err: err, answered: err != nil}
-	case e.slot != nil:
-		return decision{ch: e.lineUpLocked(false)}
 	}
-	return decision{step: e.tryStepLocked()}
+	return e.admission().stepLocked()
 }
 
 // settle asks etcd about each holder of the owner's that d must check
@@ -128,4 +127,37 @@ func (e *entry) settle(ctx context.Context, req AcquireRequest, d decision, proc
 		c.unlock()
 	}
 	return d
+}
+
+// A claim enters a lock's line in etcd as its kind's admission says
+// (keyspace.Admission.Alone). A claim that holds only alone (a mutex, a
+// writer) goes by etcd's Mutex transactions: its try writes its key only
+// where the line is empty, its wait waits for every contender ahead to
+// leave (mutexLine). A claim that may hold beside others (a reader, a
+// semaphore's units) writes its key with a read of the claims ahead in the
+// same transaction, and holds when keyspace.Holders counts it in
+// (sharedLine). The entry is chosen by the same rule (lineLocked): the
+// local owners of claims that hold alone share the key's entry and its
+// turn; each owner of a shared claim has a slot of its own.
+
+// admission is how the claims of one entry enter the lock's line.
+type admission interface {
+	// stepLocked finds, under the mutex, what a try does next here: a
+	// step of its own (decision.step) or a place in line for the turn
+	// (decision.ch).
+	stepLocked() decision
+	// try carries out a try from d on; ref is the caller's reference to
+	// the entry, which the try may drop (it sets it false then).
+	try(ctx context.Context, req AcquireRequest, d decision, ref *bool) (Grant, error)
+	// wait queues in etcd and waits until the claim holds; the caller
+	// has the turn.
+	wait(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error)
+}
+
+// admission returns how e's claims enter the lock's line.
+func (e *entry) admission() admission {
+	if e.slot != nil {
+		return sharedLine{e}
+	}
+	return mutexLine{e}
 }

@@ -46,18 +46,17 @@ func claimOf(e *entry) keyspace.Claim {
 // exclusive claim's entry is named k, shared by every local owner.
 func slotName(k keyspace.Key, owner string) string { return k.String() + "\x00" + owner }
 
-// tryShared is a try of a shared claim, lined up for the turn of its
-// owner's slot as ch: nil when it had the turn at once, else the same
-// owner's other call is in flight, and its outcome is this one's answer
-// too.
-func (e sharedLine) tryShared(ctx context.Context, req AcquireRequest, ch chan struct{}) (Grant, error) {
+// try is a try of a shared claim, lined up for the turn of its owner's
+// slot as d.ch: nil when it had the turn at once, else the same owner's
+// other call is in flight, and its outcome is this one's answer too.
+func (e sharedLine) try(ctx context.Context, req AcquireRequest, d decision, _ *bool) (Grant, error) {
 	c := e.co
 	wctx, cancel := c.cfg.etcdCtx(ctx)
-	err := e.awaitTurn(wctx, ch, false)
+	err := e.awaitTurn(wctx, d.ch, false)
 	cancel()
 	if err != nil {
 		c.mu.Lock()
-		d := e.decideLocked(req, nil, false)
+		d = e.decideLocked(req, nil, false)
 		c.unlock()
 		if d = e.settle(ctx, req, d, false); d.answered {
 			return d.g, d.err
@@ -71,7 +70,7 @@ func (e sharedLine) tryShared(ctx context.Context, req AcquireRequest, ch chan s
 // that fails found a contender that joined the line since the last read.
 const maxTryIn = 4
 
-// tryIn is try for a shared claim; the caller has the turn. A lock seen
+// tryIn is attempt for a shared claim; the caller has the turn. A lock seen
 // full is read first, so a refusal of a full lock costs a read and no
 // write; a transaction that finds newcomers in line reads the line in the
 // same round trip.
@@ -138,10 +137,12 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	return Grant{}, fmt.Errorf("%s: %w: contenders kept joining the line while trying; retry, or wait", op, ErrUnavailable)
 }
 
-// sharedLine is the line of a shared claim (a reader, a writer or a
-// semaphore's units), whose admission depends on the claims ahead of it:
-// etcd's Mutex layout with each contender's claim in its record.
+// sharedLine is the line of a claim that may hold beside others (a
+// reader, a semaphore's units): its owner's slot (below, and
+// shared_wait.go).
 type sharedLine struct{ *entry }
+
+func (e sharedLine) stepLocked() decision { return decision{ch: e.lineUpLocked(false)} }
 
 // judge returns nil when req's claim would hold the lock behind line, and
 // else why not: the claims disagree, or it is held, which the next try

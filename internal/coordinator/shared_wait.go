@@ -9,10 +9,10 @@ import (
 	"github.com/baton-dev/baton/internal/lockstore"
 )
 
-// waitShared is wait for a shared claim: it joins the line, learning the
+// wait is wait for a shared claim: it joins the line, learning the
 // claims ahead in the same transaction, and waits until they leave room
 // for it. The caller has the turn.
-func (e sharedLine) waitShared(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
+func (e sharedLine) wait(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	p, rec, err := e.placeFor(ctx, req, op, func(sess lockstore.Session) string {

@@ -17,7 +17,8 @@ import (
 
 // lineLocked returns the line of owner's claim cl of k with one more
 // reference (unrefLocked drops it): the key's entry, shared by the local
-// owners of exclusive claims, or the owner's slot for a shared claim.
+// owners of claims that hold only alone (cl.IsExclusive: its admission's
+// Alone), or the owner's slot for a shared claim (admission, here.go).
 func (c *Coordinator) lineLocked(k keyspace.Key, owner string, cl keyspace.Claim) *entry {
 	name := k.String()
 	if !cl.IsExclusive() {

@@ -100,7 +100,7 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 	c := e.co
 	retry := retryBackoff(time.Second)
 	for {
-		g, err := e.wait(ctx, req, start, w)
+		g, err := e.admission().wait(ctx, req, start, w)
 		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return g, err
 		}
@@ -127,11 +127,8 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 
 // wait queues in etcd behind the contenders created before it, hearing of
 // the deletes under the lock through w; the caller has the turn.
-func (e *entry) wait(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
+func (e mutexLine) wait(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) (Grant, error) {
 	c := e.co
-	if e.slot != nil {
-		return sharedLine{e}.waitShared(ctx, req, start, w)
-	}
 	op := fmt.Sprintf("acquire %q", req.Key)
 	// The key's name stays that of the session (its first lease), as in
 	// concurrency.Mutex, so one session has one contender key per lock
@@ -260,7 +257,7 @@ type place struct {
 // waitFirst waits until p is first in line, ahead (as read at p.rev)
 // being the contenders ahead of it, the last created first. When it fails,
 // p's key is being deleted or is gone, and the turn passes on.
-func (e *entry) waitFirst(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string) error {
+func (e mutexLine) waitFirst(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string) error {
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	readRev := p.rev
@@ -292,7 +289,7 @@ func (e *entry) waitFirst(ctx context.Context, req AcquireRequest, start time.Ti
 
 // waitAhead follows the deletes of the contenders ahead (read at readRev)
 // on the watch until the waiter is first (first) or must read again.
-func (e *entry) waitAhead(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
+func (e mutexLine) waitAhead(ctx context.Context, req AcquireRequest, start time.Time, p place, ahead []string, readRev int64) (first bool, err error) {
 	c := e.co
 	op := fmt.Sprintf("acquire %q", req.Key)
 	// With a Position, any contender ahead leaving is news; otherwise only

@@ -4,9 +4,10 @@ import "fmt"
 
 // Admission is a kind of lock's rule of who holds it together: given the
 // front of a line whose first contender is of its kind, how many of them
-// hold. Each kind of lock is one type here; a new kind with a rule of its
-// own is a new type and a case in Claim.Admission, and the engine, which
-// asks Holders, is not changed.
+// hold; and how a claim of its kind enters the line (Alone). Each kind of
+// lock is one type here; a new kind with a rule of its own is a new type
+// and a case in Claim.Admission, and the engine, which asks Holders and
+// Alone, is not changed.
 //
 // Every admission keeps the line's promise (see Claim): nobody passes a
 // contender that does not fit yet, and whether a contender holds depends
@@ -15,6 +16,13 @@ type Admission interface {
 	// Holders returns how many contenders at the front of line hold the
 	// lock together; line is not empty, and its first is of this kind.
 	Holders(line []Claim) int
+	// Alone reports whether a claim of this kind holds only alone, first
+	// in line. Such a claim enters the line with etcd's Mutex transactions:
+	// its try writes its key only where the line is empty, and its wait
+	// waits for every contender ahead of it to leave. A claim that may hold
+	// beside others writes its key with a read of the claims ahead in the
+	// same transaction, and holds when Holders counts it in.
+	Alone() bool
 	// Kind names the sort of lock, for messages: "a read/write lock".
 	Kind() string
 }
@@ -45,6 +53,7 @@ func Holders(line []Claim) int {
 type exclusive struct{}
 
 func (exclusive) Holders([]Claim) int { return 1 }
+func (exclusive) Alone() bool         { return true }
 func (exclusive) Kind() string        { return "a lock (mutex or read/write)" }
 
 // readers is the admission of a read/write lock with a reader at the
@@ -60,6 +69,7 @@ func (readers) Holders(line []Claim) int {
 	return len(line)
 }
 
+func (readers) Alone() bool  { return false }
 func (readers) Kind() string { return "a read/write lock" }
 
 // semaphore is the admission of a semaphore of limit units: the claims up
@@ -76,5 +86,7 @@ func (s semaphore) Holders(line []Claim) int {
 	}
 	return len(line)
 }
+
+func (semaphore) Alone() bool { return false }
 
 func (s semaphore) Kind() string { return fmt.Sprintf("a semaphore of %d units", s.limit) }

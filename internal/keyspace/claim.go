@@ -45,7 +45,7 @@ type Claim struct {
 }
 
 // IsExclusive reports whether c holds the lock alone.
-func (c Claim) IsExclusive() bool { return c.Mode != Read && c.Limit == 0 }
+func (c Claim) IsExclusive() bool { return c.Admission().Alone() }
 
 // Units is how many units c takes of its semaphore: its weight.
 func (c Claim) Units() int {

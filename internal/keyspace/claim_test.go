@@ -41,8 +41,9 @@ func TestHolders(t *testing.T) {
 
 // TestHoldersProperties checks, over random lines of every admission's
 // claims, what the coordinator relies on: never more units held than the
-// limit, never a writer with anyone, and a holder stays a holder whoever
-// ahead of it leaves.
+// limit, never a writer with anyone, a claim that holds only alone
+// (Admission.Alone) holds just when it is first, and a holder stays a
+// holder whoever ahead of it leaves.
 func TestHoldersProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	claims := []Claim{excl, read, read, units(4, 1), units(4, 2), units(4, 4)}
@@ -53,6 +54,16 @@ func TestHoldersProperties(t *testing.T) {
 		}
 		n := Holders(line)
 		checkHeld(t, line[:n])
+		for i, c := range line {
+			// A claim that holds only alone holds just when it is first,
+			// and then nobody holds beside it.
+			if c.Admission().Alone() && (i < n) != (i == 0) {
+				t.Fatalf("%v, alone, at %d of %v: %d hold", c, i, line, n)
+			}
+			if c.Admission().Alone() && i == 0 && n != 1 {
+				t.Fatalf("%v, alone, first of %v: %d hold", c, line, n)
+			}
+		}
 		for i := range n {
 			// Whoever ahead of holder i leaves, i still holds.
 			rest := []Claim{}
