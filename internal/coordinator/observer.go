@@ -50,10 +50,10 @@ type observed struct {
 // observer and, for a refusal, to the log.
 func (o observed) acquired(req AcquireRequest, took time.Duration, err error) {
 	result := "granted"
-	var he *HeldError
+	he, refused := errors.AsType[*HeldError](err) // not As: its target would escape, an allocation per refusal
 	switch {
 	case err == nil:
-	case errors.As(err, &he):
+	case refused:
 		result = "refused"
 		if he.Waited {
 			result = "wait_timeout"

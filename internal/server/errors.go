@@ -43,91 +43,86 @@ func classify(err error) (int, lockapi.Error) {
 // classified maps err to its status and code; it sets the message only
 // where err.Error() is not the one to give.
 func classified(err error) (int, lockapi.Error) {
-	var (
-		body      lockapi.Error
-		ae        *apiError
-		notOwner  *coordinator.NotOwnerError
-		lost      *coordinator.LostError
-		inv       *coordinator.InvalidError
-		forbidden *policy.Forbidden
-		tooBig    *http.MaxBytesError
-	)
+	// errors.AsType, not errors.As: a target of As escapes, and a
+	// refusal, the common answer, would pay an allocation for each.
+	var body lockapi.Error
 	if status, body, ok := refusal(err); ok {
 		return status, body
 	}
-	switch {
-	case errors.As(err, &ae):
+	if ae, ok := errors.AsType[*apiError](err); ok {
 		body.Code, body.Message = ae.code, ae.msg
 		return ae.status, body
-	case errors.As(err, &tooBig):
+	}
+	if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		body.Code = lockapi.CodeBodyTooLarge
 		body.Message = fmt.Sprintf("the request body is larger than the sidecar's limit of %d bytes; a lock request's body is a few fields", tooBig.Limit)
 		return http.StatusRequestEntityTooLarge, body
-	case errors.Is(err, coordinator.ErrFenceMismatch):
+	}
+	if errors.Is(err, coordinator.ErrFenceMismatch) {
 		body.Code = lockapi.CodeFenceMismatch
 		return http.StatusConflict, body
-	case errors.As(err, &notOwner):
+	}
+	if notOwner, ok := errors.AsType[*coordinator.NotOwnerError](err); ok {
 		body.Code, body.Key, body.Holder = lockapi.CodeNotOwner, notOwner.Key.String(), holderOf(notOwner.Holder)
 		return http.StatusForbidden, body
-	case errors.As(err, &forbidden):
+	}
+	if forbidden, ok := errors.AsType[*policy.Forbidden](err); ok {
 		body.Code, body.Key = lockapi.CodeForbidden, forbidden.Key
 		return http.StatusForbidden, body
-	case errors.Is(err, coordinator.ErrNotOwner):
+	}
+	if errors.Is(err, coordinator.ErrNotOwner) {
 		body.Code = lockapi.CodeNotOwner
 		return http.StatusForbidden, body
-	case errors.As(err, &lost):
+	}
+	if lost, ok := errors.AsType[*coordinator.LostError](err); ok {
 		body.Code, body.Key, body.Fence, body.Reason = lockapi.CodeLockLost, lost.Key.String(), lost.Fence, string(lost.Reason)
 		body.EndedAt = lost.At.UTC()
 		return http.StatusGone, body
-	case errors.Is(err, coordinator.ErrNotHeld):
+	}
+	if errors.Is(err, coordinator.ErrNotHeld) {
 		body.Code = lockapi.CodeNotHeld
 		return http.StatusNotFound, body
-	case errors.As(err, &inv):
+	}
+	if inv, ok := errors.AsType[*coordinator.InvalidError](err); ok {
 		body.Code = invalidCode(inv.Field)
 		return http.StatusBadRequest, body
+	}
+	status, code := unavailableCode(err)
+	body.Code = code
+	return status, body
+}
+
+// unavailableCode maps the errors that are neither a refusal nor about
+// the caller's request: the sidecar's limits and etcd's state.
+func unavailableCode(err error) (int, string) {
+	switch {
 	case errors.Is(err, keyspace.ErrInvalidKey):
-		body.Code = lockapi.CodeInvalidKey
-		return http.StatusBadRequest, body
+		return http.StatusBadRequest, lockapi.CodeInvalidKey
 	case errors.Is(err, coordinator.ErrTooManyWaiters):
-		body.Code = lockapi.CodeTooManyWaiters
-		return http.StatusTooManyRequests, body
+		return http.StatusTooManyRequests, lockapi.CodeTooManyWaiters
 	case errors.Is(err, coordinator.ErrPermissionDenied):
-		body.Code = lockapi.CodeEtcdPermissionDenied
-		return http.StatusServiceUnavailable, body
+		return http.StatusServiceUnavailable, lockapi.CodeEtcdPermissionDenied
 	case errors.Is(err, coordinator.ErrNoSpace):
-		body.Code = lockapi.CodeEtcdNoSpace
-		return http.StatusServiceUnavailable, body
+		return http.StatusServiceUnavailable, lockapi.CodeEtcdNoSpace
 	case errors.Is(err, coordinator.ErrCorrupt):
-		body.Code = lockapi.CodeEtcdCorrupt
-		return http.StatusServiceUnavailable, body
+		return http.StatusServiceUnavailable, lockapi.CodeEtcdCorrupt
 	case errors.Is(err, coordinator.ErrRewound):
-		body.Code = lockapi.CodeEtcdRewound
-		return http.StatusServiceUnavailable, body
+		return http.StatusServiceUnavailable, lockapi.CodeEtcdRewound
 	case errors.Is(err, coordinator.ErrUnavailable):
-		body.Code = lockapi.CodeUnavailable
-		return http.StatusServiceUnavailable, body
+		return http.StatusServiceUnavailable, lockapi.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		// The caller hung up; nobody reads this answer.
-		body.Code = lockapi.CodeUnavailable
-		return 499, body
+		return 499, lockapi.CodeUnavailable
 	}
-	body.Code = lockapi.CodeInternal
-	return http.StatusInternalServerError, body
+	return http.StatusInternalServerError, lockapi.CodeInternal
 }
 
 // refusal maps the errors of an acquire refused for want of the lock (409
 // already_running, wait_timeout, fence_mismatch, limit_mismatch,
 // already_done); ok is false for the others.
 func refusal(err error) (status int, body lockapi.Error, ok bool) {
-	var (
-		held     *coordinator.HeldError
-		mismatch *coordinator.MismatchError
-		done     *coordinator.DoneError
-		delayed  *coordinator.DelayedError
-	)
 	no := false
-	switch {
-	case errors.As(err, &held):
+	if held, ok := errors.AsType[*coordinator.HeldError](err); ok {
 		body.Granted, body.Key, body.Fence = &no, held.Key.String(), held.Fence
 		body.Message = held.Error()
 		if held.Fence != 0 {
@@ -144,22 +139,27 @@ func refusal(err error) (status int, body lockapi.Error, ok bool) {
 		default:
 			body.Code = lockapi.CodeAlreadyRunning
 		}
-	case errors.As(err, &delayed):
+		return http.StatusConflict, body, true
+	}
+	if delayed, ok := errors.AsType[*coordinator.DelayedError](err); ok {
 		body.Message = delayed.Error()
 		body.Granted, body.Code, body.Key, body.RetryAt = &no, lockapi.CodeLockDelayed, delayed.Key.String(), delayed.Until.UTC()
 		body.Holder, body.Fence = &lockapi.Holder{Owner: delayed.Mark.Owner, Pod: delayed.Mark.Pod}, delayed.Mark.Fence
-	case errors.As(err, &done):
+		return http.StatusConflict, body, true
+	}
+	if done, ok := errors.AsType[*coordinator.DoneError](err); ok {
 		body.Message = done.Error() // it names the key: no "acquire ..." before it
 		run := runOf(done.Key, done.Run)
 		body.Granted, body.Code, body.Key, body.Run = &no, lockapi.CodeAlreadyDone, done.Key.String(), &run
-	case errors.As(err, &mismatch):
+		return http.StatusConflict, body, true
+	}
+	if mismatch, ok := errors.AsType[*coordinator.MismatchError](err); ok {
 		body.Message = mismatch.Error()
 		body.Granted, body.Code, body.Key = &no, lockapi.CodeLimitMismatch, mismatch.Key.String()
 		body.Holder, body.Fence, body.Limit = holderOf(mismatch.Holder), mismatch.Fence, mismatch.InForce.Limit
-	default:
-		return 0, body, false
+		return http.StatusConflict, body, true
 	}
-	return http.StatusConflict, body, true
+	return 0, body, false
 }
 
 // invalidCode is the code of a request field out of range.
