@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -254,6 +255,16 @@ func (c *Coordinator) Shutdown() {
 	// shutting down): they are listed for Losses, not remembered one by
 	// one, which would cost a sidecar with many locks its time to exit.
 	at := c.now()
+	// Room made at once for every lock's loss and end: grown one lock at
+	// a time, copying them was most of the time a sidecar with 100 000
+	// locks took to shut down.
+	c.closedLosses = slices.Grow(c.closedLosses, len(c.locks))
+	c.events = slices.Grow(c.events, len(c.locks))
+	// Every deadline goes at once, not lock by lock from a heap; and the
+	// state file, about to be left for good, is told to read the held
+	// locks whole (none) rather than every lock's end.
+	c.deadlines.clear()
+	c.journal.drop()
 	for _, e := range c.locks {
 		if h := e.held; h != nil {
 			h.endOf().lost = &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: Shutdown, At: at}

@@ -68,6 +68,18 @@ func (d *deadlines) disarm(h *held) {
 	h.slot = -1
 }
 
+// clear cancels every deadline at once, as the sidecar shuts down.
+func (d *deadlines) clear() {
+	for _, h := range d.queue {
+		h.slot = -1
+	}
+	d.queue = nil
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.at = time.Time{}
+}
+
 // schedule sets the timer for the earliest deadline when it would fire
 // later than that.
 func (d *deadlines) schedule() {

@@ -41,6 +41,9 @@ func heldLockOf(e *entry, h *held) HeldLock {
 	return HeldLock{Key: e.key.String(), Owner: h.owner, Fence: h.fence, Hold: h.hold, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt}
 }
 
+// drop drops the changes kept and those to come until the next full read.
+func (j *journal) drop() { j.changes, j.overflow = nil, true }
+
 // note records a change of h, unless changes are being dropped.
 func (j *journal) note(e *entry, h *held, ended bool) {
 	switch {

@@ -145,9 +145,43 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("keys of two sidecars carry %d leases, want 2: %v", len(leases), leases)
 	}
 
+	grants := make([]Grant, 0, 3)
+	for _, s := range []string{"one", "two", "three"} {
+		g, err := a.c.Acquire(ctx, AcquireRequest{Key: key(t, s), Owner: s}) // held: its grant again
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g)
+	}
+	a.c.HeldChanges() // read: from here the journal has only the shutdown's
+
 	start := time.Now()
 	a.c.Shutdown()
 	a.revoke()
+	// Every lock ends as lost to the shutdown, told to its holder and
+	// listed for the state file; the journal, dropped at once, says to read
+	// the held locks whole, and none are; no deadline is left to fire.
+	for _, g := range grants {
+		var lost *LostError
+		if !errors.As(g.Err(), &lost) || lost.Reason != Shutdown {
+			t.Errorf("%s after shutdown: %v, want lost (shutdown)", g.Key, g.Err())
+		}
+	}
+	if losses := a.c.Losses(); len(losses) != 3 {
+		t.Errorf("losses after shutdown: %v, want the 3 locks held", losses)
+	}
+	if changes, held, ok := a.c.HeldChanges(); ok || held != 0 {
+		t.Errorf("journal after shutdown: %v, %d held, ok %v; want it dropped and none held", changes, held, ok)
+	}
+	if held, _ := a.c.HeldLocks(); len(held) != 0 {
+		t.Errorf("held after shutdown: %v", held)
+	}
+	a.c.mu.Lock()
+	armed := a.c.deadlines.queue.Len()
+	a.c.unlock()
+	if armed != 0 {
+		t.Errorf("%d deadlines armed after shutdown", armed)
+	}
 	if err := <-waiting; !errors.Is(err, ErrUnavailable) {
 		t.Errorf("waiter at shutdown: %v, want ErrUnavailable", err)
 	}
