@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -141,14 +143,19 @@ func (w *world) releaseAll(ctx context.Context, s *sidecar, res *scaleResult) er
 	for gone := int64(0); gone < before.Count; {
 		resp, ok := <-deletes
 		if !ok || resp.Err() != nil {
-			return fmt.Errorf("%d of %d keys still there after SIGTERM: %v", before.Count-gone, before.Count, wctx.Err())
+			why := cmp.Or(resp.Err(), wctx.Err(), errors.New("the watch ended"))
+			return fmt.Errorf("%d of %d keys still there after SIGTERM: %w", before.Count-gone, before.Count, why)
 		}
 		gone += int64(len(resp.Events))
 	}
 	res.released = time.Since(t0)
 	res.exit = <-exited
-	if c, err := w.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || c.Count != 0 {
-		return fmt.Errorf("after SIGTERM, every key's delete seen, and still: %v keys (%v)", c, err)
+	left, err := w.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("count the keys left after SIGTERM: %w", err)
+	}
+	if left.Count != 0 {
+		return fmt.Errorf("every key's delete seen after SIGTERM, and %d keys still there", left.Count)
 	}
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
