@@ -336,7 +336,7 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 		return Grant{}, err
 	}
 	c.mu.Lock()
-	if c.draining && !c.closed && lockstore.Alive(sess) {
+	if c.draining.Load() && !c.closed.Load() && lockstore.Alive(sess) {
 		// The sidecar is about to shut down: its key is let go now, so
 		// that the waiters behind it elsewhere need not wait for that.
 		c.unlock()
@@ -344,7 +344,7 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 		return Grant{}, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
 	defer c.unlock()
-	if c.closed || !lockstore.Alive(sess) {
+	if c.closed.Load() || !lockstore.Alive(sess) {
 		// The lease is being revoked or is gone: the key goes with it.
 		e.passTurnLocked()
 		return Grant{}, fmt.Errorf("acquire %q: %w: the etcd session ended during the grant", req.Key, ErrUnavailable)

@@ -371,6 +371,42 @@ func TestTooManyWaiters(t *testing.T) {
 	wg.Wait()
 }
 
+// TestTooManyWaitersOnManyLocks: callers of many locks at once, each lock
+// its own line, share the sidecar's room for waiters, and no two take its
+// last place.
+func TestTooManyWaitersOnManyLocks(t *testing.T) {
+	parallel(t)
+	const room, callers = 3, 16
+	a := newSidecar(t, "pod-a", func(c *Config) { c.MaxWaiters = room })
+	b := newSidecar(t, "pod-b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := make([]keyspace.Key, callers)
+	for i := range keys {
+		keys[i] = key(t, fmt.Sprint("q", i))
+		b.mustAcquire(t, keys[i], "holder")
+	}
+	start := make(chan struct{})
+	refused := make(chan error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			_, err := a.c.Acquire(ctx, AcquireRequest{Key: keys[i], Owner: fmt.Sprint("w", i), Wait: time.Minute})
+			if errors.Is(err, ErrTooManyWaiters) {
+				refused <- err
+			}
+		})
+	}
+	close(start)
+	waitFor(t, 5*time.Second, "every caller waiting or refused", func() bool { return len(refused)+int(a.c.waiting.Load()) == callers })
+	if n := a.c.waiting.Load(); n != room || len(refused) != callers-room {
+		t.Errorf("%d waiting and %d refused, want %d and %d", n, len(refused), room, callers-room)
+	}
+	cancel()
+	wg.Wait()
+}
+
 // TestEtcdMutexContends proves the key layout contract: etcd's own
 // concurrency.Mutex (what `etcdctl lock` runs) and Baton exclude each other.
 func TestEtcdMutexContends(t *testing.T) {

@@ -61,14 +61,14 @@ type Coordinator struct {
 	heldKeys     *heldIndex        // the contender keys held here, counted; written under mu, read without it
 	journal      journal           // changes of the held locks, for HeldChanges
 	deadlines    deadlines         // when the held locks expire
-	waiting      atomic.Int64      // blocking acquires in progress; grows under mu
+	waiting      atomic.Int64      // blocking acquires in progress
 	load         atomic.Int64      // len(locks), read without mu
 	young        young             // held locks not watched yet, until their watch delay is up
-	closed       bool
-	closedLosses []LostLock    // the locks Shutdown ended, for Losses
-	draining     bool          // Drain was called: nothing more is granted
-	changes      chan struct{} // poked when the set of held locks changes
-	events       lockEvents    // for the observer, told by unlock
+	closed       atomic.Bool       // Shutdown was called; set under mu, read without it
+	closedLosses []LostLock        // the locks Shutdown ended, for Losses
+	draining     atomic.Bool       // Drain was called: nothing more is granted
+	changes      chan struct{}     // poked when the set of held locks changes
+	events       lockEvents        // for the observer, told by unlock
 }
 
 // stores are the store as each part of the engine uses it: the line
@@ -155,11 +155,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	c.floor.now = c.now
 	c.reads = &etcdReader{lines: store, watches: store, layout: layout, timeout: cfg.RequestTimeout, now: c.now, inflight: map[string]*sharedRead{}}
 	c.runs = &runRecords{records: c.store.records, layout: layout, timeout: cfg.RequestTimeout, now: c.now, log: log}
-	c.access = &scopeAccess{store: c.store.access, layout: layout, timeout: cfg.RequestTimeout, clock: c.clock, log: log, held: func() int {
-		c.mu.Lock()
-		defer c.unlock()
-		return c.journal.held
-	}}
+	c.access = &scopeAccess{store: c.store.access, layout: layout, timeout: cfg.RequestTimeout, clock: c.clock, log: log, held: func() int { return int(c.journal.held.Load()) }}
 	c.delay = &lockDelay{layout: layout, markers: c.store.markers, pod: cfg.Identity.Pod, now: c.now, log: log}
 	c.guard.connected, c.guard.stop, c.guard.clock = c.connected, c.stop.Done(), c.clock
 	c.floor.probe = func() {
@@ -207,9 +203,7 @@ func (c *Coordinator) Ready() error {
 // connected is Ready but for the policy: the sidecar can reach etcd, which
 // grants it its scope. A policy not known is most often a consequence.
 func (c *Coordinator) connected() error {
-	c.mu.Lock()
-	closed := c.closed || c.draining
-	c.unlock()
+	closed := c.closed.Load() || c.draining.Load()
 	refused := c.access.get()
 	if closed {
 		return fmt.Errorf("%w: shutting down", ErrUnavailable)
@@ -235,21 +229,19 @@ func (c *Coordinator) connected() error {
 // Drain stops granting locks, as a sidecar does before it shuts down:
 // acquires are answered unavailable (shutting down) and no waiter is
 // granted, while holders may still release, extend and renew theirs.
-func (c *Coordinator) Drain() {
-	c.mu.Lock()
-	c.draining = true
-	c.unlock()
-}
+func (c *Coordinator) Drain() { c.draining.Store(true) }
 
 // Shutdown stops accepting requests, ends every wait and forgets every held
 // lock. The caller then revokes the session, which frees them in etcd at once.
 func (c *Coordinator) Shutdown() {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return
 	}
-	c.closed = true
+	// Set under the mutex: a grant, which looks under it, either sees it
+	// or is done before the locks below are ended.
+	c.closed.Store(true)
 	c.stopNow()
 	// Nothing asks about ended locks any more (every call is refused as
 	// shutting down): they are listed for Losses, not remembered one by

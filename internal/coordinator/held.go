@@ -141,7 +141,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 		c.units[h.etcdKey] = e
 	}
 	c.events.add(lockEvent{key: e.key.String(), claim: h.claim()})
-	c.journal.held++
+	c.journal.held.Add(1)
 	h.changedLocked(false)
 	if deletedAt > h.fence {
 		go h.lostByDelete() // deleted before this hold was indexed: lost at once
@@ -174,7 +174,7 @@ func (h *held) endLocked() {
 		reason = string(lost.Reason)
 	}
 	c.events.add(lockEvent{key: e.key.String(), claim: h.claim(), ended: true, reason: reason, heldFor: c.now().Sub(h.acquiredAt)})
-	c.journal.held--
+	c.journal.held.Add(-1)
 	h.changedLocked(true)
 }
 

@@ -17,7 +17,7 @@ import (
 // shared one. It refuses while the sidecar drains, and a claim of a lock
 // that its owner holds here with a claim of the other kind.
 func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
-	if c.closed || c.draining {
+	if c.closed.Load() || c.draining.Load() {
 		return nil, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
 	exclusive := req.Claim.IsExclusive()
@@ -119,7 +119,7 @@ func (e *entry) settle(ctx context.Context, req AcquireRequest, d decision, proc
 			return decision{answered: true, err: fmt.Errorf("acquire %q: %w", req.Key, err)}
 		}
 		c.mu.Lock()
-		if c.closed {
+		if c.closed.Load() {
 			c.unlock()
 			return decision{answered: true, err: fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)}
 		}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lockstore"
@@ -33,8 +34,8 @@ const maxJournal = 1 << 16
 // whole: with 100k locks held, a full copy is tens of megabytes.
 type journal struct {
 	changes  []HeldChange
-	overflow bool // changes were dropped since the last full read
-	held     int  // locks held now
+	overflow bool         // changes were dropped since the last full read
+	held     atomic.Int64 // locks held now; written under Coordinator.mu, read without it
 }
 
 func heldLockOf(e *entry, h *held) HeldLock {
@@ -64,7 +65,7 @@ func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
 	j := &c.journal
 	changes, ok = j.changes, !j.overflow
 	j.changes = nil
-	return changes, j.held, ok
+	return changes, int(j.held.Load()), ok
 }
 
 // HeldLocks returns the locks held now, and the leases of the session that
@@ -101,7 +102,7 @@ func (c *Coordinator) Changes() <-chan struct{} { return c.changes }
 // mutex, however many locks a sidecar holds.
 func (c *Coordinator) VisitHeld(f func(key string, acquiredAt, expiresAt time.Time, ttl time.Duration)) {
 	c.mu.Lock()
-	held := make([]heldNow, 0, c.journal.held)
+	held := make([]heldNow, 0, c.journal.held.Load())
 	for _, e := range c.locks {
 		if h := e.held; h != nil && !h.ended {
 			held = append(held, heldNow{key: e.key.String(), acquiredAt: h.acquiredAt, expiresAt: h.expiresAt, ttl: h.ttl})

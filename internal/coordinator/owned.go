@@ -19,7 +19,7 @@ func (c *Coordinator) ownedBy(ctx context.Context, k keyspace.Key, owner string)
 	}
 	for {
 		c.mu.Lock()
-		if c.closed {
+		if c.closed.Load() {
 			c.unlock()
 			return nil, nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
 		}

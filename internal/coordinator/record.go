@@ -126,7 +126,7 @@ func (e *entry) publishAfterLocked(d time.Duration) {
 		return // nothing to write, and nothing to keep
 	}
 	r := e.recLocked()
-	if r == nil || e.publishDue || c.closed {
+	if r == nil || e.publishDue || c.closed.Load() {
 		return
 	}
 	if sameRecord(e.wantLocked(), r.wrote) {
@@ -153,7 +153,7 @@ func (e *entry) publish() {
 	e.publishDue = false
 	e.adoptPlacedLocked()
 	r := e.rec
-	if r == nil || c.closed || e.retiring || (e.held != nil && e.held.ending != nil) {
+	if r == nil || c.closed.Load() || e.retiring || (e.held != nil && e.held.ending != nil) {
 		// The key is being deleted, or an extend in flight reports back.
 		return
 	}

@@ -18,10 +18,15 @@ var errWaitOver = errors.New("wait over")
 // sidecar (lineUpLocked), telling it its place when it is behind one.
 func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 	c := e.co
-	if n := c.waiting.Load(); n >= int64(c.cfg.MaxWaiters) {
-		return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, n)
+	for { // the room taken by a swap: no two callers take the last, whatever mutex each holds
+		n := c.waiting.Load()
+		if n >= int64(c.cfg.MaxWaiters) {
+			return nil, fmt.Errorf("acquire %q: %w: %d callers already wait in this sidecar", req.Key, ErrTooManyWaiters, n)
+		}
+		if c.waiting.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
-	c.waiting.Add(1) // under mu, so no two callers take the last room
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
