@@ -359,7 +359,7 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 	}
 	h.holdLocked(req.TTL, req.Hold) // the holder takes the caller's reference to e
 	e.trying = nil                  // the holder answers the lock's tries here now
-	delete(c.ended.m, endedKey{req.Key.String(), req.Owner})
+	c.ended.forget(req.Key, req.Owner)
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.
 	h.mod = fence

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -49,15 +51,21 @@ type LostLock struct {
 }
 
 // endedLocks are the locks remembered as ended without their owners'
-// release, guarded by Coordinator.mu.
+// release. Its mutex is a leaf: taken under Coordinator.mu or alone, it is
+// never held while another is taken.
 type endedLocks struct {
+	mu        sync.Mutex
 	m         map[endedKey]endedLock
+	n         atomic.Int32  // len(m): a grant finds none to forget without the mutex
 	retention time.Duration // Config.EndedRetention
 	sweptAt   time.Time     // last pruning of m
 }
 
 // remember remembers l, and forgets what is past its time at now.
 func (d *endedLocks) remember(now time.Time, k keyspace.Key, l endedLock) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer func() { d.n.Store(int32(len(d.m))) }()
 	if now.Sub(d.sweptAt) > d.retention/8 {
 		d.sweptAt = now
 		for name, old := range d.m {
@@ -69,10 +77,45 @@ func (d *endedLocks) remember(now time.Time, k keyspace.Key, l endedLock) {
 	d.m[endedKey{k.String(), l.owner}] = l
 }
 
+// remembers reports whether owner's lock of k is remembered as ended,
+// whether or not past its time.
+func (d *endedLocks) remembers(k, owner string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.m[endedKey{k, owner}]
+	return ok
+}
+
+// forget forgets owner's lock of k: granted to it again.
+func (d *endedLocks) forget(k keyspace.Key, owner string) {
+	if d.n.Load() == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.m, endedKey{k.String(), owner})
+	d.n.Store(int32(len(d.m)))
+}
+
+// list returns the losses remembered and not past their time at now.
+func (d *endedLocks) list(now time.Time) []LostLock {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]LostLock, 0, len(d.m))
+	for k, l := range d.m {
+		if !now.After(l.until(d.retention)) {
+			out = append(out, LostLock{Key: k.lock, Owner: l.owner, Fence: l.fence, Reason: l.reason, At: l.at, ExpiresAt: l.expiresAt})
+		}
+	}
+	return out
+}
+
 // lost returns the LostError for owner if its lock of k ended without its
 // release and is still remembered at now.
 func (d *endedLocks) lost(now time.Time, k keyspace.Key, owner string) error {
+	d.mu.Lock()
 	l, ok := d.m[endedKey{k.String(), owner}]
+	d.mu.Unlock()
 	if !ok || now.After(l.until(d.retention)) {
 		return nil
 	}
@@ -83,15 +126,9 @@ func (d *endedLocks) lost(now time.Time, k keyspace.Key, owner string) error {
 // release, and those Shutdown ended; of one owner's lock of one key, the
 // last listed is the latest.
 func (c *Coordinator) Losses() []LostLock {
+	out := c.ended.list(c.now())
 	c.mu.Lock()
 	defer c.unlock()
-	now := c.now()
-	out := make([]LostLock, 0, len(c.ended.m)+len(c.closedLosses))
-	for k, l := range c.ended.m {
-		if !now.After(l.until(c.ended.retention)) {
-			out = append(out, LostLock{Key: k.lock, Owner: l.owner, Fence: l.fence, Reason: l.reason, At: l.at, ExpiresAt: l.expiresAt})
-		}
-	}
 	return append(out, c.closedLosses...)
 }
 
@@ -110,7 +147,7 @@ func (c *Coordinator) Remember(ls []LostLock) {
 		if e := c.locks[k.String()]; e != nil && e.held != nil && e.held.owner == l.Owner {
 			continue
 		}
-		if _, known := c.ended.m[endedKey{l.Key, l.Owner}]; known {
+		if c.ended.remembers(l.Key, l.Owner) {
 			continue
 		}
 		c.ended.remember(c.now(), k, endedLock{owner: l.Owner, fence: l.Fence, reason: l.Reason, at: l.At, expiresAt: l.ExpiresAt})
