@@ -55,7 +55,7 @@ type Coordinator struct {
 
 	mu           engineMutex
 	locks        map[string]*entry // by name: the key's, or a shared claim's slotName
-	units        unitIndex         // the shared claims held here, by contender key
+	units        map[string]*entry // the shared claims held here, by contender key
 	ended        endedLocks        // the locks that ended without their owners' release
 	elsewhere    seenHeld          // the locks seen held by another sidecar; its own mutex
 	heldKeys     *heldIndex        // the contender keys held here, counted; written under mu, read without it
@@ -142,6 +142,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 		cfg: cfg, store: storesOf(store), layout: layout, log: log, obs: observed{Observer: nopObserver{}, log: log}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),
 		stop: stop, stopNow: cancel,
 		locks:    map[string]*entry{},
+		units:    map[string]*entry{},
 		heldKeys: newHeldIndex(),
 		ended:    endedLocks{m: map[endedKey]endedLock{}, retention: cfg.EndedRetention},
 		changes:  make(chan struct{}, 1),

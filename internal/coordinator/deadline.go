@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"container/heap"
-	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -10,10 +9,8 @@ import (
 
 // deadlines ends held locks at their deadline with one timer for all of
 // them: a runtime timer per lock costs about 180 bytes, 18 MB for a sidecar
-// holding 100k locks. Its mutex, which also guards each held lock's due
-// and slot, is a leaf: never held while another is taken.
+// holding 100k locks. Guarded by Coordinator.mu.
 type deadlines struct {
-	mu    sync.Mutex
 	clock clockwork.Clock
 	fire  func() // Coordinator.fireDeadlines
 	queue deadlineQueue
@@ -52,8 +49,6 @@ func (q deadlineQueue) holds(h *held) bool {
 
 // arm makes h's deadline fire in d (again, if it was set).
 func (d *deadlines) arm(h *held, in time.Duration) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	h.due = d.clock.Now().Add(in)
 	q := &d.queue
 	if q.holds(h) {
@@ -66,8 +61,6 @@ func (d *deadlines) arm(h *held, in time.Duration) {
 
 // disarm cancels h's deadline.
 func (d *deadlines) disarm(h *held) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	q := &d.queue
 	if q.holds(h) {
 		heap.Remove(q, int(h.slot))
@@ -77,8 +70,6 @@ func (d *deadlines) disarm(h *held) {
 
 // clear cancels every deadline at once, as the sidecar shuts down.
 func (d *deadlines) clear() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, h := range d.queue {
 		h.slot = -1
 	}
@@ -90,7 +81,7 @@ func (d *deadlines) clear() {
 }
 
 // schedule sets the timer for the earliest deadline when it would fire
-// later than that. Guarded by d.mu.
+// later than that.
 func (d *deadlines) schedule() {
 	if d.queue.Len() == 0 {
 		return // a timer that finds nothing due does nothing
@@ -109,11 +100,10 @@ func (d *deadlines) schedule() {
 }
 
 // fireDeadlines expires every lock whose deadline has passed and sets the
-// timer for the next. Each expiry looks again under the coordinator's
-// mutex (held.expire): a lock extended meanwhile is armed again.
+// timer for the next.
 func (c *Coordinator) fireDeadlines() {
+	c.mu.Lock()
 	d := &c.deadlines
-	d.mu.Lock()
 	d.at = time.Time{}
 	now := c.clock.Now()
 	var due []*held
@@ -121,7 +111,7 @@ func (c *Coordinator) fireDeadlines() {
 		due = append(due, heap.Pop(&d.queue).(*held))
 	}
 	d.schedule()
-	d.mu.Unlock()
+	c.unlock()
 	for _, h := range due {
 		go h.expire()
 	}

@@ -46,7 +46,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, k keyspace.Key, fence in
 	// Held here: lost now, whether or not the watch is open for it.
 	c.mu.Lock()
 	e := c.locks[k.String()]
-	if u := c.units.of(target.Key); u != nil {
+	if u := c.units[target.Key]; u != nil {
 		e = u
 	}
 	if e != nil && e.held != nil && e.held.fence == target.Create && e.held.ending == nil {

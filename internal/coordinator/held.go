@@ -138,7 +138,7 @@ func (h *held) holdLocked(d time.Duration, watchNow bool) {
 	}
 	c.deadlines.arm(h, d)
 	if e.slot != nil {
-		c.units.add(h.etcdKey, e)
+		c.units[h.etcdKey] = e
 	}
 	c.events.add(lockEvent{key: e.key.String(), claim: h.claim()})
 	c.journal.held.Add(1)
@@ -158,8 +158,8 @@ func (h *held) endLocked() {
 	c.deadlines.disarm(h)
 	e.held = nil
 	c.heldKeys.remove(h)
-	if e.slot != nil {
-		c.units.remove(h.etcdKey, e)
+	if c.units[h.etcdKey] == e {
+		delete(c.units, h.etcdKey)
 	}
 	h.ended = true
 	if h.watched {

@@ -21,7 +21,7 @@ func (c *Coordinator) enterLocked(req AcquireRequest) (*entry, error) {
 		return nil, fmt.Errorf("acquire %q: %w: shutting down", req.Key, ErrUnavailable)
 	}
 	exclusive := req.Claim.IsExclusive()
-	if !exclusive || c.units.any() {
+	if !exclusive || len(c.units) > 0 {
 		other := req.Key.String() // where the owner's claim of the other kind would be
 		if exclusive {
 			other = slotName(req.Key, req.Owner)

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,7 +33,6 @@ const maxJournal = 1 << 16
 // so that the state file grows by what changed rather than being rewritten
 // whole: with 100k locks held, a full copy is tens of megabytes.
 type journal struct {
-	mu       sync.Mutex // a leaf: never held while another is taken
 	changes  []HeldChange
 	overflow bool         // changes were dropped since the last full read
 	held     atomic.Int64 // locks held now; written under Coordinator.mu, read without it
@@ -45,16 +43,10 @@ func heldLockOf(e *entry, h *held) HeldLock {
 }
 
 // drop drops the changes kept and those to come until the next full read.
-func (j *journal) drop() {
-	j.mu.Lock()
-	j.changes, j.overflow = nil, true
-	j.mu.Unlock()
-}
+func (j *journal) drop() { j.changes, j.overflow = nil, true }
 
 // note records a change of h, unless changes are being dropped.
 func (j *journal) note(e *entry, h *held, ended bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	switch {
 	case j.overflow:
 	case len(j.changes) >= maxJournal:
@@ -68,9 +60,9 @@ func (j *journal) note(e *entry, h *held, ended bool) {
 // last call of HeldChanges or HeldLocks, and how many locks are held now.
 // ok is false when too many changes were made to keep: call HeldLocks.
 func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
+	c.mu.Lock()
+	defer c.unlock()
 	j := &c.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	changes, ok = j.changes, !j.overflow
 	j.changes = nil
 	return changes, int(j.held.Load()), ok
@@ -81,11 +73,7 @@ func (c *Coordinator) HeldChanges() (changes []HeldChange, held int, ok bool) {
 func (c *Coordinator) HeldLocks() ([]HeldLock, []lockstore.LeaseID) {
 	c.mu.Lock()
 	defer c.unlock()
-	// Reset under the coordinator's mutex too: no change is noted between
-	// the reset and the copy below, which it would repeat.
-	c.journal.mu.Lock()
 	c.journal.changes, c.journal.overflow = nil, false
-	c.journal.mu.Unlock()
 	var (
 		out  []HeldLock
 		sess lockstore.Session

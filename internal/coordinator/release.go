@@ -224,7 +224,7 @@ func (c *Coordinator) onDelete(k keyspace.Key, key string, modRev int64) {
 	}
 	c.mu.Lock()
 	e := c.locks[k.String()]
-	if u := c.units.of(key); u != nil {
+	if u := c.units[key]; u != nil {
 		e = u
 	}
 	if e == nil || e.held == nil || e.held.etcdKey != key || modRev <= e.held.fence {
@@ -315,8 +315,10 @@ func (c *Coordinator) checkHeld(k keyspace.Key, from int64) {
 		// The lock's entry, and its shared claims held here: not every
 		// lock's, which a sidecar holding many would pay at each watch.
 		older(c.locks[k.String()])
-		for _, u := range c.units.ofLock(k) {
-			older(u)
+		for _, u := range c.units {
+			if u.key == k {
+				older(u)
+			}
 		}
 	}
 	c.unlock()

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -227,62 +225,3 @@ func lastCreated(line []lockstore.Contender) int64 {
 func sortLine(cs []lockstore.Contender) {
 	slices.SortFunc(cs, func(a, b lockstore.Contender) int { return cmp.Compare(a.Create, b.Create) })
 }
-
-// unitIndex finds the entry of a shared claim held here by its contender
-// key: a delete of the key is its holder's loss (onDelete). Its mutex is a
-// leaf: never held while another is taken.
-type unitIndex struct {
-	mu sync.Mutex
-	m  map[string]*entry
-	n  atomic.Int32 // len(m): whether any shared claim is held, without the mutex
-}
-
-// add indexes e, the holder of key.
-func (u *unitIndex) add(key string, e *entry) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.m == nil {
-		u.m = map[string]*entry{}
-	}
-	u.m[key] = e
-	u.n.Store(int32(len(u.m)))
-}
-
-// remove forgets key, if e holds it.
-func (u *unitIndex) remove(key string, e *entry) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.m[key] == e {
-		delete(u.m, key)
-		u.n.Store(int32(len(u.m)))
-	}
-}
-
-// of returns the entry that holds key, or nil.
-func (u *unitIndex) of(key string) *entry {
-	if u.n.Load() == 0 {
-		return nil
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.m[key]
-}
-
-// ofLock returns the entries of the shared claims of k held here.
-func (u *unitIndex) ofLock(k keyspace.Key) []*entry {
-	if u.n.Load() == 0 {
-		return nil
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var es []*entry
-	for _, e := range u.m {
-		if e.key == k {
-			es = append(es, e)
-		}
-	}
-	return es
-}
-
-// any reports whether a shared claim is held here.
-func (u *unitIndex) any() bool { return u.n.Load() > 0 }

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -18,10 +17,8 @@ import (
 // batches: when it fires, the locks whose delay ends within youngSlack of
 // then are watched too, so that it fires about once per youngSlack however
 // many locks are granted meanwhile, rather than once per grant (each firing
-// is a goroutine and a wake-up). Its mutex is a leaf: never held while
-// another is taken.
+// is a goroutine and a wake-up). Guarded by Coordinator.mu.
 type young struct {
-	mu     sync.Mutex
 	clock  clockwork.Clock
 	mature func() // Coordinator.matureYoung
 	queue  []youngLock
@@ -44,26 +41,20 @@ func (h *held) watchLaterLocked() {
 		h.watchHeldLocked()
 		return
 	}
-	c.young.add(h, c.cfg.WatchDelay)
-}
-
-// add queues h, to be watched in delay.
-func (y *young) add(h *held, delay time.Duration) {
-	y.mu.Lock()
-	defer y.mu.Unlock()
+	y := &c.young
 	if y.head > 0 && y.head >= len(y.queue)/2 {
 		// Drop the handled half; the queue holds one delay's grants.
 		n := copy(y.queue, y.queue[y.head:])
 		clear(y.queue[n:])
 		y.queue, y.head = y.queue[:n], 0
 	}
-	y.queue = append(y.queue, youngLock{h: h, due: y.clock.Now().Add(delay)})
+	y.queue = append(y.queue, youngLock{h: h, due: c.clock.Now().Add(c.cfg.WatchDelay)})
 	if !y.armed {
-		y.arm(delay)
+		y.arm(c.cfg.WatchDelay)
 	}
 }
 
-// arm makes the timer fire in d. Guarded by y.mu.
+// arm makes the timer fire in d.
 func (y *young) arm(d time.Duration) {
 	y.armed = true
 	if y.timer == nil {
@@ -78,41 +69,26 @@ func (y *young) arm(d time.Duration) {
 func youngSlack(delay time.Duration) time.Duration { return delay / 4 }
 
 // matureYoung watches the locks still held whose delay is up, or ends
-// within youngSlack: taken from the queue under its mutex, then watched
-// under the coordinator's.
+// within youngSlack.
 func (c *Coordinator) matureYoung() {
-	ripe := c.young.ripe(c.clock.Now(), youngSlack(c.cfg.WatchDelay))
-	if len(ripe) == 0 {
-		return
-	}
 	c.mu.Lock()
 	defer c.unlock()
-	for _, h := range ripe {
-		if !h.ended {
-			h.watchHeldLocked()
-		}
-	}
-}
-
-// ripe takes from the queue the locks whose delay is up at now, or ends
-// within slack, and arms the timer for the rest.
-func (y *young) ripe(now time.Time, slack time.Duration) []*held {
-	y.mu.Lock()
-	defer y.mu.Unlock()
+	y := &c.young
 	y.armed = false
-	batch := now.Add(slack)
-	var ripe []*held
+	now := c.clock.Now()
+	batch := now.Add(youngSlack(c.cfg.WatchDelay))
 	for ; y.head < len(y.queue); y.head++ {
 		l := y.queue[y.head]
 		if l.due.After(batch) {
 			y.arm(l.due.Sub(now))
-			return ripe
+			return
 		}
 		y.queue[y.head] = youngLock{}
-		ripe = append(ripe, l.h)
+		if !l.h.ended {
+			l.h.watchHeldLocked()
+		}
 	}
 	y.queue, y.head = y.queue[:0], 0
-	return ripe
 }
 
 // watchHeldLocked has its lock's watch open while h is held, so that a
