@@ -56,6 +56,10 @@ func TestSessionThroughEtcdsProxy(t *testing.T) {
 
 	cfg := testConfig()
 	cfg.TTL = 3 * time.Second
+	// The grant's first call also dials through the proxy, each of its
+	// handshake's round trips delayed: on a loaded machine a second is
+	// not always enough.
+	cfg.GrantTimeout = 2 * time.Second
 	ctx := context.Background()
 	s, err := Open(ctx, cli, cfg)
 	if err != nil {

@@ -80,10 +80,14 @@ func (s *Server) Close() {
 }
 
 // Counter counts the unary gRPC calls of a client by method.
-type Counter struct{ txn, rng, put, del atomic.Int64 }
+type Counter struct{ txn, txnDone, rng, put, del atomic.Int64 }
 
 // Txns returns the number of Txn calls so far.
 func (c *Counter) Txns() int64 { return c.txn.Load() }
+
+// TxnsDone returns the number of Txn calls that etcd answered without an
+// error.
+func (c *Counter) TxnsDone() int64 { return c.txnDone.Load() }
 
 // Ranges returns the number of Range (Get) calls so far.
 func (c *Counter) Ranges() int64 { return c.rng.Load() }
@@ -105,7 +109,11 @@ func (c *Counter) intercept(ctx context.Context, method string, req, reply any, 
 	case "/etcdserverpb.KV/DeleteRange":
 		c.del.Add(1)
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err == nil && method == "/etcdserverpb.KV/Txn" {
+		c.txnDone.Add(1)
+	}
+	return err
 }
 
 // Forward serves s on l, a byte-for-byte forwarder per connection, until l

@@ -55,8 +55,8 @@ func Scope(t testing.TB) string {
 // Start starts an engine on s for pod, with a 2s lease, a 0.9s etcd
 // request timeout, no state file and the test's scope, all of which mod
 // may change. It returns once the engine is ready and has checked its etcd
-// permissions (one transaction at start), so that a test counting
-// transactions counts its own.
+// permissions (one transaction at start, asked again while etcd does not
+// answer it), so that a test counting transactions counts its own.
 func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*engine.Config)) *Engine {
 	t.Helper()
 	var calls *etcdtest.Counter
@@ -64,7 +64,7 @@ func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*engine.Config
 		var cli *clientv3.Client
 		cli, calls = s.Client(t, opts...)
 		return cli, nil
-	}, pod, mod, func() bool { return calls.Txns() > 0 })
+	}, pod, mod, func() bool { return calls.TxnsDone() > 0 })
 	e.Calls = calls
 	return e
 }
