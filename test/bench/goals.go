@@ -108,6 +108,7 @@ func (r *results) goals() goals {
 		e := median(r.entries[baton])
 		g.check(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
 	}
+	r.againstNotes(&g)
 	if len(r.handoff) > 0 {
 		tl := r.handoff["Baton try loop"].rate()
 		g.check(tl >= 100, "16 clients on one key across 4 sidecars, try in a loop: %.0f grants/s (goal ≥ 100/s, no livelock; Mutex TryLock: %.0f/s)", tl, r.handoff["Mutex TryLock loop"].rate())
@@ -140,6 +141,26 @@ func (r *results) goals() goals {
 		g.check(len(r.crash) > 0 && worst <= r.crashTTL+500*time.Millisecond, "crash release at most %s with a %v lease (goal ≤ TTL + 0.5 s)", ms(worst), r.crashTTL)
 	}
 	return g
+}
+
+// againstNotes states, for the -against build, the figures of the goals
+// that the build measured beside it gave: before and after a change, in
+// one run.
+func (r *results) againstNotes(g *goals) {
+	p50 := func(s series) float64 { return float64(s.quantile(0.5)) }
+	if rw, ag, bt := r.cycles[raw], r.cycles[batonAgainst], r.cycles[baton]; rw != nil && ag != nil && bt != nil {
+		g.note("the -against build: cycle at C=1 %.2f× raw Txn's (this build: %.2f×), throughput at C=64 %.2f× (this build: %.2f×)",
+			ratio(p50(ag[1]), p50(rw[1])), ratio(p50(bt[1]), p50(rw[1])), ratio(ag[64].rate(), rw[64].rate()), ratio(bt[64].rate(), rw[64].rate()))
+		if br := r.cycles[bareName]; br != nil {
+			f := float64(br[1].cpuPerOp().sidecars)
+			a, b := ag[1].cpuPerOp().sidecars, bt[1].cpuPerOp().sidecars
+			g.note("the -against build: sidecar CPU per cycle at C=1 %.2f× the bare sidecar's, %s (this build: %.2f×, %s)", ratio(float64(a), f), us(a), ratio(float64(b), f), us(b))
+		}
+	}
+	if ag, ok := r.refusals[batonAgainst]; ok {
+		mr := r.refusals[mutex].rate()
+		g.note("the -against build: refusals/s %.2f× Mutex TryLock's, %.0f/s (this build: %.2f×, %.0f/s)", ratio(ag.rate(), mr), ag.rate(), ratio(r.refusals[baton].rate(), mr), r.refusals[baton].rate())
+	}
 }
 
 // cycleGoals states the goals of the acquire + release cycles.

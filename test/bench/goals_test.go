@@ -167,3 +167,44 @@ func TestUnmeasuredFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestAgainstNotes: a run with an -against build states that build's
+// figures beside this one's, as notes that no goal counts, and a run
+// without one states none.
+func TestAgainstNotes(t *testing.T) {
+	ms := time.Millisecond
+	r := allMet()
+	if n := againstLines(r); n != 0 {
+		t.Fatalf("%d -against lines without an -against build", n)
+	}
+	r.cycles[batonAgainst] = map[int]series{1: rounds(80, 12*ms/10, 130*time.Microsecond), 64: rounds(800, ms, 130*time.Microsecond)}
+	r.refusals[batonAgainst] = rounds(2700, ms, time.Microsecond)
+	var lines []string
+	for _, v := range r.goals() {
+		if strings.HasPrefix(v.text, "the -against build") {
+			if v.goal {
+				t.Errorf("a goal: %s", v)
+			}
+			lines = append(lines, v.text)
+		}
+	}
+	want := []string{
+		"the -against build: cycle at C=1 1.20× raw Txn's (this build: 1.10×), throughput at C=64 0.80× (this build: 0.90×)",
+		"the -against build: sidecar CPU per cycle at C=1 1.30× the bare sidecar's, 130 µs (this build: 1.10×, 110 µs)",
+		"the -against build: refusals/s 3.00× Mutex TryLock's, 2700/s (this build: 3.33×, 3000/s)",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// againstLines counts the goal lines that speak of an -against build.
+func againstLines(r *results) int {
+	n := 0
+	for _, v := range r.goals() {
+		if strings.Contains(v.text, "-against") {
+			n++
+		}
+	}
+	return n
+}

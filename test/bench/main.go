@@ -32,6 +32,7 @@ func main() {
 	}
 	var o options
 	flag.StringVar(&o.baton, "baton", "bin/baton", "the baton binary to measure")
+	flag.StringVar(&o.against, "against", "", "another baton binary (the build before a change), measured beside -baton in the cycles and refusals, interleaved with it: before and after in one run")
 	flag.StringVar(&o.sidecar, "sidecar", "bin/baton-sidecar", "the lean build of baton (go build -tags lean), whose footprint is measured")
 	flag.StringVar(&o.daprSidecar, "dapr-sidecar", "", "the lean build with Dapr's lock API (go build -tags lean,dapr), whose footprint is measured beside it; empty: not measured")
 	flag.DurationVar(&o.slice, "slice", 2*time.Second, "how long each contender runs in each round")
@@ -59,6 +60,7 @@ func main() {
 // options are the flags.
 type options struct {
 	baton           string
+	against         string
 	sidecar         string
 	daprSidecar     string
 	scaleOut        string

@@ -157,11 +157,16 @@ func (w *world) startSidecar(name string, extra ...string) (*sidecar, error) {
 
 // startSidecarOn is startSidecar on the etcd at endpoints.
 func (w *world) startSidecarOn(name, endpoints string, extra ...string) (*sidecar, error) {
+	return w.startBuild(w.o.baton, name, endpoints, extra...)
+}
+
+// startBuild is startSidecarOn with the baton binary bin.
+func (w *world) startBuild(bin, name, endpoints string, extra ...string) (*sidecar, error) {
 	socket := filepath.Join(w.dir, name+".sock")
 	args := append([]string{"serve", "--socket", socket, "--scope", "bench",
 		"--etcd-endpoints", endpoints, "--health-addr", "", "--log-level", "error",
 		"--max-waiters", "100000"}, extra...)
-	p, err := startProc(exec.Command(w.o.baton, args...), "serving on")
+	p, err := startProc(exec.Command(bin, args...), "serving on")
 	if err != nil {
 		return nil, err
 	}

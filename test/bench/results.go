@@ -41,6 +41,8 @@ const (
 	// bareShapedName is the bare sidecar with Baton's transactions: the
 	// prefix compare, the holder record, the read of the holder on refusal.
 	bareShapedName = "bare sidecar, Baton's transactions"
+	// batonAgainst is Baton as the -against build serves it.
+	batonAgainst = "Baton, the -against build"
 	// batonAllProcs is Baton with --max-procs 0: Go's default GOMAXPROCS.
 	batonAllProcs = "Baton, --max-procs 0 (every CPU)"
 	// batonShared is Baton with the clients spread over 4 sidecars sharing
@@ -50,6 +52,9 @@ const (
 	// from its grant.
 	batonWatchAll = "Baton, 4 sidecars sharing a scope, --watch-delay 0"
 )
+
+// refusalOrder is the order of the refusals' contenders in the tables.
+var refusalOrder = []string{baton, mutex, batonAgainst}
 
 // handoffOrder is the order of the hot-key contenders in the tables.
 var handoffOrder = []string{"Baton try loop", "Mutex TryLock loop", "Baton blocking wait", "Mutex.Lock"}
@@ -148,8 +153,11 @@ func (r *results) printCycles(w io.Writer) {
 
 func (r *results) printRefusals(w io.Writer) {
 	fmt.Fprintf(w, "\n## Refusal of a lock held elsewhere (16 clients)\n\n| contender | refusals/s | p50 | etcd raft entries per refusal | etcd reads per refusal |\n|---|---|---|---|---|\n")
-	for _, name := range []string{baton, mutex} {
-		s := r.refusals[name]
+	for _, name := range refusalOrder {
+		s, ok := r.refusals[name]
+		if !ok {
+			continue
+		}
 		fmt.Fprintf(w, "| %s | %.0f | %s | %.3f | %s |\n", name, s.rate(), ms(s.quantile(0.5)), median(r.entries[name]), perOp(r.reads[name]))
 	}
 }
@@ -201,7 +209,7 @@ func (r *results) printCPU(w io.Writer) {
 			rows = append(rows, row{fmt.Sprintf("cycle C=%d: %s", c, name), r.cycles[name][c]})
 		}
 	}
-	for _, name := range []string{baton, mutex} {
+	for _, name := range refusalOrder {
 		if s, ok := r.refusals[name]; ok {
 			rows = append(rows, row{"refusal: " + name, s})
 		}

@@ -64,6 +64,13 @@ func (w *world) cycles(ctx context.Context, r *results) error {
 	defer termAll(watchAll)
 	cs := []contender{w.rawTxn(), w.rawShaped(), w.mutexTry(), w.baton(main), w.bare(bare, bareName), w.bare(bareShaped, bareShapedName),
 		w.batonNamed(allProcs, batonAllProcs), w.batonSpread(shared, batonShared), w.batonSpread(watchAll, batonWatchAll), w.roundTrips(main)}
+	// Its own scope, as allProcs has.
+	if against, err := w.againstSidecar("against", "bench-against"); err != nil {
+		return err
+	} else if against != nil {
+		defer against.term()
+		cs = append(cs, w.batonNamed(against, batonAgainst))
+	}
 	if rc, ok, err := w.redisContender(); err != nil {
 		return err
 	} else if ok {
@@ -149,9 +156,10 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 		}
 		defer sessions[i].Close()
 	}
-	batonTry := func(ctx context.Context, i int) error {
-		err := main.call(ctx, "POST", "/v1/locks/held", fmt.Sprintf(`{"owner":"r%d"}`, i), http.StatusConflict)
-		return err
+	refuse := func(s *sidecar) func(ctx context.Context, i int) error {
+		return func(ctx context.Context, i int) error {
+			return s.call(ctx, "POST", "/v1/locks/held", fmt.Sprintf(`{"owner":"r%d"}`, i), http.StatusConflict)
+		}
 	}
 	mutexTry := func(ctx context.Context, i int) error {
 		if err := concurrency.NewMutex(sessions[i], "/bench/mutex/held").TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
@@ -159,21 +167,29 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 		}
 		return nil
 	}
+	type refuser struct {
+		name string
+		op   func(context.Context, int) error
+	}
+	refusers := []refuser{{baton, refuse(main)}, {mutex, mutexTry}}
+	if against, err := w.againstSidecar("against-refuser", "bench"); err != nil {
+		return err
+	} else if against != nil {
+		defer against.term()
+		refusers = append(refusers, refuser{batonAgainst, refuse(against)})
+	}
 	r.refusals = map[string]series{}
 	r.entries = map[string][]float64{}
 	r.reads = map[string][]float64{}
 	for range w.o.rounds {
-		for _, x := range []struct {
-			name string
-			op   func(context.Context, int) error
-		}{{"Baton (socket)", batonTry}, {"concurrency.Mutex TryLock", mutexTry}} {
+		for _, x := range refusers {
 			before, err := w.raftIndex(ctx)
 			if err != nil {
 				return err
 			}
 			reads := w.metric(ctx, rangesMetric)
 			var prof chan error
-			if w.o.profileRefusals != "" && x.name == "Baton (socket)" && len(r.refusals[x.name]) == 0 {
+			if w.o.profileRefusals != "" && x.name == baton && len(r.refusals[x.name]) == 0 {
 				prof = make(chan error, 1)
 				go func() { prof <- fetchProfile(w.mainProf, w.o.slice, w.o.profileRefusals) }()
 			}
@@ -328,8 +344,6 @@ func termAll(scs []*sidecar) {
 	}
 }
 
-// mainSidecar returns the sidecar the cycles ran on, starting it when the
-// cycles were not run (-only).
 // mainSidecar starts the sidecar the cycles and refusals run on, once;
 // it serves pprof on w.mainProf when a profile was asked for.
 func (w *world) mainSidecar() (*sidecar, error) {
@@ -348,4 +362,13 @@ func (w *world) mainSidecar() (*sidecar, error) {
 	s, err := w.startSidecar("main", extra...)
 	w.main = s
 	return s, err
+}
+
+// againstSidecar starts a sidecar of the -against build in scope; nil
+// without -against.
+func (w *world) againstSidecar(name, scope string) (*sidecar, error) {
+	if w.o.against == "" {
+		return nil, nil
+	}
+	return w.startBuild(w.o.against, name, w.etcd.endpoint, "--scope", scope)
 }
