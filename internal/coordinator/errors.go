@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,6 +79,13 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
+	if len(e.Holders) == 0 && e.Mismatch == 0 && !e.Twin && !e.Waited {
+		// The refusal of a try, which a burst of duplicates answers many
+		// times a second: one allocation.
+		b := make([]byte, 0, 128)
+		b = strconv.AppendQuote(append(b, "lock "...), e.Key.String())
+		return string(appendHolder(append(b, " is held by "...), e.Holder))
+	}
 	msg := fmt.Sprintf("lock %q is held by %s", e.Key.String(), describe(e.Holder))
 	if len(e.Holders) > 0 {
 		msg = e.sharedMessage()
@@ -247,21 +255,24 @@ func (e *LostError) Error() string {
 // Is makes errors.Is(err, ErrLost) true.
 func (e *LostError) Is(target error) bool { return target == ErrLost }
 
-func describe(h keyspace.Holder) string {
-	if h.Foreign {
-		return "a client that is not Baton (for example etcdctl lock)"
+func describe(h keyspace.Holder) string { return string(appendHolder(nil, h)) }
+
+// appendHolder appends describe(h) to b.
+func appendHolder(b []byte, h keyspace.Holder) []byte {
+	switch {
+	case h.Foreign:
+		return append(b, "a client that is not Baton (for example etcdctl lock)"...)
+	case h.Owner == "":
+		return append(b, "another caller of this sidecar"...)
 	}
-	if h.Owner == "" {
-		return "another caller of this sidecar"
-	}
-	s := h.Owner
+	b = append(b, h.Owner...)
 	if h.Pod != "" {
-		s += " (pod " + h.Pod + ")"
+		b = append(append(append(b, " (pod "...), h.Pod...), ')')
 	}
 	if !h.ExpiresAt.IsZero() {
-		s += " until " + h.ExpiresAt.UTC().Format(time.RFC3339)
+		b = h.ExpiresAt.UTC().AppendFormat(append(b, " until "...), time.RFC3339)
 	}
-	return s
+	return b
 }
 
 func unavailable(op string, err error) error {

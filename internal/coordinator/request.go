@@ -114,8 +114,7 @@ const WaitForever = time.Duration(math.MaxInt64)
 // (keyspace.Claim.Normal).
 func checkClaim(cl *keyspace.Claim) error {
 	n, err := cl.Normal()
-	var ce *keyspace.ClaimError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*keyspace.ClaimError](err); ok {
 		return invalid(ce.Field, "%s", ce.Msg)
 	}
 	if err != nil {

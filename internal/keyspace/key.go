@@ -41,13 +41,14 @@ func ParseKey(s string) (Key, error) {
 	if s == "" {
 		return Key{}, fmt.Errorf("%w: the key is empty; use 1 to %d segments of [A-Za-z0-9._-] joined by '/'", ErrInvalidKey, MaxSegments)
 	}
-	segs := strings.Split(s, "/")
-	if len(segs) > MaxSegments {
-		return Key{}, fmt.Errorf("%w: %q has %d segments, at most %d are allowed", ErrInvalidKey, truncate(s), len(segs), MaxSegments)
+	if n := strings.Count(s, "/") + 1; n > MaxSegments {
+		return Key{}, fmt.Errorf("%w: %q has %d segments, at most %d are allowed", ErrInvalidKey, truncate(s), n, MaxSegments)
 	}
-	for i, seg := range segs {
+	i := 0
+	for seg := range strings.SplitSeq(s, "/") { // no slice: every request parses its key
+		i++
 		if err := checkSegment(seg); err != nil {
-			return Key{}, fmt.Errorf("%w: segment %d of %q %w", ErrInvalidKey, i+1, truncate(s), err)
+			return Key{}, fmt.Errorf("%w: segment %d of %q %w", ErrInvalidKey, i, truncate(s), err)
 		}
 	}
 	return Key{s: s}, nil

@@ -246,6 +246,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // query parses the query string and refuses parameters not in allowed.
 func query(r *http.Request, allowed ...string) (url.Values, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil // most requests: no map to make
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, badRequest(lockapi.CodeInvalidRequest, "malformed query string: "+err.Error())

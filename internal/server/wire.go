@@ -140,9 +140,12 @@ func decodeClaim(b *acquireBody, mode, limit, weight json.RawMessage) error {
 			return badRequest(lockapi.CodeInvalidMode, fmt.Sprintf("mode %q is not a mode; use read (shared with other readers) or write (exclusive, the default)", m))
 		}
 	}
+	limitHint := "" // made only for a request that gives a limit
+	if given(limit) {
+		limitHint = fmt.Sprintf("a semaphore has 1 to %d units; leave limit out for a lock", keyspace.MaxLimit)
+	}
 	var err error
-	if b.Claim.Limit, err = count("limit", limit, lockapi.CodeInvalidLimit,
-		fmt.Sprintf("a semaphore has 1 to %d units; leave limit out for a lock", keyspace.MaxLimit)); err != nil {
+	if b.Claim.Limit, err = count("limit", limit, lockapi.CodeInvalidLimit, limitHint); err != nil {
 		return err
 	}
 	if b.Claim.Weight, err = count("weight", weight, lockapi.CodeInvalidWeight, "a weight is 1 to the limit; leave it out to take 1 unit"); err != nil {
