@@ -82,7 +82,7 @@ func (e *HeldError) Error() string {
 	if len(e.Holders) == 0 && e.Mismatch == 0 && !e.Twin && !e.Waited {
 		// The refusal of a try, which a burst of duplicates answers many
 		// times a second: one allocation.
-		b := make([]byte, 0, 128)
+		b := make([]byte, 0, 80+len(e.Key.String())+len(e.Holder.Owner)+len(e.Holder.Pod))
 		b = strconv.AppendQuote(append(b, "lock "...), e.Key.String())
 		return string(appendHolder(append(b, " is held by "...), e.Holder))
 	}

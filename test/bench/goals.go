@@ -101,14 +101,17 @@ func (r *results) printGoals(w io.Writer) {
 func (r *results) goals() goals {
 	var g goals
 	r.cycleGoals(&g)
+	r.againstCycleNotes(&g)
 	if len(r.refusals) > 0 {
 		br, mr := r.refusals[baton].rate(), r.refusals[mutex].rate()
 		x := ratio(br, mr)
 		g.check(x >= 3, "Baton refusals/s are %.2f× Mutex TryLock's (%.0f vs %.0f; goal ≥ 3×)", x, br, mr)
 		e := median(r.entries[baton])
 		g.check(e < 0.01, "Baton writes %.3f etcd raft entries per refusal (goal 0)", e)
+		if ag, ok := r.refusals[batonAgainst]; ok {
+			g.note("the -against build: refusals/s %.2f× Mutex TryLock's, %.0f/s (this build: %.2f×, %.0f/s)", ratio(ag.rate(), mr), ag.rate(), x, br)
+		}
 	}
-	r.againstNotes(&g)
 	if len(r.handoff) > 0 {
 		tl := r.handoff["Baton try loop"].rate()
 		g.check(tl >= 100, "16 clients on one key across 4 sidecars, try in a loop: %.0f grants/s (goal ≥ 100/s, no livelock; Mutex TryLock: %.0f/s)", tl, r.handoff["Mutex TryLock loop"].rate())
@@ -143,10 +146,10 @@ func (r *results) goals() goals {
 	return g
 }
 
-// againstNotes states, for the -against build, the figures of the goals
-// that the build measured beside it gave: before and after a change, in
-// one run.
-func (r *results) againstNotes(g *goals) {
+// againstCycleNotes states, for the -against build, the figures of the
+// cycles' goals that it gave beside this build: before and after a
+// change, in one run. (The refusals' are stated with their goal.)
+func (r *results) againstCycleNotes(g *goals) {
 	p50 := func(s series) float64 { return float64(s.quantile(0.5)) }
 	if rw, ag, bt := r.cycles[raw], r.cycles[batonAgainst], r.cycles[baton]; rw != nil && ag != nil && bt != nil {
 		g.note("the -against build: cycle at C=1 %.2f× raw Txn's (this build: %.2f×), throughput at C=64 %.2f× (this build: %.2f×)",
@@ -156,10 +159,6 @@ func (r *results) againstNotes(g *goals) {
 			a, b := ag[1].cpuPerOp().sidecars, bt[1].cpuPerOp().sidecars
 			g.note("the -against build: sidecar CPU per cycle at C=1 %.2f× the bare sidecar's, %s (this build: %.2f×, %s)", ratio(float64(a), f), us(a), ratio(float64(b), f), us(b))
 		}
-	}
-	if ag, ok := r.refusals[batonAgainst]; ok {
-		mr := r.refusals[mutex].rate()
-		g.note("the -against build: refusals/s %.2f× Mutex TryLock's, %.0f/s (this build: %.2f×, %.0f/s)", ratio(ag.rate(), mr), ag.rate(), ratio(r.refusals[baton].rate(), mr), r.refusals[baton].rate())
 	}
 }
 

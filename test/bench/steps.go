@@ -167,10 +167,6 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 		}
 		return nil
 	}
-	type refuser struct {
-		name string
-		op   func(context.Context, int) error
-	}
 	refusers := []refuser{{baton, refuse(main)}, {mutex, mutexTry}}
 	if against, err := w.againstSidecar("against-refuser", "bench"); err != nil {
 		return err
@@ -183,34 +179,50 @@ func (w *world) refusals(ctx context.Context, r *results) error {
 	r.reads = map[string][]float64{}
 	for range w.o.rounds {
 		for _, x := range refusers {
-			before, err := w.raftIndex(ctx)
-			if err != nil {
+			if err := w.refuseRound(ctx, r, x, c); err != nil {
 				return err
-			}
-			reads := w.metric(ctx, rangesMetric)
-			var prof chan error
-			if w.o.profileRefusals != "" && x.name == baton && len(r.refusals[x.name]) == 0 {
-				prof = make(chan error, 1)
-				go func() { prof <- fetchProfile(w.mainProf, w.o.slice, w.o.profileRefusals) }()
-			}
-			s := w.run(ctx, c, x.op)
-			if prof != nil {
-				if err := <-prof; err != nil {
-					return fmt.Errorf("profile: %w", err)
-				}
-			}
-			after, err := w.raftIndex(ctx)
-			if err != nil {
-				return err
-			}
-			r.refusals[x.name] = append(r.refusals[x.name], s)
-			if s.ops > 0 { // a round that refused nothing measured nothing
-				r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(s.ops))
-			}
-			if now := w.metric(ctx, rangesMetric); reads >= 0 && now >= 0 {
-				r.reads[x.name] = append(r.reads[x.name], (now-reads)/float64(max(1, s.ops)))
 			}
 		}
+	}
+	return nil
+}
+
+// refuser is one contender of the refusals: a try of the held lock by
+// client i.
+type refuser struct {
+	name string
+	op   func(ctx context.Context, i int) error
+}
+
+// refuseRound runs one round of x's refusals with c clients, and counts
+// etcd's raft entries and reads meanwhile.
+func (w *world) refuseRound(ctx context.Context, r *results, x refuser, c int) error {
+	before, err := w.raftIndex(ctx)
+	if err != nil {
+		return err
+	}
+	reads := w.metric(ctx, rangesMetric)
+	var prof chan error
+	if w.o.profileRefusals != "" && x.name == baton && len(r.refusals[x.name]) == 0 {
+		prof = make(chan error, 1)
+		go func() { prof <- fetchProfile(w.mainProf, w.o.slice, w.o.profileRefusals) }()
+	}
+	s := w.run(ctx, c, x.op)
+	if prof != nil {
+		if err := <-prof; err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+	}
+	after, err := w.raftIndex(ctx)
+	if err != nil {
+		return err
+	}
+	r.refusals[x.name] = append(r.refusals[x.name], s)
+	if s.ops > 0 { // a round that refused nothing measured nothing
+		r.entries[x.name] = append(r.entries[x.name], float64(after-before)/float64(s.ops))
+	}
+	if now := w.metric(ctx, rangesMetric); reads >= 0 && now >= 0 {
+		r.reads[x.name] = append(r.reads[x.name], (now-reads)/float64(max(1, s.ops)))
 	}
 	return nil
 }
