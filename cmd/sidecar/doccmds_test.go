@@ -75,7 +75,7 @@ var docRunners = map[string]string{
 	// them as written, in one terminal per test).
 	"$ export PATH=$PWD/bin:$PWD/bin/k8s:$PATH":                          "test/node TestBatonOnANode (the install and the example)",
 	"$ make cluster\n":                                                   "test/node TestBatonOnANode (its TestMain makes the node, the test installs with this bin/helm line, make cluster-down ends it)",
-	"$ helm uninstall baton -n baton-system --cascade foreground --wait": "test/node TestBatonOnANode (the uninstall's first command, then all before the proxy's install)",
+	"$ helm uninstall baton -n baton-system --cascade foreground --wait": "test/node TestBatonOnANode (the uninstall's first two commands, then all before the proxy's install)",
 	"$ kubectl -n baton-system get daemonset baton-etcd-proxy":           "test/node TestBatonOnANode (etcd's gRPC proxy)",
 	"$ kubectl apply -f config/crd -f config/rbac":                       "test/node TestMirrorByHand",
 	// docs/operations.md's, on the test node too.

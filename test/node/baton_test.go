@@ -463,12 +463,14 @@ func TestBatonOnANode(t *testing.T) {
 			}
 			return nil
 		})
-		// As the README says: --cascade foreground waits for the pods too,
-		// so that an install right after does not meet etcd's old pods.
-		// docs/kubernetes.md's command, with its helm and kubectl.
+		// docs/kubernetes.md's commands, with its helm and kubectl: the
+		// uninstall, then the wait for its workloads and pods to be gone,
+		// so that an install right after does not meet etcd's old ones
+		// (helm's own wait once returned with them still terminating).
 		sh.one(t, "$ helm uninstall baton -n baton-system")
+		sh.one(t, "$ kubectl -n baton-system wait --for=delete")
 		if pods := kubectl(t, "get", "pods", "-n", system, "-o", "name"); pods != "" {
-			t.Errorf("pods left after helm uninstall --cascade foreground --wait: %s", pods)
+			t.Errorf("pods left after helm uninstall and the wait for their deletion: %s", pods)
 		}
 		// The Lock objects go with the release: the garbage collector
 		// deletes them with their owner, the controller's ClusterRole.
