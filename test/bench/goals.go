@@ -72,6 +72,9 @@ func unmeasured(args []any) string {
 	return ""
 }
 
+// p50 is s's median latency, as a figure for ratio.
+func p50(s series) float64 { return float64(s.quantile(0.5)) }
+
 // ratio is a/b, NaN unless both were measured (above zero): a ratio of
 // something not read is no figure.
 func ratio(a, b float64) float64 {
@@ -150,7 +153,6 @@ func (r *results) goals() goals {
 // cycles' goals that it gave beside this build: before and after a
 // change, in one run. (The refusals' are stated with their goal.)
 func (r *results) againstCycleNotes(g *goals) {
-	p50 := func(s series) float64 { return float64(s.quantile(0.5)) }
 	if rw, ag, bt := r.cycles[raw], r.cycles[batonAgainst], r.cycles[baton]; rw != nil && ag != nil && bt != nil {
 		g.note("the -against build: cycle at C=1 %.2f× raw Txn's (this build: %.2f×), throughput at C=64 %.2f× (this build: %.2f×)",
 			ratio(p50(ag[1]), p50(rw[1])), ratio(p50(bt[1]), p50(rw[1])), ratio(ag[64].rate(), rw[64].rate()), ratio(bt[64].rate(), rw[64].rate()))
@@ -164,7 +166,6 @@ func (r *results) againstCycleNotes(g *goals) {
 
 // cycleGoals states the goals of the acquire + release cycles.
 func (r *results) cycleGoals(g *goals) {
-	p50 := func(s series) float64 { return float64(s.quantile(0.5)) }
 	if rw, bt := r.cycles[raw], r.cycles[baton]; rw != nil && bt != nil {
 		// The bare sidecar's ratios on the same line: the floor of any
 		// design with a process between the app and etcd, on these cores.
