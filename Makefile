@@ -72,19 +72,23 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(B
 	@# reliability suite, whose faults are timed, starts once they are
 	@# done, with the coordinator's tests again on etcd beside it; the count
 	@# of the engine's core mutexes (-tags lockcount) before it. Each
-	@# one's output follows; any failing fails make test.
+	@# one's output follows; any failing fails make test, and what each
+	@# failure said is printed last (hack/testfailures), where a log cut
+	@# to its tail still shows it.
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image BATON_DAPR_NODE=$(DAPR_NODE); \
 	$(GO) test $(GOFLAGS) $(TEST_FLAGS) ./test/node > $(BIN)/node-test.log 2>&1 & node=$$!; \
-	$(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); rest=$$?; \
+	{ $(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); echo $$? > $(BIN)/rest-test.rc; } 2>&1 | tee $(BIN)/rest-test.log; rest=$$(cat $(BIN)/rest-test.rc); \
 	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator > $(BIN)/coordinator-etcd.log 2>&1 & coord=$$!; \
 	wait $$node; noderc=$$?; \
-	$(GO) test $(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator; counts=$$?; \
-	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e; e2e=$$?; \
+	$(GO) test $(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator > $(BIN)/lockcount-test.log 2>&1; counts=$$?; cat $(BIN)/lockcount-test.log; \
+	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e > $(BIN)/e2e-test.log 2>&1; e2e=$$?; cat $(BIN)/e2e-test.log; \
 	wait $$coord; coordrc=$$?; \
 	echo "--- the real node's tests:"; cat $(BIN)/node-test.log; \
 	echo "--- the coordinator's tests on etcd:"; cat $(BIN)/coordinator-etcd.log; \
 	cat $(BIN)/e2e-report.md; \
-	test $$rest -eq 0 && test $$e2e -eq 0 && test $$coordrc -eq 0 && test $$noderc -eq 0 && test $$counts -eq 0
+	if test $$rest -eq 0 && test $$e2e -eq 0 && test $$coordrc -eq 0 && test $$noderc -eq 0 && test $$counts -eq 0; then echo "make test: every test passed"; else \
+	  echo "--- make test failed; what each failure said (the logs are in $(BIN)):"; \
+	  awk -f hack/testfailures/failures.awk $(BIN)/rest-test.log $(BIN)/node-test.log $(BIN)/lockcount-test.log $(BIN)/e2e-test.log $(BIN)/coordinator-etcd.log; exit 1; fi
 
 .PHONY: test-e2e
 test-e2e: ## Run the reliability suite (S1-S13, S15-S22) and write test/e2e/REPORT.md.
