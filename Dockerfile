@@ -8,6 +8,7 @@
 FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+COPY clients/go ./clients/go
 RUN go mod download
 COPY api ./api
 COPY cmd ./cmd

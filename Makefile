@@ -77,7 +77,8 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(B
 	@# to its tail still shows it.
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image BATON_DAPR_NODE=$(DAPR_NODE); \
 	$(GO) test $(GOFLAGS) $(TEST_FLAGS) ./test/node > $(BIN)/node-test.log 2>&1 & node=$$!; \
-	{ $(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); echo $$? > $(BIN)/rest-test.rc; } 2>&1 | tee $(BIN)/rest-test.log; rest=$$(cat $(BIN)/rest-test.rc); \
+	{ $(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); main=$$?; \
+	  (cd clients/go && $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...); echo $$((main | $$?)) > $(BIN)/rest-test.rc; } 2>&1 | tee $(BIN)/rest-test.log; rest=$$(cat $(BIN)/rest-test.rc); \
 	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator > $(BIN)/coordinator-etcd.log 2>&1 & coord=$$!; \
 	wait $$node; noderc=$$?; \
 	$(GO) test $(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator > $(BIN)/lockcount-test.log 2>&1; counts=$$?; cat $(BIN)/lockcount-test.log; \
@@ -117,6 +118,7 @@ fmt: ## Format the code.
 .PHONY: vet
 vet: ## go vet, the reliability suite and the lean sidecar build included.
 	$(GO) vet ./...
+	cd clients/go && $(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) vet -tags lean ./cmd/sidecar
 	$(GO) vet -tags lean,dapr ./cmd/sidecar
@@ -126,12 +128,14 @@ vet: ## go vet, the reliability suite and the lean sidecar build included.
 # none, and make vet compiles it).
 lint: $(BIN)/golangci-lint ## golangci-lint with .golangci.yml (vet, staticcheck, errcheck, errorlint, doc comments on exported names, ...).
 	$(BIN)/golangci-lint run ./...
+	cd clients/go && $(BIN)/golangci-lint run ./...
 	$(BIN)/golangci-lint run --build-tags lean ./cmd/sidecar
 
 .PHONY: verify
 verify: vet lint vulncheck manifests helm-sync ## Fail on lint findings, known vulnerabilities on Baton's code paths, gofmt, go.mod or generated-manifest drift (the chart's copies included).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt drift: run make fmt"; exit 1; }
 	$(GO) mod tidy -diff
+	cd clients/go && $(GO) mod tidy -diff
 	@test -z "$$(git status --porcelain -- api config charts/baton/crds charts/baton/files)" || { git status --porcelain -- api config charts/baton/crds charts/baton/files; git diff -- api config charts | head -50; echo "generated files drift: run make manifests helm-sync and commit"; exit 1; }
 
 # Code generators, pinned by hack/tools/go.mod and built into bin.

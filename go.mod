@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/baton-dev/baton/clients/go v0.0.0
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/dapr/dapr v1.18.1
 	github.com/dapr/go-sdk v1.15.0
@@ -127,3 +128,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// The Go client and the socket API's contract are a module of their own,
+// with no dependency, so that an app importing them takes in nothing else
+// of Baton's; Baton builds against the copy beside it.
+replace github.com/baton-dev/baton/clients/go => ./clients/go

@@ -42,6 +42,7 @@ func TestGuideClients(t *testing.T) {
 		{"client.py", "flow-123/readiness", []string{"python3", "client.py"}},
 		{"client.js", "tenant-acme/gcp_billing_export", []string{"node", "client.js"}},
 		{"go/main.go", "terraform-prod", []string{"go", "run", "./go"}},
+		{"golock/main.go", "tenant-acme/invoice-run", []string{"go", "run", "./golock"}},
 	} {
 		t.Run(cl.file, func(t *testing.T) {
 			src, err := os.ReadFile(filepath.Join("../../examples/clients", cl.file))

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // locksOptions are the flags every `baton locks` command shares.
@@ -58,7 +58,7 @@ func newLocksListCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 			if err := keyspace.ValidatePrefix(prefix); err != nil {
 				return usageError{fmt.Errorf("--prefix: %w", err)}
 			}
-			locks, truncated, err := client.New(o.socket).List(cmd.Context(), prefix)
+			locks, truncated, err := baton.New(o.socket).List(cmd.Context(), prefix)
 			if err != nil {
 				return apiFailed(err)
 			}
@@ -86,7 +86,7 @@ func newLocksStatusCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 			if _, err := keyspace.ParseKey(args[0]); err != nil {
 				return usageError{err}
 			}
-			st, err := client.New(o.socket).Status(cmd.Context(), args[0])
+			st, err := baton.New(o.socket).Status(cmd.Context(), args[0])
 			if err != nil {
 				return apiFailed(err)
 			}
@@ -130,7 +130,7 @@ sidecar logs who asked.`,
 			if fence != 0 && !force {
 				return usageError{errors.New("--fence goes with --force")}
 			}
-			c := client.New(o.socket)
+			c := baton.New(o.socket)
 			if force {
 				f, err := c.ForceRelease(cmd.Context(), key, fence, whoAsks())
 				if err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 func TestLocksCommands(t *testing.T) {

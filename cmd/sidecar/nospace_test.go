@@ -19,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/baton-dev/baton/internal/client"
-	"github.com/baton-dev/baton/internal/lockapi"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // TestEmbeddedEtcdOutOfSpace: the embedded etcd filled to its quota by
@@ -45,7 +45,7 @@ func TestEmbeddedEtcdOutOfSpace(t *testing.T) {
 		"--health-addr", "", "--lease-ttl", "4s", "--embedded-quota", fmt.Sprint(8<<20), "--embedded-history", "1h",
 		"--etcd-maintenance-interval", "1s")
 	ctx := context.Background()
-	c, hc := client.New(sock), unixClient(sock)
+	c, hc := baton.New(sock), unixClient(sock)
 
 	// A ttl of 4s: renewals go through a read of etcd, which its own
 	// compaction and defragmentation, once full, may hold up a second or

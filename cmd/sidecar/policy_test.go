@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 	"github.com/baton-dev/baton/internal/policy"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/client"
-	"github.com/baton-dev/baton/internal/lockapi"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/restart"
 )
 
@@ -50,7 +50,7 @@ func TestRestartKeepsLocks(t *testing.T) {
 	}
 	var fence int64
 	fmt.Sscanf(body[strings.Index(body, `"fence":`)+8:], "%d", &fence)
-	hold, err := client.New(sockA).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
+	hold, err := baton.New(sockA).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestRestartDropsHoldsTheFileMissed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold, err := client.New(sock).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
+	hold, err := baton.New(sock).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestRestartDropsHoldsTheFileMissed(t *testing.T) {
 	startProc(t, sock, "missed-test", "--lease-ttl", "4s")
 	c := unixClient(sock)
 	waitStatus(t, c, "held", `"held":false`)
-	again, err := client.New(sock).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
+	again, err := baton.New(sock).Hold(context.Background(), "held", lockapi.Request{Owner: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}

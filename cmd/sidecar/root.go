@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	baton "github.com/baton-dev/baton/clients/go"
 	"github.com/baton-dev/baton/internal/version"
 )
 
@@ -105,7 +106,7 @@ func socketFlag(fs *pflag.FlagSet, p *string, usage string) {
 }
 
 // defaultSocket is where the sidecar's socket is in a pod.
-const defaultSocket = "/var/run/baton/baton.sock"
+const defaultSocket = baton.DefaultSocket
 
 // renamedTo is the name now of a flag renamed, "" for any other flag.
 func renamedTo(flag string) string {

@@ -16,10 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/guard"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 type runOptions struct {
@@ -138,7 +138,7 @@ func newRunCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comm
 // runLocked holds the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr io.Writer) error {
 	stdout, stderr = guard.LockedWriters(stdout, stderr)
-	c := client.New(o.socket)
+	c := baton.New(o.socket)
 	// The stream lives as long as the command, whatever signals come: they
 	// go to the command, which decides when it ends. While queued, a signal
 	// gives up the wait.
@@ -286,7 +286,7 @@ func (o runOptions) holdBack() time.Duration {
 // awaitGrant reads the hold stream until the grant, telling stderr the
 // caller's place in line; it fails with the exit the refusal, the error or
 // the interruption (ctx) calls for.
-func awaitGrant(ctx context.Context, stream *client.Stream, o runOptions, stderr io.Writer) (lockapi.Event, error) {
+func awaitGrant(ctx context.Context, stream *baton.Stream, o runOptions, stderr io.Writer) (lockapi.Event, error) {
 	for {
 		ev, err := stream.Next()
 		if err != nil && ctx.Err() != nil {

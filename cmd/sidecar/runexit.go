@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/client"
-	"github.com/baton-dev/baton/internal/lockapi"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // Exit codes of `baton run` besides the command's own.
@@ -50,7 +50,7 @@ func refusal(ae *lockapi.Error, o runOptions) error {
 	case lockapi.CodeLimitMismatch:
 		// Not someone else's turn: a caller that retried would never run.
 		return exitError{2, ae.Message + " (limit_mismatch)"}
-	case client.CodeUnexpected:
+	case baton.CodeUnexpected:
 		return exitError{exitUnavailable, ae.Message + "; is --socket (BATON_SOCKET) a Baton sidecar's?"}
 	}
 	if ae.Code == lockapi.CodeInvalidLockDelay && !o.shared() && o.lockDelay < o.holdBack() {

@@ -7,9 +7,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // takeOnce makes o a run-once run of key (--once KEY), checking the flags
@@ -36,7 +36,7 @@ func (o *runOptions) takeOnce(key string) error {
 // finisher returns the release of a run-once run: it records the
 // command's outcome (succeeded on exit 0) with the result the command
 // wrote to BATON_RESULT_FILE, or its exit status, and lets the lock go.
-func (o runOptions) finisher(c *client.Client, owner, resultFile string, stderr io.Writer) func(code int) error {
+func (o runOptions) finisher(c *baton.Client, owner, resultFile string, stderr io.Writer) func(code int) error {
 	return func(code int) error {
 		result := fmt.Sprintf("exit %d", code)
 		if b, err := os.ReadFile(resultFile); err == nil && len(b) > 0 {

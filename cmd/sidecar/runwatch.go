@@ -10,9 +10,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/guard"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // supervise waits for the command's tree, forwarding sigs to it, and
@@ -27,7 +27,7 @@ import (
 // stopAt, when not zero, is when the command's tree is stopped whatever
 // the stream says: before a reader's or a semaphore's share reaches its
 // max hold, which the sidecar lets go at once.
-func supervise(tree *guard.Tree, stream *client.Stream, o runOptions, watch bool, stopAt time.Time, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
+func supervise(tree *guard.Tree, stream *baton.Stream, o runOptions, watch bool, stopAt time.Time, sigs <-chan os.Signal, release func(code int) error, letGo func(), stderr io.Writer) error {
 	ended := make(chan guard.Ending, 1)
 	go func() { ended <- tree.Wait() }()
 	lead := tree.Grace() + stopMargin
@@ -102,7 +102,7 @@ type loss struct {
 // be granted elsewhere before the command's tree, stopped now, is gone
 // (lead before the stream's ValidUntil; never with a negative lead), and
 // tells why.
-func watchHold(stream *client.Stream, lead time.Duration, stopAt time.Time) <-chan loss {
+func watchHold(stream *baton.Stream, lead time.Duration, stopAt time.Time) <-chan loss {
 	why := make(chan loss, 1)
 	events := make(chan lockapi.Event)
 	failed := make(chan error, 1)

@@ -19,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // newLocksWatchCmd is baton locks watch.
@@ -55,7 +55,7 @@ gap that is free after it is shown free.`,
 				return nil
 			}
 			lastRetry := ""
-			err := client.New(o.socket).Follow(cmd.Context(), key, prefix, client.FollowOptions{
+			err := baton.New(o.socket).Follow(cmd.Context(), key, prefix, baton.FollowOptions{
 				OnGap: func(err error) {
 					fmt.Fprintf(stderr, "baton: the watch ended (%v); connecting to %s again\n", err, o.socket)
 					lastRetry = ""

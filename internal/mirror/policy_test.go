@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // TestLockPolicyCommand: LockPolicy objects govern running sidecars

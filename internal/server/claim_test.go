@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // TestClaimInput: every bad mode, limit or weight is a 400 with its own

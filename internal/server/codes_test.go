@@ -23,7 +23,7 @@ func TestDocsListEveryErrorCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	contract, err := filepath.Glob("../lockapi/*.go") // the Code constants
+	contract, err := filepath.Glob("../../clients/go/lockapi/*.go") // the Code constants
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // TestLockDelayAPI: a holder with a lock delay that is forced free holds

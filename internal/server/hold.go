@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // stream writes events, sending the 200 and its headers with the first.

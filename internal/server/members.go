@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // members calls visit with the name and raw value of each member of the

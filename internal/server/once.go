@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // decodeOnce reads once, if_done and if_failed.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // TestRunOnceAPI: a run-once call over the socket runs the first caller,

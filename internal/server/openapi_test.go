@@ -16,7 +16,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // openAPIDoc is the parts of the OpenAPI document the test reads.

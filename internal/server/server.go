@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // Config configures the HTTP side of the socket API.

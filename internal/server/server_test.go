@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/engine"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 func TestSession(t *testing.T) {

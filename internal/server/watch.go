@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // watch serves GET /v1/locks/{key}:watch (k set) and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // watchLines opens a watch and returns a function reading its next event.

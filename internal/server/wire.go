@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
-	"github.com/baton-dev/baton/internal/lockapi"
 )
 
 // acquireBody is the body of POST /v1/locks/{key}, {key}:hold and

@@ -18,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/baton-dev/baton/internal/client"
-	"github.com/baton-dev/baton/internal/lockapi"
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // httpClient talks plain HTTP to a sidecar's socket.
@@ -301,7 +301,7 @@ func TestS13BadInput(t *testing.T) {
 	must(t, err)
 	holder.Next()
 	wctx, cancel := context.WithCancel(ctx)
-	var streams []*client.Stream
+	var streams []*baton.Stream
 	var mu sync.Mutex
 	var wg2 sync.WaitGroup
 	queueStart := time.Now()

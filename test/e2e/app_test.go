@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // Operation kinds of a history.

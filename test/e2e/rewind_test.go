@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // held is a hold stream of the scenario, with how it ended.

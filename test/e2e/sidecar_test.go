@@ -20,7 +20,7 @@ import (
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
 
-	"github.com/baton-dev/baton/internal/client"
+	baton "github.com/baton-dev/baton/clients/go"
 )
 
 // leaseTTL is the sidecars' lease TTL: etcd's floor with default timing.
@@ -35,7 +35,7 @@ type sidecar struct {
 	args   []string
 	netns  string
 	proxy  proxy.Server // nil when the sidecar dials etcd directly
-	client *client.Client
+	client *baton.Client
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -77,7 +77,7 @@ func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarO
 	s.args = append([]string{"serve", "--socket", s.socket, "--scope", "e2e",
 		"--etcd-endpoints", strings.Join(eps, ","), "--lease-ttl", leaseTTL.String(),
 		"--request-timeout", "900ms", "--health-addr", "", "--log-level", "info"}, o.extra...)
-	s.client = client.New(s.socket)
+	s.client = baton.New(s.socket)
 	s.run(t, !o.unready)
 	t.Cleanup(func() { s.kill() })
 	return s

@@ -1,4 +1,4 @@
-package client
+package baton
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // FollowOptions tune Follow. The zero value is ready to use.

@@ -212,7 +212,9 @@ type WatchEvent struct {
 // constants) and a message a person can act on; the other fields say more
 // for the codes that have more to say.
 type Error struct {
-	// Status is the answer's HTTP status; it is not in the body.
+	// Status is the answer's HTTP status; it is not in the body. It is 0
+	// in an Error made of a hold stream's refused or error event, which
+	// comes after the stream's 200.
 	Status int `json:"-"`
 	// Granted is false on a refused acquire (already_running,
 	// wait_timeout), absent otherwise.
@@ -239,4 +241,9 @@ type Error struct {
 	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
+func (e *Error) Error() string {
+	if e.Status == 0 { // a stream's refused or error event
+		return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+	}
+	return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code)
+}

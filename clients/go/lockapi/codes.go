@@ -1,7 +1,8 @@
 // Package lockapi is the contract of the sidecar's socket API: the bodies
 // of requests and answers, the events of a hold stream, and the error codes,
 // as the server writes them and the Go client and baton run read them. It
-// imports nothing of Baton, so that any Go program can use it.
+// imports nothing but the standard library, so that any Go program can use
+// it; it comes with the Go client (go get github.com/baton-dev/baton/clients/go).
 package lockapi
 
 // Error codes of the socket API: the "code" field of every error body.

@@ -63,6 +63,9 @@ func TestWireShapes(t *testing.T) {
 	if got := (&Error{Status: 409, Code: CodeAlreadyRunning, Message: "held"}).Error(); got != "held (409 already_running)" {
 		t.Errorf("Error() = %q", got)
 	}
+	if got := (&Error{Code: CodeWaitTimeout, Message: "not granted"}).Error(); got != "not granted (wait_timeout)" {
+		t.Errorf("Error() of a stream's refusal = %q", got)
+	}
 }
 
 // TestImportsOnlyTheStandardLibrary: the contract stays usable by any Go

@@ -1,7 +1,4 @@
-// Package client talks to a Baton sidecar over its unix socket: what the
-// `baton run` and `baton locks` commands use. Apps need no library; this is
-// the same HTTP any client sends, with the bodies of package lockapi.
-package client
+package baton
 
 import (
 	"bufio"
@@ -19,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/baton-dev/baton/internal/lockapi"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // CodeUnexpected is the code of a *lockapi.Error made of an answer that is

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
+)
+
+// goClientSidecars starts two sidecars (baton serve) in a scope of their
+// own, and returns a client of each and the first's process.
+func goClientSidecars(t *testing.T, scope string) (a, b *baton.Client, pa *proc) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "baton-goclient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	pa = startProc(t, filepath.Join(dir, "a.sock"), scope)
+	pb := startProc(t, filepath.Join(dir, "b.sock"), scope)
+	return baton.New(pa.socket), baton.New(pb.socket), pa
+}
+
+// TestGoClientLock: the Go client's Lock, as an app imports it: a fence,
+// a try refused by name while held, a waiter granted once the lock is
+// released with a higher fence, a waiter withdrawn when its context ends
+// (no key left behind), and a lock released when its holder's context
+// ends.
+func TestGoClientLock(t *testing.T) {
+	const scope = "goclient-lock"
+	a, b, _ := goClientSidecars(t, scope)
+	ctx := context.Background()
+
+	l, err := a.Lock(ctx, "report", lockapi.Request{Owner: "exec-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() <= 0 || l.Owner() != "exec-1" || l.Key() != "report" || l.Err() != nil {
+		t.Fatalf("granted %+v, err %v", l.Grant(), l.Err())
+	}
+	_, err = b.Lock(ctx, "report", lockapi.Request{Owner: "exec-2"})
+	if e, ok := errors.AsType[*lockapi.Error](err); !ok || e.Code != lockapi.CodeAlreadyRunning || e.Holder == nil || e.Holder.Owner != "exec-1" || e.Fence != l.Fence() {
+		t.Fatalf("a try of a held lock: %v, want already_running naming exec-1 and fence %d", err, l.Fence())
+	}
+
+	// A waiter whose context ends is withdrawn: it leaves no key.
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = b.Lock(wctx, "report", lockapi.Request{Owner: "exec-3", Wait: lockapi.WaitForever})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a waiter whose context ended: %v, want its context's error", err)
+	}
+	cli, _ := testEtcd.Client(t)
+	eventually(t, "the withdrawn waiter's key gone", func() bool { return lockKeys(t, cli, scope) == 1 })
+
+	granted := make(chan *baton.Lock, 1)
+	go func() {
+		l2, err := b.Lock(ctx, "report", lockapi.Request{Owner: "exec-4", Wait: "30s"})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- l2
+	}()
+	eventually(t, "the waiter queued", func() bool { return lockKeys(t, cli, scope) == 2 })
+	r, err := l.Release(ctx)
+	if err != nil || !r.Released || r.Fence != l.Fence() {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+	if !errors.Is(l.Err(), baton.ErrReleased) || l.Context().Err() == nil {
+		t.Fatalf("after Release: Err %v, context %v; want ErrReleased, done", l.Err(), l.Context().Err())
+	}
+	l2 := <-granted
+	if l2 == nil {
+		t.FailNow()
+	}
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("the next holder's fence %d, not above %d", l2.Fence(), l.Fence())
+	}
+
+	// The holder's context ends: the lock is released, not lost.
+	hctx, hcancel := context.WithCancel(ctx)
+	_, _ = l2.Release(ctx)
+	l3, err := a.Lock(hctx, "report", lockapi.Request{Owner: "exec-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcancel()
+	<-l3.Done()
+	if !errors.Is(l3.Err(), baton.ErrReleased) {
+		t.Fatalf("a lock whose context ended: %v, want ErrReleased", l3.Err())
+	}
+	if st, err := b.Status(ctx, "report"); err != nil || st.Held {
+		t.Fatalf("status after the holder's context ended: %+v, %v", st, err)
+	}
+}
+
+// TestGoClientLoss: a lock lost mid-hold (its sidecar's etcd lease
+// revoked) ends the context the work runs under, with the reason, and
+// WithLock returns the loss even though the work returned nil; a holder
+// whose sidecar freezes (SIGSTOP) stops its work before the other
+// sidecar's waiter is granted the lock.
+func TestGoClientLoss(t *testing.T) {
+	const scope = "goclient-loss"
+	a, b, pa := goClientSidecars(t, scope)
+	ctx := context.Background()
+	cli, _ := testEtcd.Client(t)
+
+	stopped := make(chan error, 1)
+	err := a.WithLock(ctx, "nightly", lockapi.Request{Owner: "exec-1"}, func(ctx context.Context, l *baton.Lock) error {
+		revokeHolderLease(t, cli, scope, "nightly")
+		select { // the work: until its context ends
+		case <-ctx.Done():
+			stopped <- context.Cause(ctx)
+		case <-time.After(30 * time.Second):
+			stopped <- errors.New("the work ran on 30s after its lock's lease was revoked")
+		}
+		return nil
+	})
+	lost, ok := errors.AsType[*baton.LostError](err)
+	if !ok || lost.Reason != "lease_lost" || lost.Key != "nightly" {
+		t.Fatalf("WithLock after its lease was revoked: %v, want a LostError with reason lease_lost", err)
+	}
+	if cause, ok := errors.AsType[*baton.LostError](<-stopped); !ok || cause.Reason != "lease_lost" {
+		t.Fatalf("the work's context ended with %v, want the loss (lease_lost)", cause)
+	}
+
+	// A frozen sidecar says nothing more: its holder's lock ends by
+	// silence, before anyone else is granted it.
+	l, err := a.Lock(ctx, "frozen", lockapi.Request{Owner: "exec-2", Wait: "30s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pa.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer pa.cmd.Process.Signal(syscall.SIGCONT)
+	l2, err := b.Lock(ctx, "frozen", lockapi.Request{Owner: "exec-3", Wait: "30s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	holderErr := l.Err()
+	if silent, ok := errors.AsType[*baton.LostError](holderErr); !ok || silent.Reason != baton.ReasonSilent {
+		t.Fatalf("when the next holder (fence %d) was granted, the frozen sidecar's holder's lock: %v; want lost by silence before", l2.Fence(), holderErr)
+	}
+	t.Logf("the frozen sidecar's holder stopped at %v; the next holder was granted after it", l.ValidUntil().Format(time.RFC3339Nano))
+}
+
+// revokeHolderLease revokes the etcd lease of key's holder in scope: its
+// sidecar's session, as when etcd expires it.
+func revokeHolderLease(t *testing.T, cli *clientv3.Client, scope, key string) {
+	t.Helper()
+	r, err := cli.Get(context.Background(), "/baton/v1/"+scope+"/locks/"+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(r.Kvs) == 0 {
+		t.Errorf("no holder key of %s: %v", key, err)
+		return
+	}
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(r.Kvs[0].Lease)); err != nil {
+		t.Error(err)
+	}
+}
