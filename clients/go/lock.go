@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
-// ErrReleased is the cause of a Lock's context once the lock was released:
-// by Release, or because the context given to Client.Lock ended.
+// ErrReleased is the cause of a Lock's context once the lock is being
+// released: by Release, because the context given to Client.Lock ended, or
+// by another caller's DELETE with the same owner. The context ends before
+// the lock is let go, so that no work runs on after it.
 var ErrReleased = errors.New("the lock was released")
 
 // Reasons of a LostError besides those of the API's lost event
@@ -58,6 +61,11 @@ type Lock struct {
 	// ends the reader then.
 	ended chan struct{}
 	stop  chan struct{}
+	// released sends the lock's one DELETE; released, releaseErr its
+	// answer.
+	releasing  sync.Once
+	released   lockapi.Released
+	releaseErr error
 }
 
 // Lock takes key and holds it until Release, until ctx ends (then it is
@@ -69,12 +77,22 @@ type Lock struct {
 // with its status. If ctx ends while waiting, the wait is withdrawn and
 // ctx's cause returned.
 func (c *Client) Lock(ctx context.Context, key string, req lockapi.Request) (*Lock, error) {
-	// The stream outlives ctx by the release that ctx's end sets off.
-	st, err := c.Hold(context.WithoutCancel(ctx), key, req)
+	if err := ctx.Err(); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	// The stream outlives ctx by the release that ctx's end sets off, but
+	// not while it waits: until the grant, ctx's end ends the stream.
+	hctx, hangUp := context.WithCancel(context.WithoutCancel(ctx))
+	stopWaiting := context.AfterFunc(ctx, hangUp)
+	defer stopWaiting()
+	st, err := c.Hold(hctx, key, req)
 	if err != nil {
+		hangUp()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		return nil, err
 	}
-	stopWaiting := context.AfterFunc(ctx, func() { st.Close() })
 	for {
 		ev, err := st.Next()
 		switch {
@@ -90,7 +108,10 @@ func (c *Client) Lock(ctx context.Context, key string, req lockapi.Request) (*Lo
 		case ev.Event != lockapi.EventGranted:
 			continue // queued, heartbeat
 		}
-		if !stopWaiting() {
+		if !stopWaiting() { // ctx ended at the grant: release, then hang up
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_, _ = c.Release(rctx, key, ev.Owner)
+			cancel()
 			st.Close()
 			return nil, context.Cause(ctx)
 		}
@@ -138,6 +159,7 @@ func (l *Lock) run(parent context.Context) {
 			return
 		case <-parent.Done():
 			parent = context.Background() // heard once
+			l.cancel(ErrReleased)         // the work stops before the lock goes
 			go l.letGo()
 		}
 	}
@@ -196,30 +218,46 @@ func (l *Lock) arm(silence *time.Timer) {
 }
 
 // letGo releases the lock once the context given to Lock ends. If the
-// release fails, closing the stream lets the lock go (held back by its
-// lock delay, if it has one), and the lock's context says that the stream
-// ended: whether the lock was released is not known.
+// sidecar cannot be asked, closing the stream lets the lock go (held back
+// by its lock delay, if it has one).
 func (l *Lock) letGo() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := l.Release(ctx); err != nil {
-		l.stream.Close()
+		if _, answered := errors.AsType[*lockapi.Error](err); !answered {
+			l.stream.Close()
+		}
 	}
 }
 
-// Release releases the lock (DELETE) and returns once its stream says so.
-// A lock already lost answers the API's error (410 lock_lost with the
-// reason, 404 not_held); the lock's context then says why it ended.
+// Release releases the lock and returns once its stream says so. The
+// lock's context ends first (ErrReleased), then one DELETE is sent, by the
+// first call of Release or by the end of the context given to Lock; later
+// calls return its answer. A lock that ended before (lost, or released by
+// another caller) is not asked for: Release then returns the loss (a
+// *LostError), or nil. A lock lost as it is released answers the API's
+// error (410 lock_lost with the reason).
 func (l *Lock) Release(ctx context.Context) (lockapi.Released, error) {
-	r, err := l.client.Release(ctx, l.grant.Key, l.grant.Owner)
-	if err != nil {
-		return r, err
+	l.releasing.Do(func() {
+		select {
+		case <-l.ended:
+			if cause := context.Cause(l.ctx); !errors.Is(cause, ErrReleased) {
+				l.releaseErr = cause
+			}
+			return
+		default:
+		}
+		l.cancel(ErrReleased)
+		l.released, l.releaseErr = l.client.Release(ctx, l.grant.Key, l.grant.Owner)
+	})
+	if l.releaseErr != nil {
+		return l.released, l.releaseErr
 	}
 	select {
 	case <-l.ended:
-		return r, nil
+		return l.released, nil
 	case <-ctx.Done():
-		return r, context.Cause(ctx)
+		return l.released, context.Cause(ctx)
 	}
 }
 
@@ -268,15 +306,23 @@ func (c *Client) WithLock(ctx context.Context, key string, req lockapi.Request, 
 	}
 	werr := work(l.Context(), l)
 	if lost, ok := errors.AsType[*LostError](l.Err()); ok {
-		return errors.Join(werr, lost)
+		return joinLoss(werr, lost)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := l.Release(rctx); err != nil {
-		if lost, ok := errors.AsType[*LostError](l.Err()); ok {
-			return errors.Join(werr, lost)
+		if lost, ok := errors.AsType[*LostError](err); ok {
+			return joinLoss(werr, lost)
 		}
 		return errors.Join(werr, fmt.Errorf("release lock %q: %w", key, err))
 	}
 	return werr
+}
+
+// joinLoss is work's error with the loss, once.
+func joinLoss(werr error, lost *LostError) error {
+	if errors.Is(werr, lost) {
+		return werr
+	}
+	return errors.Join(werr, lost)
 }

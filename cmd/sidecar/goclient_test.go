@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,17 +16,18 @@ import (
 	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
-// goClientSidecars starts two sidecars (baton serve) in a scope of their
-// own, and returns a client of each and the first's process.
-func goClientSidecars(t *testing.T, scope string) (a, b *baton.Client, pa *proc) {
+// goClientSidecars starts two sidecars (baton serve, with extra flags) in
+// a scope of their own, and returns a client of each and the first's
+// process.
+func goClientSidecars(t *testing.T, scope string, extra ...string) (a, b *baton.Client, pa *proc) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "baton-goclient")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	pa = startProc(t, filepath.Join(dir, "a.sock"), scope)
-	pb := startProc(t, filepath.Join(dir, "b.sock"), scope)
+	pa = startProc(t, filepath.Join(dir, "a.sock"), scope, extra...)
+	pb := startProc(t, filepath.Join(dir, "b.sock"), scope, extra...)
 	return baton.New(pa.socket), baton.New(pb.socket), pa
 }
 
@@ -74,6 +76,9 @@ func TestGoClientLock(t *testing.T) {
 	if err != nil || !r.Released || r.Fence != l.Fence() {
 		t.Fatalf("release: %+v, %v", r, err)
 	}
+	if again, err := l.Release(ctx); err != nil || again != r {
+		t.Fatalf("a second Release: %+v, %v; want the first's answer, and no second DELETE", again, err)
+	}
 	if !errors.Is(l.Err(), baton.ErrReleased) || l.Context().Err() == nil {
 		t.Fatalf("after Release: Err %v, context %v; want ErrReleased, done", l.Err(), l.Context().Err())
 	}
@@ -100,6 +105,26 @@ func TestGoClientLock(t *testing.T) {
 	if st, err := b.Status(ctx, "report"); err != nil || st.Held {
 		t.Fatalf("status after the holder's context ended: %+v, %v", st, err)
 	}
+
+	// WithLock whose caller's context ends mid-work: the work's context
+	// ends first, the lock is released once, and WithLock returns what
+	// the work returned.
+	wctx2, wcancel := context.WithCancel(ctx)
+	err = a.WithLock(wctx2, "report", lockapi.Request{Owner: "exec-6"}, func(ctx context.Context, l *baton.Lock) error {
+		wcancel()
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), baton.ErrReleased) {
+			t.Errorf("the work's context ended with %v, want ErrReleased", context.Cause(ctx))
+		}
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, baton.ErrReleased) || strings.Contains(err.Error(), "release lock") {
+		t.Fatalf("WithLock whose context ended: %v; want the work's ErrReleased alone", err)
+	}
+	eventually(t, "the lock free after WithLock's context ended", func() bool {
+		st, err := b.Status(ctx, "report")
+		return err == nil && !st.Held
+	})
 }
 
 // TestGoClientLoss: a lock lost mid-hold (its sidecar's etcd lease
@@ -109,7 +134,7 @@ func TestGoClientLock(t *testing.T) {
 // sidecar's waiter is granted the lock.
 func TestGoClientLoss(t *testing.T) {
 	const scope = "goclient-loss"
-	a, b, pa := goClientSidecars(t, scope)
+	a, _, _ := goClientSidecars(t, scope)
 	ctx := context.Background()
 	cli, _ := testEtcd.Client(t)
 
@@ -133,7 +158,9 @@ func TestGoClientLoss(t *testing.T) {
 	}
 
 	// A frozen sidecar says nothing more: its holder's lock ends by
-	// silence, before anyone else is granted it.
+	// silence, before anyone else is granted it. With a 6s lease, the
+	// holder stops a quarter of it (1.5s) before etcd can let the lock go.
+	a, b, pa := goClientSidecars(t, scope+"-frozen", "--lease-ttl", "6s")
 	l, err := a.Lock(ctx, "frozen", lockapi.Request{Owner: "exec-2", Wait: "30s"})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func main() {
 			}
 			return nil
 		})
-	if refused, ok := errors.AsType[*lockapi.Error](err); ok && refused.Code == lockapi.CodeAlreadyRunning {
+	if refused, ok := errors.AsType[*lockapi.Error](err); ok && refused.Code == lockapi.CodeAlreadyRunning && refused.Holder != nil {
 		body, _ := json.Marshal(map[string]string{"running_execution_id": refused.Holder.Owner})
 		fmt.Printf("409 %s\n", body)
 		return
