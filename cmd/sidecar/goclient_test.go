@@ -14,20 +14,26 @@ import (
 
 	baton "github.com/baton-dev/baton/clients/go"
 	"github.com/baton-dev/baton/clients/go/lockapi"
+	"github.com/baton-dev/baton/internal/keyspace"
 )
 
-// goClientSidecars starts two sidecars (baton serve, with extra flags) in
-// a scope of their own, and returns a client of each and the first's
-// process.
-func goClientSidecars(t *testing.T, scope string, extra ...string) (a, b *baton.Client, pa *proc) {
+// twoSidecars starts two sidecars (baton serve, with extra flags) in a
+// scope of their own.
+func twoSidecars(t *testing.T, scope string, extra ...string) (pa, pb *proc) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "baton-goclient")
+	dir, err := os.MkdirTemp("", "baton-clients")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	pa = startProc(t, filepath.Join(dir, "a.sock"), scope, extra...)
-	pb := startProc(t, filepath.Join(dir, "b.sock"), scope, extra...)
+	return startProc(t, filepath.Join(dir, "a.sock"), scope, extra...), startProc(t, filepath.Join(dir, "b.sock"), scope, extra...)
+}
+
+// goClientSidecars is twoSidecars with a Go client of each, and the
+// first's process.
+func goClientSidecars(t *testing.T, scope string, extra ...string) (a, b *baton.Client, pa *proc) {
+	t.Helper()
+	pa, pb := twoSidecars(t, scope, extra...)
 	return baton.New(pa.socket), baton.New(pb.socket), pa
 }
 
@@ -102,9 +108,11 @@ func TestGoClientLock(t *testing.T) {
 	if !errors.Is(l3.Err(), baton.ErrReleased) {
 		t.Fatalf("a lock whose context ended: %v, want ErrReleased", l3.Err())
 	}
-	if st, err := b.Status(ctx, "report"); err != nil || st.Held {
-		t.Fatalf("status after the holder's context ended: %+v, %v", st, err)
-	}
+	// The work's context ends first; the lock goes with the DELETE after.
+	eventually(t, "the lock free after its holder's context ended", func() bool {
+		st, err := b.Status(ctx, "report")
+		return err == nil && !st.Held
+	})
 
 	// WithLock whose caller's context ends mid-work: the work's context
 	// ends first, the lock is released once, and WithLock returns what
@@ -156,6 +164,16 @@ func TestGoClientLoss(t *testing.T) {
 	if cause, ok := errors.AsType[*baton.LostError](<-stopped); !ok || cause.Reason != "lease_lost" {
 		t.Fatalf("the work's context ended with %v, want the loss (lease_lost)", cause)
 	}
+	// The sidecar's next session is there for the next caller at once:
+	// a write refused for the revoked lease ends the session and is made
+	// again on the next, rather than answered 503.
+	next, err := a.Lock(ctx, "after-the-loss", lockapi.Request{Owner: "exec-9"})
+	if err != nil {
+		t.Fatalf("a lock taken right after the sidecar's lease was revoked: %v", err)
+	}
+	if _, err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	// A frozen sidecar says nothing more: its holder's lock ends by
 	// silence, before anyone else is granted it. With a 6s lease, the
@@ -182,10 +200,17 @@ func TestGoClientLoss(t *testing.T) {
 }
 
 // revokeHolderLease revokes the etcd lease of key's holder in scope: its
-// sidecar's session, as when etcd expires it.
+// sidecar's session, as when etcd expires it. It may run on a goroutine
+// of its own (it does not stop the test).
 func revokeHolderLease(t *testing.T, cli *clientv3.Client, scope, key string) {
 	t.Helper()
-	r, err := cli.Get(context.Background(), "/baton/v1/"+scope+"/locks/"+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	layout, err := keyspace.NewLayout(scope)
+	k, kerr := keyspace.ParseKey(key)
+	if err != nil || kerr != nil {
+		t.Error(err, kerr)
+		return
+	}
+	r, err := cli.Get(context.Background(), layout.LockPrefix(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil || len(r.Kvs) == 0 {
 		t.Errorf("no holder key of %s: %v", key, err)
 		return

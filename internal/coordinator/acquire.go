@@ -70,9 +70,12 @@ func (e mutexLine) stepLocked() decision { return decision{step: e.tryStepLocked
 // for a release here to free the turn (await), wait for another caller's
 // try in flight (f), or, with none of these, be refused.
 type tryStep struct {
-	f     *flight
-	mine  bool
-	await chan struct{}
+	// leaseGone says that the try was refused once for its session's
+	// lease, gone in etcd, and is made again on the next session.
+	leaseGone bool
+	f         *flight
+	mine      bool
+	await     chan struct{}
 	// since is the number of the last try started here when the step was
 	// found: a caller shares the refusal only of a try started after its
 	// first step, so that no answer predates its question.
@@ -285,6 +288,13 @@ func (e mutexLine) attempt(ctx context.Context, req AcquireRequest, step tryStep
 	put := lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}
 	for range 2 {
 		out, err := c.store.lines.Try(pfx, put)
+		if errors.Is(err, lockstore.ErrLeaseGone) && !step.leaseGone {
+			// The session's lease went before the session heard (revoked,
+			// or expired): end it now, and try once on the next.
+			c.sessions.sessions.Gone(sess)
+			step.leaseGone = true
+			return e.attempt(ctx, req, step)
+		}
 		if err != nil {
 			e.retire(key, 0, sess) // the put may have committed
 			return Grant{}, tryEnd{}, unavailable(fmt.Sprintf("acquire %q", req.Key), err)

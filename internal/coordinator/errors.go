@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
+	"github.com/baton-dev/baton/internal/lockstore"
 )
 
 // Sentinel errors a caller branches on. The server maps them to HTTP status
@@ -281,6 +282,8 @@ func unavailable(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	case errors.Is(err, ErrNoSpace):
 		return fmt.Errorf("%s: %w: %w; %s", op, ErrUnavailable, err, noSpaceHint)
+	case errors.Is(err, lockstore.ErrLeaseGone):
+		return fmt.Errorf("%s: %w: %w; the sidecar's etcd session ended with it, and the next one is opening: retry", op, ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w: etcd did not answer: %w", op, ErrUnavailable, err)
 }

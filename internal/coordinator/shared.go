@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -108,6 +109,9 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	}
 	for range maxTryIn {
 		out, err := c.store.shared.TryIn(pfx, lockstore.Put{Key: key, Lease: id, Record: rec, Gate: c.layout.Delay(req.Key)}, seen)
+		if errors.Is(err, lockstore.ErrLeaseGone) {
+			c.sessions.sessions.Gone(sess) // the next call goes on the next session
+		}
 		if err != nil {
 			e.retire(key, 0, sess) // the put may have committed
 			return Grant{}, unavailable(op, err)

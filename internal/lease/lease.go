@@ -281,6 +281,13 @@ func (s *Session) lostBecause() string {
 	return why
 }
 
+// Gone ends the session at once: etcd refused a write carrying one of its
+// leases, which it no longer has (it expired or was revoked). The next
+// renewal would have said so; the next session opens now.
+func (s *Session) Gone() {
+	s.endFor("etcd refused a write with a lease of the session: the lease is gone (it expired or was revoked)")
+}
+
 // endFor ends the session, saying why.
 func (s *Session) endFor(format string, args ...any) {
 	s.mu.Lock()

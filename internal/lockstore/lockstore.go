@@ -42,6 +42,13 @@ var ErrRewound = errors.New("etcd went back in time")
 // reads, deletes and the keep-alives of leases granted before.
 var ErrNoSpace = errors.New("etcd is out of space (its NOSPACE alarm is raised)")
 
+// ErrLeaseGone is the error of a write refused because etcd no longer has
+// the lease it was to carry: the lease expired or was revoked before the
+// session heard of it (its next renewal would say so). The session is then
+// over: Sessions.Gone ends it at once, so that the next write goes on the
+// next session.
+var ErrLeaseGone = errors.New("etcd no longer has the sidecar's lease (it expired or was revoked)")
+
 // ErrCorrupt is the error of an operation that etcd refused because its
 // CORRUPT alarm is raised: a member's data differs from the others', and
 // the cluster serves nothing until an operator restores it.
@@ -316,4 +323,7 @@ type Sessions interface {
 	Current() (Session, error)
 	// Wait returns the live session, waiting for one until ctx ends.
 	Wait(ctx context.Context) (Session, error)
+	// Gone ends s at once: a write carrying one of its leases was refused
+	// with ErrLeaseGone. The next session is then opened.
+	Gone(s Session)
 }

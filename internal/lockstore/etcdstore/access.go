@@ -64,6 +64,8 @@ func (s *Store) refusal(err error, key string) error {
 	case errors.Is(err, lockstore.ErrPermissionDenied):
 	case a != nil:
 		err = a
+	case is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %w", lockstore.ErrLeaseGone, err)
 	case isDenial(err):
 		who := "an etcd client without a user (etcd's authentication is on: give it a user or a client certificate)"
 		if s.user != "" {

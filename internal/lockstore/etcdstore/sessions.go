@@ -68,6 +68,13 @@ func (s *session) LeaseFor(load int) lockstore.LeaseID {
 
 func (s *session) IDs() []lockstore.LeaseID { return leaseIDs(s.Session.IDs()) }
 
+// Gone implements lockstore.Sessions.
+func (s *Sessions) Gone(ls lockstore.Session) {
+	if x, ok := ls.(*session); ok {
+		x.Gone()
+	}
+}
+
 func (s *session) Owns(id lockstore.LeaseID) bool { return s.Session.Owns(clientv3.LeaseID(id)) }
 
 // leaseIDs converts etcd's lease ids.

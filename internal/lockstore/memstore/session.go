@@ -90,6 +90,14 @@ func (s *Session) Abandon() { s.end() }
 
 func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
 
+// Gone implements lockstore.Sessions: it ends s, as a sidecar does when
+// etcd refuses a write for its lease.
+func (p *Sessions) Gone(s lockstore.Session) {
+	if x, ok := s.(*Session); ok {
+		x.end()
+	}
+}
+
 // revoke deletes the keys of the leases ids, each lease's at one revision.
 func (m *Store) revoke(ids []lockstore.LeaseID) error {
 	m.mu.Lock()

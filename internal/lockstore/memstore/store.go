@@ -9,6 +9,7 @@ package memstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -250,7 +251,7 @@ func (m *Store) checkWrite(p lockstore.Put) error {
 	case m.full:
 		return errFull
 	case m.leases[p.Lease] == nil:
-		return errors.New("memory store: requested lease not found")
+		return fmt.Errorf("%w: memory store: requested lease not found", lockstore.ErrLeaseGone)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -268,8 +269,8 @@ func testRevoke(t *testing.T, s *suite) {
 	if err != nil || len(cs) != 1 || cs[0].Lease != other {
 		t.Fatalf("after the revoke: %+v, %v; want only the other lease's key", cs, err)
 	}
-	if _, err := st.Try(s.lock("w"), lockstore.Put{Key: key(s.lock("w"), id), Lease: id, Record: record("a")}); err == nil {
-		t.Fatal("a write on a revoked lease succeeded")
+	if _, err := st.Try(s.lock("w"), lockstore.Put{Key: key(s.lock("w"), id), Lease: id, Record: record("a")}); !errors.Is(err, lockstore.ErrLeaseGone) {
+		t.Fatalf("a write on a revoked lease: %v; want ErrLeaseGone", err)
 	}
 }
 
