@@ -65,7 +65,7 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
@@ -195,6 +195,13 @@ vulncheck: $(BIN)/govulncheck ## Fail on a known vulnerability that Baton's code
 	@db=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
 	test -d "$$db/data/osv" || { echo "vulncheck: no database at golang.org/x/vulndb@$(VULNDB_VERSION)"; exit 1; }; \
 	$(BIN)/govulncheck -db "file://$$db/data/osv" ./...
+
+# Python 3.11 or newer with venv and ensurepip, for the Python client's
+# tests (cmd/sidecar TestPythonClient installs it with pip in a fresh
+# virtual environment): Debian's packages when missing.
+.PHONY: python-deps
+python-deps: ## Install python3 and its venv module from Debian's packages when missing (the Python client's tests).
+	@python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "installing python3 python3-venv"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv; }
 
 # Dapr's Node SDK, pinned by test/dapr/node/package-lock.json and installed
 # into bin/dapr-node with the driver the tests run it through (Node.js and

@@ -63,6 +63,7 @@ var docRunners = map[string]string{
 	"$ bin/baton serve --socket ./baton.sock --dapr-http-addr":                              "cmd/sidecar TestDaprDoc",
 	"etcdctl lock /baton/v1/default/locks/terraform-prod":                                   "session",
 	"# Hold a Baton lock while a phase runs, with curl alone.":                              "cmd/sidecar TestGuideClients",
+	"$ pip install ./clients/python":                                                        "cmd/sidecar TestPythonClient",
 	"baton run --socket ./baton.sock --key flow-123/readiness --wait 30s":                   "session",
 	`$ curl -s --unix-socket ./baton.sock -X POST http://baton/v1/locks/tenant-a/pipelines`: "session",
 	"$ baton run --socket ./baton.sock --key catalog --mode read":                           "session",

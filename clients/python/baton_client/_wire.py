@@ -1,0 +1,60 @@
+"""What the sync and asyncio clients share: the socket's path, the paths
+and bodies of the API's calls, and reading its answers."""
+import json
+import os
+import urllib.parse
+from typing import Any, Optional
+
+from .errors import BatonError
+
+DEFAULT_SOCKET = "/var/run/baton/baton.sock"
+
+
+def socket_path(path: Optional[str] = None) -> str:
+    """The sidecar's socket as the baton command finds it: path if given,
+    else $BATON_SOCKET, else $BATON_SOCKET_PATH, else the pod's socket."""
+    return path or os.environ.get("BATON_SOCKET") or os.environ.get("BATON_SOCKET_PATH") or DEFAULT_SOCKET
+
+
+def lock_path(key: str, action: str = "") -> str:
+    return "/v1/locks/" + urllib.parse.quote(key, safe="/") + (":" + action if action else "")
+
+
+def claim(
+    owner: Optional[str] = None,
+    ttl: Optional[str] = None,
+    wait: Optional[str] = None,
+    max_hold: Optional[str] = None,
+    mode: Optional[str] = None,
+    limit: Optional[int] = None,
+    weight: Optional[int] = None,
+    lock_delay: Optional[str] = None,
+    once: bool = False,
+    if_done: Optional[str] = None,
+    if_failed: Optional[str] = None,
+) -> dict[str, Any]:
+    """The body of an acquire or a hold: the fields given, as the API names them."""
+    body = {"owner": owner, "ttl": ttl, "wait": wait, "max_hold": max_hold, "mode": mode, "limit": limit,
+            "weight": weight, "lock_delay": lock_delay, "once": once or None, "if_done": if_done,
+            "if_failed": if_failed}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def query(**params: Any) -> str:
+    q = {k: v for k, v in params.items() if v not in (None, "", False)}
+    return "?" + urllib.parse.urlencode(q) if q else ""
+
+
+def error_of(status: int, data: bytes) -> BatonError:
+    """The BatonError of an answer that is not 200."""
+    try:
+        body = json.loads(data)
+        return BatonError(body["code"], body["message"], status, body)
+    except (ValueError, KeyError, TypeError):
+        return BatonError("unexpected", f"unexpected answer: {data[:200]!r}", status)
+
+
+def refusal(key: str, event: dict[str, Any]) -> BatonError:
+    """The BatonError of a hold stream's refused or error event."""
+    code = event.get("code", "unexpected")
+    return BatonError(code, event.get("message") or f"lock {key!r} not granted: {code}", 0, event)

@@ -1,0 +1,233 @@
+"""The plain (blocking) client: Client, and Hold, a lock held through a
+hold stream for as long as a with block runs."""
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+from . import _wire
+from ._unix import UnixHTTPConnection
+from .errors import SILENT, STREAM_ENDED, BatonError, LockLost, SidecarUnreachable
+
+
+class Client:
+    """A client of the sidecar serving socket (default: as the baton
+    command finds it, $BATON_SOCKET or the pod's socket). Every call opens a
+    connection of its own, so one Client may serve many threads."""
+
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
+        self.socket = _wire.socket_path(socket)
+        self.timeout = timeout
+
+    def _open(self, method: str, path: str, body: Optional[dict[str, Any]] = None):
+        conn = UnixHTTPConnection(self.socket, timeout=self.timeout)
+        try:
+            conn.request(method, path, json.dumps(body) if body is not None else None,
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+        except OSError as err:
+            conn.close()
+            raise SidecarUnreachable(self.socket, err) from err
+        if resp.status != 200:
+            data = resp.read()
+            conn.close()
+            raise _wire.error_of(resp.status, data)
+        return conn, resp
+
+    def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> Any:
+        conn, resp = self._open(method, path, body)
+        try:
+            return json.loads(resp.read())
+        finally:
+            conn.close()
+
+    def acquire(self, key: str, **claim: Any) -> dict[str, Any]:
+        """Take key (POST /v1/locks/KEY) and return the grant: fence, owner,
+        expires_at. claim: owner, ttl, wait, mode, limit, weight,
+        lock_delay, once, if_done, if_failed, as docs/api.md names them.
+        The lock lives until release, its ttl, or the sidecar's end."""
+        return self._call("POST", _wire.lock_path(key), _wire.claim(**claim))
+
+    def release(self, key: str, owner: str) -> dict[str, Any]:
+        """Release owner's lock of key."""
+        return self._call("DELETE", _wire.lock_path(key) + _wire.query(owner=owner))
+
+    def extend(self, key: str, owner: str, ttl: Optional[str] = None) -> dict[str, Any]:
+        """Move owner's lock's deadline to ttl from now."""
+        return self._call("POST", _wire.lock_path(key, "extend"), _wire.claim(owner=owner, ttl=ttl))
+
+    def done(self, key: str, owner: str, ok: bool, result: Optional[str] = None) -> dict[str, Any]:
+        """Record a run-once holder's outcome and release the lock."""
+        body: dict[str, Any] = {"owner": owner, "ok": ok}
+        if result is not None:
+            body["result"] = result
+        return self._call("POST", _wire.lock_path(key, "done"), body)
+
+    def status(self, key: str) -> dict[str, Any]:
+        """One lock's status: held, holder, fence, waiters..."""
+        return self._call("GET", _wire.lock_path(key))
+
+    def list(self, prefix: str = "") -> list[dict[str, Any]]:
+        """The locks whose key starts with prefix."""
+        return self._call("GET", "/v1/locks" + _wire.query(prefix=prefix))["locks"]
+
+    def force_release(self, key: str, fence: Optional[int] = None, by: Optional[str] = None) -> dict[str, Any]:
+        """Free key whoever holds it (the lock policy must allow it)."""
+        return self._call("DELETE", _wire.lock_path(key) + _wire.query(force="true", fence=fence, by=by))
+
+    def hold(self, key: str, on_lost: Optional[Callable[[LockLost], None]] = None, **claim: Any) -> "Hold":
+        """A lock held through a hold stream, as a context manager:
+
+            with client.hold("nightly", owner="exec-1", wait="1m") as lock:
+                for step in steps:
+                    lock.check()          # raises LockLost once the lock may be lost
+                    step(lock.fence)
+
+        The sidecar renews the lock while the stream is open. on_lost, if
+        given, is called (from another thread) as soon as the lock may be
+        lost, so that the work can be stopped; the with block then raises
+        LockLost when it ends, even if it ended without error."""
+        return Hold(self, key, _wire.claim(**claim), on_lost)
+
+    def watch(self, key: Optional[str] = None, prefix: str = "") -> Iterator[dict[str, Any]]:
+        """Follow a lock, or every lock under prefix: its state, then each
+        change, one event at a time (docs/api.md, watching locks)."""
+        path = _wire.lock_path(key, "watch") if key else "/v1/locks:watch" + _wire.query(prefix=prefix)
+        conn, resp = self._open("GET", path)
+        try:
+            for line in resp:
+                yield json.loads(line)
+        finally:
+            conn.close()
+
+
+class Hold:
+    """A lock held through a hold stream (Client.hold). fence, owner and
+    grant are set once granted; lost is None while the lock is held."""
+
+    def __init__(self, client: Client, key: str, body: dict[str, Any], on_lost: Optional[Callable[[LockLost], None]]):
+        self._client, self.key, self._body, self._on_lost = client, key, body, on_lost
+        self.grant: dict[str, Any] = {}
+        self.lost: Optional[LockLost] = None
+        self._ended = threading.Event()
+        self._mu = threading.Lock()
+        self._until = float("inf")
+        self._conn = None
+        self._resp = None
+
+    @property
+    def fence(self) -> int:
+        return self.grant["fence"]
+
+    @property
+    def owner(self) -> str:
+        return self.grant["owner"]
+
+    def __enter__(self) -> "Hold":
+        self._conn, resp = self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    raise BatonError("stream_ended", f"lock {self.key!r}: the sidecar's stream ended before a grant")
+                event = json.loads(line)
+                if event["event"] in ("refused", "error"):
+                    raise _wire.refusal(self.key, event)
+                if event["event"] == "granted":
+                    break
+        except BaseException:
+            resp.close()
+            self._conn.close()
+            raise
+        self.grant, self._resp = event, resp
+        self._note(event)
+        threading.Thread(target=self._follow, args=(resp,), daemon=True, name=f"baton-hold-{self.key}").start()
+        threading.Thread(target=self._watch_silence, daemon=True, name=f"baton-silence-{self.key}").start()
+        return self
+
+    def _note(self, event: dict[str, Any]) -> None:
+        if "valid_for_seconds" in event:
+            self._until = time.monotonic() + event["valid_for_seconds"]
+
+    def _follow(self, resp) -> None:
+        """Read the stream until the lock ends."""
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    self._end(STREAM_ENDED, "the sidecar's stream ended without a last line")
+                    return
+                event = json.loads(line)
+                if event["event"] == "released":
+                    return
+                if event["event"] == "lost":
+                    self._end(event.get("reason", "lost"), event.get("message", ""))
+                    return
+                self._note(event)
+        except (OSError, ValueError) as err:
+            self._end(STREAM_ENDED, f"the sidecar's stream broke: {err}")
+        finally:
+            self._ended.set()
+
+    def _watch_silence(self) -> None:
+        """End the lock once nothing was heard past valid_for_seconds."""
+        while not self._ended.wait(max(self._until - time.monotonic(), 0) if self._until != float("inf") else None):
+            if time.monotonic() >= self._until:
+                self._end(SILENT, "nothing heard from the sidecar within the lock's valid_for_seconds")
+                self._close()
+                return
+
+    def _end(self, reason: str, message: str) -> None:
+        with self._mu:
+            if self.lost is not None or self._ended.is_set():
+                return
+            self.lost = LockLost(self.key, self.grant.get("fence", 0), reason, message)
+        if self._on_lost is not None:
+            self._on_lost(self.lost)
+
+    def held(self) -> bool:
+        """Whether the lock is still certainly this caller's."""
+        if self.lost is None and time.monotonic() >= self._until:
+            self._end(SILENT, "nothing heard from the sidecar within the lock's valid_for_seconds")
+        return self.lost is None
+
+    def check(self) -> None:
+        """Raise LockLost if the lock may be lost: call it before each step that writes."""
+        if not self.held():
+            raise self.lost  # type: ignore[misc]
+
+    def wait_lost(self, timeout: Optional[float] = None) -> Optional[LockLost]:
+        """Block until the lock ends (or timeout); the loss, or None."""
+        self._ended.wait(timeout)
+        self.held()
+        return self.lost
+
+    def release(self) -> None:
+        """Release the lock (DELETE) and close the stream."""
+        try:
+            if self.lost is None:
+                self._client.release(self.key, self.owner)
+                self._ended.wait(10)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._conn.sock is not None:  # wakes the reader blocked on it
+            try:
+                self._conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._resp.close()
+        self._conn.close()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.release()
+        except BatonError as err:
+            if self.lost is None and err.code == "lock_lost":
+                self._end(err.body.get("reason", "lost"), err.message)
+        if self.lost is not None and exc_type is None:
+            raise self.lost
+        return False
