@@ -6,9 +6,14 @@ pyproject.toml's [project] table gives.
 """
 import base64
 import hashlib
+import io
 import os
-import tomllib
 import zipfile
+
+try:
+    import tomllib
+except ImportError:  # before Python 3.11
+    raise RuntimeError("baton-client needs Python 3.11 or newer") from None
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "baton_client"
@@ -87,6 +92,10 @@ def build_sdist(sdist_directory, config_settings=None):
     base = _dist(project)
     name = base + ".tar.gz"
     with tarfile.open(os.path.join(sdist_directory, name), "w:gz") as tar:
+        info = tarfile.TarInfo(base + "/PKG-INFO")
+        data = _metadata(project).encode()
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
         for entry in ("pyproject.toml", "_build", PACKAGE):
             tar.add(os.path.join(HERE, entry), arcname=base + "/" + entry,
                     filter=lambda ti: None if "__pycache__" in ti.name else ti)

@@ -1,7 +1,9 @@
 """What the sync and asyncio clients share: the socket's path, the paths
 and bodies of the API's calls, and reading its answers."""
+import datetime
 import json
 import os
+import time
 import urllib.parse
 from typing import Any, Optional
 
@@ -43,6 +45,25 @@ def claim(
 def query(**params: Any) -> str:
     q = {k: v for k, v in params.items() if v not in (None, "", False)}
     return "?" + urllib.parse.urlencode(q) if q else ""
+
+
+def valid_for(event: dict[str, Any]) -> Optional[float]:
+    """How many seconds from now the lock stays certainly the holder's on
+    the word of event (a granted or heartbeat line): its valid_for_seconds
+    counted from its at, when the sidecar sent it, not from when it was
+    read (a stalled client reads an old line late). None when the line
+    says nothing of it."""
+    valid = event.get("valid_for_seconds")
+    if valid is None:
+        return None
+    at = event.get("at")
+    if at:
+        try:
+            sent = datetime.datetime.fromisoformat(at).timestamp()
+            return valid - max(0.0, time.time() - sent)
+        except ValueError:
+            pass
+    return valid
 
 
 def error_of(status: int, data: bytes) -> BatonError:

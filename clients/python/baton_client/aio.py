@@ -3,6 +3,7 @@ hold stream for as long as an async with block runs; the task running the
 block is cancelled the moment the lock may be lost."""
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
@@ -89,6 +90,9 @@ class AsyncClient:
         except (OSError, ValueError, IndexError) as err:
             writer.close()
             raise SidecarUnreachable(self.socket, err) from err
+        except BaseException:  # cancelled before the answer: hang up (a waiter is withdrawn)
+            writer.close()
+            raise
         answer = _Answer(reader, writer, status, headers)
         if status != 200:
             try:
@@ -163,6 +167,7 @@ class AsyncHold:
         self._follower: Optional[asyncio.Task] = None
         self._silence: Optional[asyncio.TimerHandle] = None
         self._released = asyncio.Event()
+        self._delete_sent = False
         self._cancelled = False
         self._exiting = False
 
@@ -196,28 +201,31 @@ class AsyncHold:
         return self
 
     def _note(self, event: dict[str, Any]) -> None:
-        if "valid_for_seconds" in event:
+        left = _wire.valid_for(event)
+        if left is not None:
             if self._silence is not None:
                 self._silence.cancel()
             self._silence = asyncio.get_running_loop().call_later(
-                event["valid_for_seconds"], self._end, SILENT,
-                "nothing heard from the sidecar within the lock's valid_for_seconds")
+                max(left, 0), self._end, SILENT, "nothing heard from the sidecar within the lock's valid_for_seconds")
 
     async def _follow(self) -> None:
         assert self._answer is not None
         try:
             while line := await self._answer.readline():
                 event = json.loads(line)
-                if event["event"] == "released":
-                    self._released.set()
+                if event.get("event") == "released":
+                    if self.lost is None:
+                        self._released.set()
                     return
-                if event["event"] == "lost":
+                if event.get("event") == "lost":
                     self._end(event.get("reason", "lost"), event.get("message", ""))
                     return
                 self._note(event)
             self._end(STREAM_ENDED, "the sidecar's stream ended without a last line")
-        except (OSError, ValueError, asyncio.IncompleteReadError) as err:
-            self._end(STREAM_ENDED, f"the sidecar's stream broke: {err}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a broken chunk, a bad line: the stream is over
+            self._end(STREAM_ENDED, f"the sidecar's stream broke: {err!r}")
 
     def _end(self, reason: str, message: str) -> None:
         """The lock may be lost: say why, and cancel the task running the block."""
@@ -226,45 +234,55 @@ class AsyncHold:
         self.lost = LockLost(self.key, self.grant.get("fence", 0), reason, message)
         if self._silence is not None:
             self._silence.cancel()
-        if self._on_lost is not None:
-            self._on_lost(self.lost)
         if self._task is not None and not self._task.done() and not self._exiting:
             self._cancelled = True
             self._task.cancel(f"baton: {self.lost}")
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self.lost)
+            except Exception:
+                logging.getLogger("baton_client").exception("on_lost raised")
 
     def held(self) -> bool:
         return self.lost is None
 
     async def release(self) -> None:
-        """Release the lock (DELETE) and close the stream."""
+        """Release the lock (one DELETE, however often called) and close
+        the stream. A lock that is gone (lost, or taken from its owner) is
+        recorded in lost rather than raised."""
         try:
-            if self.lost is None and not self._released.is_set():
-                await self._client.release(self.key, self.owner)
-                await asyncio.wait_for(self._released.wait(), 10)
+            if self.lost is None and not self._released.is_set() and not self._delete_sent:
+                self._delete_sent = True
+                try:
+                    await self._client.release(self.key, self.owner)
+                except BatonError as err:  # not released by this DELETE: the lock is not ours
+                    self._end(err.body.get("reason") or err.code, err.message)
+                else:
+                    try:
+                        await asyncio.wait_for(self._released.wait(), 10)
+                    except TimeoutError:
+                        pass  # released; its line did not come: hang up
         finally:
-            self._stop()
+            await self._stop()
 
-    def _stop(self) -> None:
+    async def _stop(self) -> None:
         if self._silence is not None:
             self._silence.cancel()
-        if self._follower is not None:
-            self._follower.cancel()
         if self._answer is not None:
             self._answer.close()
+        if self._follower is not None:
+            self._follower.cancel()
+            await asyncio.gather(self._follower, return_exceptions=True)
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         self._exiting = True  # a loss heard from now on is raised, not a cancellation
-        if self.lost is None:
-            try:
-                await self.release()
-            except BatonError as err:
-                if err.code == "lock_lost":
-                    self._end(err.body.get("reason", "lost"), err.message)
-        self._stop()
+        await self.release()
         if self.lost is None:
             return False
         if self._cancelled and self._task is not None:
             self._task.uncancel()
+        if self._task is not None and self._task.cancelling() > 0:
+            return False  # cancelled from outside: that goes on; the loss is in .lost
         if exc_type is None or exc_type is asyncio.CancelledError or not isinstance(exc, BatonError):
             raise self.lost from (exc if exc_type is not asyncio.CancelledError else None)
         return False

@@ -1,6 +1,7 @@
 """The plain (blocking) client: Client, and Hold, a lock held through a
 hold stream for as long as a with block runs."""
 import json
+import logging
 import socket
 import threading
 import time
@@ -111,11 +112,14 @@ class Hold:
         self._client, self.key, self._body, self._on_lost = client, key, body, on_lost
         self.grant: dict[str, Any] = {}
         self.lost: Optional[LockLost] = None
-        self._ended = threading.Event()
         self._mu = threading.Lock()
+        self._released = False  # a released line was read
+        self._delete_sent = False
+        self._ended = threading.Event()  # the stream is read no more
         self._until = float("inf")
         self._conn = None
         self._resp = None
+        self._reader: Optional[threading.Thread] = None
 
     @property
     def fence(self) -> int:
@@ -133,23 +137,27 @@ class Hold:
                 if not line:
                     raise BatonError("stream_ended", f"lock {self.key!r}: the sidecar's stream ended before a grant")
                 event = json.loads(line)
-                if event["event"] in ("refused", "error"):
+                if event.get("event") in ("refused", "error"):
                     raise _wire.refusal(self.key, event)
-                if event["event"] == "granted":
+                if event.get("event") == "granted":
                     break
         except BaseException:
             resp.close()
             self._conn.close()
             raise
+        if self._conn.sock is not None:  # the client's timeout is for calls, not for a stream's silences
+            self._conn.sock.settimeout(None)
         self.grant, self._resp = event, resp
         self._note(event)
-        threading.Thread(target=self._follow, args=(resp,), daemon=True, name=f"baton-hold-{self.key}").start()
+        self._reader = threading.Thread(target=self._follow, args=(resp,), daemon=True, name=f"baton-hold-{self.key}")
+        self._reader.start()
         threading.Thread(target=self._watch_silence, daemon=True, name=f"baton-silence-{self.key}").start()
         return self
 
     def _note(self, event: dict[str, Any]) -> None:
-        if "valid_for_seconds" in event:
-            self._until = time.monotonic() + event["valid_for_seconds"]
+        left = _wire.valid_for(event)
+        if left is not None:
+            self._until = time.monotonic() + left
 
     def _follow(self, resp) -> None:
         """Read the stream until the lock ends."""
@@ -160,14 +168,16 @@ class Hold:
                     self._end(STREAM_ENDED, "the sidecar's stream ended without a last line")
                     return
                 event = json.loads(line)
-                if event["event"] == "released":
+                if event.get("event") == "released":
+                    with self._mu:
+                        self._released = self.lost is None
                     return
-                if event["event"] == "lost":
+                if event.get("event") == "lost":
                     self._end(event.get("reason", "lost"), event.get("message", ""))
                     return
                 self._note(event)
-        except (OSError, ValueError) as err:
-            self._end(STREAM_ENDED, f"the sidecar's stream broke: {err}")
+        except Exception as err:  # a broken chunk, a bad line: the stream is over
+            self._end(STREAM_ENDED, f"the sidecar's stream broke: {err!r}")
         finally:
             self._ended.set()
 
@@ -176,20 +186,24 @@ class Hold:
         while not self._ended.wait(max(self._until - time.monotonic(), 0) if self._until != float("inf") else None):
             if time.monotonic() >= self._until:
                 self._end(SILENT, "nothing heard from the sidecar within the lock's valid_for_seconds")
-                self._close()
                 return
 
     def _end(self, reason: str, message: str) -> None:
+        """The lock may be lost: say why, hang up, and tell on_lost."""
         with self._mu:
-            if self.lost is not None or self._ended.is_set():
+            if self.lost is not None or self._released:
                 return
             self.lost = LockLost(self.key, self.grant.get("fence", 0), reason, message)
+        self._close()
         if self._on_lost is not None:
-            self._on_lost(self.lost)
+            try:
+                self._on_lost(self.lost)
+            except Exception:
+                logging.getLogger("baton_client").exception("on_lost raised")
 
     def held(self) -> bool:
         """Whether the lock is still certainly this caller's."""
-        if self.lost is None and time.monotonic() >= self._until:
+        if self.lost is None and not self._released and time.monotonic() >= self._until:
             self._end(SILENT, "nothing heard from the sidecar within the lock's valid_for_seconds")
         return self.lost is None
 
@@ -205,29 +219,40 @@ class Hold:
         return self.lost
 
     def release(self) -> None:
-        """Release the lock (DELETE) and close the stream."""
+        """Release the lock (one DELETE, however often called) and close
+        the stream. A lock that is gone (lost, or taken from its owner)
+        is recorded in lost rather than raised."""
+        with self._mu:
+            send = not self._delete_sent and self.lost is None
+            self._delete_sent = True
         try:
-            if self.lost is None:
-                self._client.release(self.key, self.owner)
-                self._ended.wait(10)
+            if send:
+                try:
+                    self._client.release(self.key, self.owner)
+                except BatonError as err:  # not released by this DELETE: the lock is not ours
+                    self._end(err.body.get("reason") or err.code, err.message)
+                else:
+                    self._ended.wait(10)
         finally:
             self._close()
+            if self._reader is not None:
+                self._reader.join(10)
 
     def _close(self) -> None:
-        if self._conn.sock is not None:  # wakes the reader blocked on it
+        conn, resp = self._conn, self._resp
+        sock = conn.sock if conn is not None else None
+        if sock is not None:  # wakes the reader blocked on it
             try:
-                self._conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self._resp.close()
-        self._conn.close()
+        if resp is not None:
+            resp.close()
+        if conn is not None:
+            conn.close()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        try:
-            self.release()
-        except BatonError as err:
-            if self.lost is None and err.code == "lock_lost":
-                self._end(err.body.get("reason", "lost"), err.message)
+        self.release()
         if self.lost is not None and exc_type is None:
             raise self.lost
         return False

@@ -78,6 +78,12 @@ class Plain(unittest.TestCase):
         self.assertFalse(b.status("py/hold")["held"])
         with b.hold("py/hold", owner="exec-3") as lock:
             self.assertGreater(lock.fence, fence)
+            lock.release()
+            lock.release()  # one DELETE: a later holder with the same owner keeps its lock
+            again = b.acquire("py/hold", owner="exec-3")
+        self.assertIsNone(lock.lost)
+        self.assertEqual(b.status("py/hold")["fence"], again["fence"])
+        b.release("py/hold", "exec-3")
 
     def test_loss_stops_the_work(self):
         lost = []
@@ -149,8 +155,12 @@ class Plain(unittest.TestCase):
 class Async(unittest.IsolatedAsyncioTestCase):
     async def test_loss_cancels_the_task(self):
         reached = False
+
+        def on_lost(lost):  # a callback that fails does not keep the work running
+            raise RuntimeError("on_lost failed")
+
         with self.assertRaises(LockLost) as raised:
-            async with AsyncClient(A).hold("py/alost", owner="exec-1") as lock:
+            async with AsyncClient(A).hold("py/alost", owner="exec-1", on_lost=on_lost) as lock:
                 self.assertGreater(lock.fence, 0)
                 await asyncio.to_thread(revoke, "py/alost")
                 await asyncio.sleep(30)  # the work, cancelled by the loss
