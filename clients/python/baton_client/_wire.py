@@ -75,6 +75,18 @@ def error_of(status: int, data: bytes) -> BatonError:
         return BatonError("unexpected", f"unexpected answer: {data[:200]!r}", status)
 
 
+def granted(key: str, line: bytes) -> Optional[dict[str, Any]]:
+    """The granted event, if line of a hold stream before its grant is
+    it; None for a queued or heartbeat line. A refused or error line raises
+    its BatonError, and so does the stream's end (an empty line)."""
+    if not line:
+        raise BatonError("stream_ended", f"lock {key!r}: the sidecar's stream ended before a grant")
+    event = json.loads(line)
+    if event.get("event") in ("refused", "error"):
+        raise refusal(key, event)
+    return event if event.get("event") == "granted" else None
+
+
 def refusal(key: str, event: dict[str, Any]) -> BatonError:
     """The BatonError of a hold stream's refused or error event."""
     code = event.get("code", "unexpected")

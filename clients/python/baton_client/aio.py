@@ -182,15 +182,8 @@ class AsyncHold:
     async def __aenter__(self) -> "AsyncHold":
         answer = await self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
         try:
-            while True:
-                line = await answer.readline()
-                if not line:
-                    raise BatonError("stream_ended", f"lock {self.key!r}: the sidecar's stream ended before a grant")
-                event = json.loads(line)
-                if event["event"] in ("refused", "error"):
-                    raise _wire.refusal(self.key, event)
-                if event["event"] == "granted":
-                    break
+            while (event := _wire.granted(self.key, await answer.readline())) is None:
+                pass
         except BaseException:
             answer.close()  # withdraws a waiter whose task was cancelled
             raise

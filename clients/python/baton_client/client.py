@@ -132,15 +132,8 @@ class Hold:
     def __enter__(self) -> "Hold":
         self._conn, resp = self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
         try:
-            while True:
-                line = resp.readline()
-                if not line:
-                    raise BatonError("stream_ended", f"lock {self.key!r}: the sidecar's stream ended before a grant")
-                event = json.loads(line)
-                if event.get("event") in ("refused", "error"):
-                    raise _wire.refusal(self.key, event)
-                if event.get("event") == "granted":
-                    break
+            while (event := _wire.granted(self.key, resp.readline())) is None:
+                pass
         except BaseException:
             resp.close()
             self._conn.close()
