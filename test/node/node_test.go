@@ -7,6 +7,7 @@ package node
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -102,6 +103,19 @@ func runNode(m *testing.M, nodeDir string) int {
 		return m.Run()
 	}
 	fmt.Fprintf(os.Stderr, "make cluster: node Ready with DNS in %v (logs in %s)\n", time.Since(start).Round(time.Millisecond), filepath.Join(nodeDir, "logs"))
+	// go test's -timeout panics without a word of the node and without
+	// what follows m.Run: the node would go on running, on a machine that
+	// runs the tests again. Shortly before it, print the node's logs and
+	// stop it.
+	if d := testTimeout(); d > 3*time.Minute {
+		before := time.AfterFunc(d-2*time.Minute, func() {
+			fmt.Fprintf(os.Stderr, "the node's tests are 2 minutes from go test's -timeout %v: the node's logs, then make cluster-down\n", d)
+			node.logs(os.Stderr)
+			out, err := runMake(nodeDir, "cluster-down")
+			fmt.Fprintf(os.Stderr, "make cluster-down: %v\n%s", err, out)
+		})
+		defer before.Stop()
+	}
 	code := m.Run()
 	if code != 0 {
 		node.logs(os.Stderr)
@@ -117,6 +131,20 @@ func runNode(m *testing.M, nodeDir string) int {
 		code = 1
 	}
 	return code
+}
+
+// testTimeout is go test's -timeout (0: none), whose clock starts with
+// m.Run.
+func testTimeout() time.Duration {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return 0
+	}
+	d, _ := f.Value.(flag.Getter).Get().(time.Duration)
+	return d
 }
 
 // leftNothing reports whether the host is as it was before the node in
