@@ -2,12 +2,14 @@
 and bodies of the API's calls, and reading its answers."""
 import datetime
 import json
+import logging
 import os
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, Optional
 
-from .errors import BatonError
+from .errors import BatonError, LockLost
 
 DEFAULT_SOCKET = "/var/run/baton/baton.sock"
 
@@ -73,6 +75,35 @@ def error_of(status: int, data: bytes) -> BatonError:
         return BatonError(body["code"], body["message"], status, body)
     except (ValueError, KeyError, TypeError):
         return BatonError("unexpected", f"unexpected answer: {data[:200]!r}", status)
+
+
+class Held:
+    """What the plain and asyncio holds share: the key, the stream's
+    granted event, and the loss once the lock may be lost (None while
+    held)."""
+
+    key: str
+    grant: dict[str, Any]
+    lost: Optional[LockLost]
+    _on_lost: Optional[Callable[[LockLost], None]]
+
+    @property
+    def fence(self) -> int:
+        """The lock's fencing token: pass it to what the work writes."""
+        return self.grant["fence"]
+
+    @property
+    def owner(self) -> str:
+        return self.grant["owner"]
+
+    def _tell_lost(self) -> None:
+        """Call on_lost with the loss; an error of it is logged, never
+        raised into the client's own work of ending the lock."""
+        if self._on_lost is not None and self.lost is not None:
+            try:
+                self._on_lost(self.lost)
+            except Exception:
+                logging.getLogger("baton_client").exception("on_lost raised")
 
 
 def granted(key: str, line: bytes) -> Optional[dict[str, Any]]:

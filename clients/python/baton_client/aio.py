@@ -3,7 +3,6 @@ hold stream for as long as an async with block runs; the task running the
 block is cancelled the moment the lock may be lost."""
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
@@ -155,7 +154,7 @@ class AsyncClient:
             answer.close()
 
 
-class AsyncHold:
+class AsyncHold(_wire.Held):
     """A lock held through a hold stream (AsyncClient.hold)."""
 
     def __init__(self, client: AsyncClient, key: str, body: dict[str, Any], on_lost: Optional[Callable[[LockLost], None]]):
@@ -170,14 +169,6 @@ class AsyncHold:
         self._delete_sent = False
         self._cancelled = False
         self._exiting = False
-
-    @property
-    def fence(self) -> int:
-        return self.grant["fence"]
-
-    @property
-    def owner(self) -> str:
-        return self.grant["owner"]
 
     async def __aenter__(self) -> "AsyncHold":
         answer = await self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
@@ -230,11 +221,7 @@ class AsyncHold:
         if self._task is not None and not self._task.done() and not self._exiting:
             self._cancelled = True
             self._task.cancel(f"baton: {self.lost}")
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self.lost)
-            except Exception:
-                logging.getLogger("baton_client").exception("on_lost raised")
+        self._tell_lost()
 
     def held(self) -> bool:
         return self.lost is None

@@ -1,7 +1,6 @@
 """The plain (blocking) client: Client, and Hold, a lock held through a
 hold stream for as long as a with block runs."""
 import json
-import logging
 import socket
 import threading
 import time
@@ -104,7 +103,7 @@ class Client:
             conn.close()
 
 
-class Hold:
+class Hold(_wire.Held):
     """A lock held through a hold stream (Client.hold). fence, owner and
     grant are set once granted; lost is None while the lock is held."""
 
@@ -120,14 +119,6 @@ class Hold:
         self._conn = None
         self._resp = None
         self._reader: Optional[threading.Thread] = None
-
-    @property
-    def fence(self) -> int:
-        return self.grant["fence"]
-
-    @property
-    def owner(self) -> str:
-        return self.grant["owner"]
 
     def __enter__(self) -> "Hold":
         self._conn, resp = self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
@@ -188,11 +179,7 @@ class Hold:
                 return
             self.lost = LockLost(self.key, self.grant.get("fence", 0), reason, message)
         self._close()
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self.lost)
-            except Exception:
-                logging.getLogger("baton_client").exception("on_lost raised")
+        self._tell_lost()
 
     def held(self) -> bool:
         """Whether the lock is still certainly this caller's."""
