@@ -64,33 +64,46 @@ run: build ## Run Baton on an embedded etcd, serving ./baton.sock.
 	@echo 'baton: in another terminal: export BATON_SOCKET=$(abspath $(SOCKET)) (then baton run, baton locks and examples/clients find it)'
 	$(BIN)/baton serve --socket $(SOCKET) --data-dir $(DATA_DIR) --health-addr 127.0.0.1:8081 $(RUN_ARGS)
 
+# $(call gotest,NAME,ARGS,ENV): go test -json ARGS with ENV set, its
+# events kept in bin/NAME.json, what go test would have printed without -v
+# written to bin/NAME.log and to standard output (hack/testreport), its
+# exit code in bin/NAME.rc.
+gotest = { $(3) $(GO) test -json $(2) 2>&1; echo $$? > $(BIN)/$(1).rc; } | tee $(BIN)/$(1).json | $(BIN)/testreport | tee $(BIN)/$(1).log
+
+.PHONY: testreport
+testreport:
+	@$(GO) build -o $(BIN)/testreport ./hack/testreport
+
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps testreport ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
 	@# reliability suite, whose faults are timed, starts once they are
 	@# done, with the coordinator's tests again on etcd beside it; the count
 	@# of the engine's core mutexes (-tags lockcount) before it. Each
-	@# one's output follows; any failing fails make test, and what each
-	@# failure said is printed last (hack/testfailures), where a log cut
-	@# to its tail still shows it. The node's tests take about 14 minutes
-	@# alone and more on a busy machine: they get 30 to time out in.
+	@# one's output follows; any failing fails make test, and each failed
+	@# test's errors are printed last, a few lines each (testreport
+	@# -summary), where a log cut to its tail still shows them. The node's
+	@# tests take about 14 minutes alone and more on a busy machine: they
+	@# get 30 to time out in.
+	@rm -f $(BIN)/*-test.rc $(BIN)/*-test.json
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image BATON_DAPR_NODE=$(DAPR_NODE); \
-	$(GO) test $(GOFLAGS) $(TEST_FLAGS) -timeout 30m ./test/node > $(BIN)/node-test.log 2>&1 & node=$$!; \
-	{ $(GO) test $(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$'); main=$$?; \
-	  (cd clients/go && $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./...); echo $$((main | $$?)) > $(BIN)/rest-test.rc; } 2>&1 | tee $(BIN)/rest-test.log; rest=$$(cat $(BIN)/rest-test.rc); \
-	BATON_STORE=etcd $(GO) test $(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator > $(BIN)/coordinator-etcd.log 2>&1 & coord=$$!; \
-	wait $$node; noderc=$$?; \
-	$(GO) test $(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator > $(BIN)/lockcount-test.log 2>&1; counts=$$?; cat $(BIN)/lockcount-test.log; \
-	BATON_E2E_REPORT=$(BIN)/e2e-report.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e > $(BIN)/e2e-test.log 2>&1; e2e=$$?; cat $(BIN)/e2e-test.log; \
-	wait $$coord; coordrc=$$?; \
+	( $(call gotest,node-test,$(GOFLAGS) $(TEST_FLAGS) -timeout 30m ./test/node) ) > /dev/null & node=$$!; \
+	$(call gotest,rest-test,$(GOFLAGS) $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/node$$')); \
+	(cd clients/go && $(call gotest,client-go-test,$(GOFLAGS) $(TEST_FLAGS) ./...)); \
+	( $(call gotest,coordinator-etcd-test,$(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator,BATON_STORE=etcd) ) > /dev/null & coord=$$!; \
+	wait $$node; \
+	$(call gotest,lockcount-test,$(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator); \
+	$(call gotest,e2e-test,$(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e,BATON_E2E_REPORT=$(BIN)/e2e-report.md); \
+	wait $$coord; \
 	echo "--- the real node's tests:"; cat $(BIN)/node-test.log; \
-	echo "--- the coordinator's tests on etcd:"; cat $(BIN)/coordinator-etcd.log; \
+	echo "--- the coordinator's tests on etcd:"; cat $(BIN)/coordinator-etcd-test.log; \
 	cat $(BIN)/e2e-report.md; \
-	if test $$rest -eq 0 && test $$e2e -eq 0 && test $$coordrc -eq 0 && test $$noderc -eq 0 && test $$counts -eq 0; then echo "make test: every test passed"; else \
-	  echo "--- make test failed; what each failure said (the logs are in $(BIN)):"; \
-	  awk -f hack/testfailures/failures.awk $(BIN)/rest-test.log $(BIN)/node-test.log $(BIN)/lockcount-test.log $(BIN)/e2e-test.log $(BIN)/coordinator-etcd.log; exit 1; fi
+	failed=; for run in rest client-go node coordinator-etcd lockcount e2e; do test "$$(cat $(BIN)/$$run-test.rc 2>/dev/null)" = 0 || failed="$$failed $$run"; done; \
+	if test -z "$$failed"; then echo "make test: every test passed"; else \
+	  echo "--- make test failed in:$$failed (each go test run's output is in $(BIN)/*-test.log); each failed test's errors:"; \
+	  $(BIN)/testreport -summary $(BIN)/rest-test.json $(BIN)/client-go-test.json $(BIN)/node-test.json $(BIN)/lockcount-test.json $(BIN)/e2e-test.json $(BIN)/coordinator-etcd-test.json; exit 1; fi
 
 .PHONY: test-e2e
 test-e2e: ## Run the reliability suite (S1-S13, S15-S22) and write test/e2e/REPORT.md.

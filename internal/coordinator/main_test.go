@@ -144,7 +144,7 @@ func newSidecarOn(t testing.TB, w *world, pod string, mods ...func(*Config)) *si
 func newSidecarWith(t testing.TB, w *world, pod string, opts []Option, mods ...func(*Config)) *sidecar {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
+	if os.Getenv("BATON_TEST_LOG") != "" { // the components' logs, to stderr
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("pod", pod)
 	}
 	cfg := Default()

@@ -106,7 +106,7 @@ func start(t *testing.T, mod func(*embedetcd.Config)) *clientv3.Client {
 }
 
 func logger() *slog.Logger {
-	if testing.Verbose() {
+	if os.Getenv("BATON_TEST_LOG") != "" { // the components' logs, to stderr
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -60,7 +60,7 @@ func start(t *testing.T, cli *clientv3.Client, cfg Config) (stop func()) {
 		t.Skip("no kube-apiserver: " + skipReason)
 	}
 	log := zap.New(zap.WriteTo(io.Discard))
-	if testing.Verbose() {
+	if os.Getenv("BATON_TEST_LOG") != "" { // the components' logs, to stderr
 		log = zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true))
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Logger: log, Metrics: metricsserver.Options{BindAddress: "0"}})

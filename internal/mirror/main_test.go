@@ -110,7 +110,7 @@ func startMirrorIn(t *testing.T, rc *rest.Config, cli *clientv3.Client, retentio
 func startMirrorWith(t *testing.T, rc *rest.Config, cli *clientv3.Client, retention time.Duration, change func(*ctrl.Options), configure ...func(*Config)) (stop func()) {
 	t.Helper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	if testing.Verbose() {
+	if os.Getenv("BATON_TEST_LOG") != "" { // the components' logs, to stderr
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	}
 	opts := ctrl.Options{
