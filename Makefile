@@ -146,7 +146,7 @@ lint: $(BIN)/golangci-lint ## golangci-lint with .golangci.yml (vet, staticcheck
 	$(BIN)/golangci-lint run --build-tags lean ./cmd/sidecar
 
 .PHONY: verify
-verify: vet lint vulncheck manifests helm-sync ## Fail on lint findings, known vulnerabilities on Baton's code paths, gofmt, go.mod or generated-manifest drift (the chart's copies included).
+verify: vet lint vulncheck manifests helm-sync node-client-check ## Fail on lint findings, known vulnerabilities on Baton's code paths, gofmt, go.mod or generated-manifest drift (the chart's copies included, and the Node client's dist/).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt drift: run make fmt"; exit 1; }
 	$(GO) mod tidy -diff
 	cd clients/go && $(GO) mod tidy -diff
@@ -234,6 +234,33 @@ $(DAPR_NODE)/.installed: test/dapr/node/package.json test/dapr/node/package-lock
 
 $(DAPR_NODE)/driver.mjs: test/dapr/node/driver.mjs $(DAPR_NODE)/.installed
 	cp test/dapr/node/driver.mjs $@
+
+# The TypeScript compiler that builds the Node client, pinned by
+# hack/tsc/package-lock.json and installed into bin/tsc.
+TSC_DIR := $(BIN)/tsc
+TSC     := node $(TSC_DIR)/node_modules/typescript/bin/tsc -p clients/node --typeRoots $(TSC_DIR)/node_modules/@types
+
+$(TSC_DIR)/.installed: hack/tsc/package.json hack/tsc/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs npm"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	@mkdir -p $(TSC_DIR)
+	cp hack/tsc/package.json hack/tsc/package-lock.json $(TSC_DIR)/
+	cd $(TSC_DIR) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+.PHONY: node-api
+node-api: ## Write the Node client's types of the API (clients/node/src/api.ts) from its OpenAPI document.
+	$(GO) run ./hack/tsapi > clients/node/src/api.ts
+
+.PHONY: node-client
+node-client: $(TSC_DIR)/.installed ## Build the Node client (clients/node/dist, committed: npm install needs no build) from its TypeScript.
+	rm -rf clients/node/dist
+	$(TSC)
+
+.PHONY: node-client-check
+node-client-check: $(TSC_DIR)/.installed
+	@rm -rf $(BIN)/node-client-dist
+	$(TSC) --outDir $(BIN)/node-client-dist
+	@diff -r clients/node/dist $(BIN)/node-client-dist || { echo "clients/node/dist is not built from clients/node/src: run make node-client and commit"; exit 1; }
 
 # Helm, pinned by hack/helm/go.mod and built into bin (a few minutes cold).
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum

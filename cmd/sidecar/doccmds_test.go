@@ -64,6 +64,7 @@ var docRunners = map[string]string{
 	"etcdctl lock /baton/v1/default/locks/terraform-prod":                                   "session",
 	"# Hold a Baton lock while a phase runs, with curl alone.":                              "cmd/sidecar TestGuideClients",
 	"$ pip install ./clients/python":                                                        "cmd/sidecar TestPythonClient",
+	"$ npm install --no-save ./clients/node":                                                "cmd/sidecar TestNodeClient",
 	"baton run --socket ./baton.sock --key flow-123/readiness --wait 30s":                   "session",
 	`$ curl -s --unix-socket ./baton.sock -X POST http://baton/v1/locks/tenant-a/pipelines`: "session",
 	"$ baton run --socket ./baton.sock --key catalog --mode read":                           "session",

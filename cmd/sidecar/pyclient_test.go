@@ -1,14 +1,19 @@
 package main
 
 import (
+	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // TestPythonClient installs the Python client as docs/python.md shows,
@@ -82,7 +87,7 @@ func TestPythonClient(t *testing.T) {
 // pythonInStep checks that the Python client keeps in step with Baton: its
 // version is the chart's appVersion, and every error code it names is one
 // of the API's (clients/go/lockapi), except the two reasons of a loss that
-// only a client sees.
+// only a client sees, and its claim's fields are the request's.
 func pythonInStep(t *testing.T, root string) {
 	t.Helper()
 	read := func(path string) string {
@@ -109,5 +114,28 @@ func pythonInStep(t *testing.T, root string) {
 		if !codes[m[2]] && m[1] != "STREAM_ENDED" && m[1] != "SILENT" {
 			t.Errorf("the Python client's %s = %q is not an error code of the API", m[1], m[2])
 		}
+	}
+	// The claim's fields are the request's, as the OpenAPI document has them.
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(lockapi.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`(?s)body = \{(.*?)\}`).FindStringSubmatch(read("clients/python/baton_client/_wire.py"))
+	if body == nil {
+		t.Fatal("no claim body in clients/python/baton_client/_wire.py")
+	}
+	var fields []string
+	for _, m := range regexp.MustCompile(`"(\w+)":`).FindAllStringSubmatch(body[1], -1) {
+		fields = append(fields, m[1])
+	}
+	want := slices.Sorted(maps.Keys(doc.Components.Schemas["Request"].Properties))
+	if slices.Sort(fields); !slices.Equal(fields, want) {
+		t.Errorf("the Python client's claim has the fields %v, the API's request %v", fields, want)
 	}
 }

@@ -86,7 +86,7 @@ func render(w io.Writer, r io.Reader) error {
 		}
 		for _, e := range held[k] {
 			if e.OutputType != "frame" || strings.Contains(e.Output, "--- FAIL") {
-				io.WriteString(w, e.Output)
+				fmt.Fprint(w, e.Output)
 			}
 		}
 		delete(held, k)
@@ -102,12 +102,12 @@ func render(w io.Writer, r io.Reader) error {
 		k := key{e.Package, e.Test}
 		switch {
 		case e.Action == "build-output":
-			io.WriteString(w, e.Output)
+			fmt.Fprint(w, e.Output)
 		case e.Test == "" && e.Action == "output":
 			if strings.HasPrefix(e.Output, "FAIL") {
 				unended(e.Package)
 			}
-			io.WriteString(w, e.Output)
+			fmt.Fprint(w, e.Output)
 		case e.Test == "":
 		case e.Action == "output":
 			if _, ok := held[k]; !ok {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,7 @@ func goTestJSON(t *testing.T) []byte {
 	cmd.Dir = filepath.Join("testdata", "failing")
 	cmd.Env = append(os.Environ(), "FAILING_HANG=1", "GOWORK=off", "GOFLAGS=")
 	out, err := cmd.Output()
-	if _, failed := err.(*exec.ExitError); !failed {
+	if _, failed := errors.AsType[*exec.ExitError](err); !failed {
 		t.Fatalf("go test -json on tests that fail: %v (want exit status 1)\n%s", err, out)
 	}
 	return out

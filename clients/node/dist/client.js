@@ -1,0 +1,131 @@
+import { BatonError } from "./errors.js";
+import { Hold } from "./hold.js";
+import { call, lockPath, open, query, socketPath } from "./wire.js";
+/** The client of one sidecar. */
+export class Client {
+    /** The sidecar's socket. */
+    socket;
+    /** A client of the sidecar serving socket (default: as the baton command finds it, socketPath()). */
+    constructor(options = {}) {
+        this.socket = socketPath(options.socket);
+    }
+    /**
+     * Take the lock: granted, or a BatonError (already_running naming the
+     * holder; wait_timeout after claim.wait). The lock is held until
+     * released, or until its ttl unless extended.
+     */
+    acquire(key, claim = {}, options = {}) {
+        return call(this.socket, "POST", lockPath(key), claim, options.signal);
+    }
+    /** Release the owner's lock. */
+    release(key, owner) {
+        return call(this.socket, "DELETE", lockPath(key) + query({ owner }));
+    }
+    /** Move the owner's deadline to now + ttl (default: the lock's). */
+    extend(key, owner, ttl) {
+        return call(this.socket, "POST", lockPath(key, "extend"), ttl === undefined ? { owner } : { owner, ttl });
+    }
+    /** A run-once holder records its outcome and lets the lock go. */
+    done(key, owner, ok, result) {
+        return call(this.socket, "POST", lockPath(key, "done"), result === undefined ? { owner, ok } : { owner, ok, result });
+    }
+    /** The lock's holder(s), fence and waiters. */
+    status(key) {
+        return call(this.socket, "GET", lockPath(key));
+    }
+    /** Every lock under prefix. */
+    async list(prefix = "") {
+        return (await call(this.socket, "GET", "/v1/locks" + query({ prefix }))).locks;
+    }
+    /** Free the lock whoever holds it (only if fence is still the holder's, when given): for operators. */
+    forceRelease(key, options = {}) {
+        return call(this.socket, "DELETE", lockPath(key) + query({ force: true, fence: options.fence, by: options.by }));
+    }
+    /**
+     * Take the lock through a hold stream, waiting claim.wait (absent: try
+     * once; "forever" as it says), and return the Hold once granted. The
+     * sidecar renews it until hold.release(); hold.signal aborts the moment
+     * it may be lost. Rejects with a BatonError when refused.
+     */
+    async hold(key, claim = {}, options = {}) {
+        const answer = await open(this.socket, "POST", lockPath(key, "hold"), claim, options.signal);
+        const onAbort = () => answer.close();
+        options.signal?.addEventListener("abort", onAbort, { once: true });
+        try {
+            for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
+                options.signal?.throwIfAborted();
+                if (r.value === "") {
+                    continue;
+                }
+                const event = JSON.parse(r.value);
+                if (event.event === "refused" || event.event === "error") {
+                    const code = event.code ?? "unexpected";
+                    throw new BatonError(code, event.message || `lock ${JSON.stringify(key)} not granted: ${code}`, 0, {
+                        ...event,
+                        code: code,
+                        message: event.message ?? "",
+                    });
+                }
+                if (event.event === "granted") {
+                    if (options.signal?.aborted) {
+                        break; // granted as the caller gave up: released below
+                    }
+                    return new Hold(this.socket, key, event, answer, options);
+                }
+            }
+            options.signal?.throwIfAborted();
+            throw new BatonError("stream_ended", `lock ${JSON.stringify(key)}: the sidecar's stream ended before a grant`);
+        }
+        catch (err) {
+            answer.close(); // withdraws a waiter, and lets go of a lock granted as the caller gave up
+            throw err;
+        }
+        finally {
+            options.signal?.removeEventListener("abort", onAbort);
+        }
+    }
+    /**
+     * Run fn under the lock, held through a hold stream for as long as fn
+     * runs, and release it after. fn gets the Hold: pass lock.signal to what
+     * it does, and lock.fence to what it writes. Rejects with the LockLost
+     * when the lock may have been lost while fn ran, even if fn resolved.
+     */
+    async withLock(key, claim, fn, options = {}) {
+        const lock = await this.hold(key, claim, options);
+        let result;
+        try {
+            result = await fn(lock);
+        }
+        catch (err) {
+            await lock.release();
+            throw lock.lost ?? err;
+        }
+        await lock.release();
+        if (lock.lost) {
+            throw lock.lost;
+        }
+        return result;
+    }
+    /**
+     * Follow a lock (key), or every lock under options.prefix: its state,
+     * synced, then each change, until the signal aborts or the loop breaks.
+     */
+    async *watch(key, options = {}) {
+        const path = key ? lockPath(key, "watch") : "/v1/locks:watch" + query({ prefix: options.prefix });
+        const answer = await open(this.socket, "GET", path, undefined, options.signal);
+        const onAbort = () => answer.close();
+        options.signal?.addEventListener("abort", onAbort, { once: true });
+        try {
+            for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
+                if (r.value !== "") {
+                    yield JSON.parse(r.value);
+                }
+            }
+            options.signal?.throwIfAborted();
+        }
+        finally {
+            options.signal?.removeEventListener("abort", onAbort);
+            answer.close();
+        }
+    }
+}

@@ -1,0 +1,83 @@
+/** A loss only a client sees: the hold stream ended without a last line. */
+export const STREAM_ENDED = "stream_ended";
+/** A loss only a client sees: nothing heard past the lock's valid_for_seconds. */
+export const SILENT = "silent";
+/**
+ * An error answer of the sidecar: its code (one of the API's, `Codes`) and
+ * a message a person can act on. `status` is the answer's HTTP status, 0
+ * when the refusal came as a hold stream's refused or error event. `body`
+ * is the whole error body: holder, fence, retry_at, run... as the code has
+ * them.
+ */
+export class BatonError extends Error {
+    code;
+    status;
+    body;
+    constructor(code, message, status = 0, body = {}, options) {
+        super(status ? `${message} (${status} ${code})` : `${message} (${code})`, options);
+        this.name = "BatonError";
+        this.code = code;
+        this.status = status;
+        this.body = body;
+    }
+    /** Who holds the lock, on a refusal (already_running, wait_timeout, lock_delayed). */
+    get holder() {
+        return this.body.holder;
+    }
+    /** The holder's fence, on a refusal. */
+    get fence() {
+        return this.body.fence;
+    }
+    /** The last finished run, on already_done. */
+    get run() {
+        return this.body.run;
+    }
+}
+/** The sidecar's socket could not be reached: the message names it. */
+export class SidecarUnreachable extends BatonError {
+    socketPath;
+    constructor(socketPath, cause) {
+        super("unreachable", `cannot reach the Baton sidecar at ${socketPath} (set BATON_SOCKET to its socket): ${cause?.message ?? cause}`, 0, {}, { cause });
+        this.name = "SidecarUnreachable";
+        this.socketPath = socketPath;
+    }
+}
+/**
+ * A held lock ended without its holder's release: the work done under it
+ * must stop, another holder may have the lock already. `reason` is the
+ * API's lost reason (expired, lease_lost, force_released, shutdown,
+ * max_hold, etcd_rewound), or stream_ended (the stream ended without a last
+ * line: the sidecar stopped or crashed, the connection broke) or silent
+ * (nothing heard from the sidecar past the lock's valid_for_seconds: it
+ * froze, or lost etcd).
+ */
+export class LockLost extends BatonError {
+    key;
+    reason;
+    lostFence;
+    constructor(key, fence, reason, message) {
+        super("lock_lost", `lock ${JSON.stringify(key)} (fence ${fence}) lost: ${reason}: ${message}`, 0, {
+            code: "lock_lost",
+            message,
+            key,
+            fence,
+        });
+        this.name = "LockLost";
+        this.key = key;
+        this.reason = reason;
+        this.lostFence = fence;
+    }
+}
+/** The BatonError of an answer that is not 200. */
+export function errorOf(status, data) {
+    try {
+        const body = JSON.parse(data);
+        if (typeof body.code === "string" && typeof body.message === "string") {
+            return new BatonError(body.code, body.message, status, body);
+        }
+    }
+    catch {
+        // not JSON: below
+    }
+    return new BatonError("unexpected", `unexpected answer: ${data.slice(0, 200)}`, status);
+}

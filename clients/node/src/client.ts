@@ -1,0 +1,150 @@
+// Client: the sidecar's socket API, one connection a call.
+import type { Event, Forced, Grant, List, Released, Request, Run, Status, WatchEvent } from "./api.js";
+import { BatonError, type LockLost } from "./errors.js";
+import { Hold, type HoldOptions } from "./hold.js";
+import { call, lockPath, open, query, socketPath } from "./wire.js";
+
+/** What an acquire or a hold asks for: the API's request body, as it names its fields. */
+export type Claim = Request;
+
+/** Options of a call that may wait. */
+export interface CallOptions {
+  /** Aborting it hangs up: a waiter is withdrawn, and the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** The client of one sidecar. */
+export class Client {
+  /** The sidecar's socket. */
+  readonly socket: string;
+
+  /** A client of the sidecar serving socket (default: as the baton command finds it, socketPath()). */
+  constructor(options: { socket?: string } = {}) {
+    this.socket = socketPath(options.socket);
+  }
+
+  /**
+   * Take the lock: granted, or a BatonError (already_running naming the
+   * holder; wait_timeout after claim.wait). The lock is held until
+   * released, or until its ttl unless extended.
+   */
+  acquire(key: string, claim: Claim = {}, options: CallOptions = {}): Promise<Grant> {
+    return call<Grant>(this.socket, "POST", lockPath(key), claim, options.signal);
+  }
+
+  /** Release the owner's lock. */
+  release(key: string, owner: string): Promise<Released> {
+    return call<Released>(this.socket, "DELETE", lockPath(key) + query({ owner }));
+  }
+
+  /** Move the owner's deadline to now + ttl (default: the lock's). */
+  extend(key: string, owner: string, ttl?: string): Promise<Grant> {
+    return call<Grant>(this.socket, "POST", lockPath(key, "extend"), ttl === undefined ? { owner } : { owner, ttl });
+  }
+
+  /** A run-once holder records its outcome and lets the lock go. */
+  done(key: string, owner: string, ok: boolean, result?: string): Promise<Run> {
+    return call<Run>(this.socket, "POST", lockPath(key, "done"), result === undefined ? { owner, ok } : { owner, ok, result });
+  }
+
+  /** The lock's holder(s), fence and waiters. */
+  status(key: string): Promise<Status> {
+    return call<Status>(this.socket, "GET", lockPath(key));
+  }
+
+  /** Every lock under prefix. */
+  async list(prefix = ""): Promise<Status[]> {
+    return (await call<List>(this.socket, "GET", "/v1/locks" + query({ prefix }))).locks;
+  }
+
+  /** Free the lock whoever holds it (only if fence is still the holder's, when given): for operators. */
+  forceRelease(key: string, options: { fence?: number; by?: string } = {}): Promise<Forced> {
+    return call<Forced>(this.socket, "DELETE", lockPath(key) + query({ force: true, fence: options.fence, by: options.by }));
+  }
+
+  /**
+   * Take the lock through a hold stream, waiting claim.wait (absent: try
+   * once; "forever" as it says), and return the Hold once granted. The
+   * sidecar renews it until hold.release(); hold.signal aborts the moment
+   * it may be lost. Rejects with a BatonError when refused.
+   */
+  async hold(key: string, claim: Claim = {}, options: HoldOptions & CallOptions = {}): Promise<Hold> {
+    const answer = await open(this.socket, "POST", lockPath(key, "hold"), claim, options.signal);
+    const onAbort = () => answer.close();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
+        options.signal?.throwIfAborted();
+        if (r.value === "") {
+          continue;
+        }
+        const event = JSON.parse(r.value) as Event;
+        if (event.event === "refused" || event.event === "error") {
+          const code = event.code ?? "unexpected";
+          throw new BatonError(code, event.message || `lock ${JSON.stringify(key)} not granted: ${code}`, 0, {
+            ...event,
+            code: code as BatonError["body"]["code"],
+            message: event.message ?? "",
+          } as BatonError["body"]);
+        }
+        if (event.event === "granted") {
+          if (options.signal?.aborted) {
+            break; // granted as the caller gave up: released below
+          }
+          return new Hold(this.socket, key, event, answer, options);
+        }
+      }
+      options.signal?.throwIfAborted();
+      throw new BatonError("stream_ended", `lock ${JSON.stringify(key)}: the sidecar's stream ended before a grant`);
+    } catch (err) {
+      answer.close(); // withdraws a waiter, and lets go of a lock granted as the caller gave up
+      throw err;
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * Run fn under the lock, held through a hold stream for as long as fn
+   * runs, and release it after. fn gets the Hold: pass lock.signal to what
+   * it does, and lock.fence to what it writes. Rejects with the LockLost
+   * when the lock may have been lost while fn ran, even if fn resolved.
+   */
+  async withLock<T>(key: string, claim: Claim, fn: (lock: Hold) => Promise<T> | T, options: HoldOptions & CallOptions = {}): Promise<T> {
+    const lock = await this.hold(key, claim, options);
+    let result: T;
+    try {
+      result = await fn(lock);
+    } catch (err) {
+      await lock.release();
+      throw lock.lost ?? err;
+    }
+    await lock.release();
+    if (lock.lost) {
+      throw lock.lost as LockLost;
+    }
+    return result;
+  }
+
+  /**
+   * Follow a lock (key), or every lock under options.prefix: its state,
+   * synced, then each change, until the signal aborts or the loop breaks.
+   */
+  async *watch(key?: string, options: { prefix?: string } & CallOptions = {}): AsyncGenerator<WatchEvent> {
+    const path = key ? lockPath(key, "watch") : "/v1/locks:watch" + query({ prefix: options.prefix });
+    const answer = await open(this.socket, "GET", path, undefined, options.signal);
+    const onAbort = () => answer.close();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
+        if (r.value !== "") {
+          yield JSON.parse(r.value) as WatchEvent;
+        }
+      }
+      options.signal?.throwIfAborted();
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      answer.close();
+    }
+  }
+}

@@ -1,0 +1,125 @@
+// What the client's calls share: the socket's path, the API's paths, and
+// HTTP over the unix socket with node:http.
+import * as http from "node:http";
+import * as readline from "node:readline";
+import type { Event } from "./api.js";
+import { SidecarUnreachable, errorOf } from "./errors.js";
+
+/** The socket of a pod's sidecar, where the injector mounts it. */
+export const DEFAULT_SOCKET = "/var/run/baton/baton.sock";
+
+/**
+ * The sidecar's socket as the baton command finds it: path if given, else
+ * $BATON_SOCKET, else $BATON_SOCKET_PATH, else the pod's socket.
+ */
+export function socketPath(path?: string): string {
+  return path || process.env.BATON_SOCKET || process.env.BATON_SOCKET_PATH || DEFAULT_SOCKET;
+}
+
+/** The path of a lock's resource, or of an action on it (KEY:hold). */
+export function lockPath(key: string, action = ""): string {
+  const escaped = key.split("/").map(encodeURIComponent).join("/");
+  return `/v1/locks/${escaped}${action ? ":" + action : ""}`;
+}
+
+/** A query string of the parameters that are set. */
+export function query(params: Record<string, string | number | boolean | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== "" && v !== false) {
+      q.set(k, String(v));
+    }
+  }
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+/**
+ * How many milliseconds from now the lock stays certainly the holder's on
+ * the word of a granted or heartbeat event: its valid_for_seconds counted
+ * from its at, when the sidecar sent it, not from when it was read.
+ * undefined when the event says nothing of it.
+ */
+export function validFor(event: Event, now = Date.now()): number | undefined {
+  if (event.valid_for_seconds === undefined) {
+    return undefined;
+  }
+  const sent = Date.parse(event.at);
+  const late = Number.isNaN(sent) ? 0 : Math.max(0, now - sent);
+  return event.valid_for_seconds * 1000 - late;
+}
+
+/** An answer of 200 whose body is still to read. */
+export interface Answer {
+  /** The body's lines, one at a time. */
+  lines: AsyncIterator<string>;
+  /** Hang up. */
+  close(): void;
+}
+
+/**
+ * Send a request to the sidecar and return its answer once it is 200;
+ * otherwise reject with its BatonError. The signal, when it aborts before
+ * the answer, hangs up (a waiter is withdrawn) and rejects with its reason.
+ */
+export function open(socket: string, method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    signal?.throwIfAborted();
+    const data = body === undefined ? "" : JSON.stringify(body);
+    const req = http.request({
+      socketPath: socket,
+      method,
+      path,
+      agent: false,
+      headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(data), Host: "baton" },
+    });
+    let answered = false;
+    const onAbort = () => {
+      req.destroy();
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    req.on("error", (err) => {
+      signal?.removeEventListener("abort", onAbort);
+      if (!answered) {
+        reject(new SidecarUnreachable(socket, err));
+      }
+    });
+    req.on("response", (res) => {
+      answered = true;
+      signal?.removeEventListener("abort", onAbort);
+      res.setEncoding("utf8");
+      if (res.statusCode !== 200) {
+        let text = "";
+        res.on("data", (chunk: string) => (text += chunk));
+        res.on("end", () => reject(errorOf(res.statusCode ?? 0, text)));
+        res.on("error", () => reject(errorOf(res.statusCode ?? 0, text)));
+        return;
+      }
+      const rl = readline.createInterface({ input: res, crlfDelay: Infinity });
+      res.on("error", () => rl.close());
+      resolve({
+        lines: rl[Symbol.asyncIterator](),
+        close: () => {
+          rl.close();
+          req.destroy();
+        },
+      });
+    });
+    req.end(data);
+  });
+}
+
+/** Send a request and return its JSON answer. */
+export async function call<T>(socket: string, method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const answer = await open(socket, method, path, body, signal);
+  try {
+    let text = "";
+    for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
+      text += r.value + "\n";
+    }
+    return JSON.parse(text) as T;
+  } finally {
+    answer.close();
+  }
+}
