@@ -40,7 +40,9 @@ export declare class Client {
      * Take the lock through a hold stream, waiting claim.wait (absent: try
      * once; "forever" as it says), and return the Hold once granted. The
      * sidecar renews it until hold.release(); hold.signal aborts the moment
-     * it may be lost. Rejects with a BatonError when refused.
+     * it may be lost. Rejects with a BatonError when refused. options.signal
+     * withdraws the wait when it aborts, and, once granted, releases the
+     * lock.
      */
     hold(key: string, claim?: Claim, options?: HoldOptions & CallOptions): Promise<Hold>;
     /**

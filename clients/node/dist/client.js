@@ -1,6 +1,6 @@
 import { BatonError } from "./errors.js";
 import { Hold } from "./hold.js";
-import { call, lockPath, open, query, socketPath } from "./wire.js";
+import { call, lockPath, open, parse, query, socketPath } from "./wire.js";
 /** The client of one sidecar. */
 export class Client {
     /** The sidecar's socket. */
@@ -45,43 +45,58 @@ export class Client {
      * Take the lock through a hold stream, waiting claim.wait (absent: try
      * once; "forever" as it says), and return the Hold once granted. The
      * sidecar renews it until hold.release(); hold.signal aborts the moment
-     * it may be lost. Rejects with a BatonError when refused.
+     * it may be lost. Rejects with a BatonError when refused. options.signal
+     * withdraws the wait when it aborts, and, once granted, releases the
+     * lock.
      */
     async hold(key, claim = {}, options = {}) {
-        const answer = await open(this.socket, "POST", lockPath(key, "hold"), claim, options.signal);
+        const { signal } = options;
+        const answer = await open(this.socket, "POST", lockPath(key, "hold"), claim, signal);
         const onAbort = () => answer.close();
-        options.signal?.addEventListener("abort", onAbort, { once: true });
+        signal?.addEventListener("abort", onAbort, { once: true });
         try {
-            for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
-                options.signal?.throwIfAborted();
-                if (r.value === "") {
+            if (signal?.aborted) {
+                onAbort();
+            }
+            for (let line = await answer.next(); line !== undefined; line = await answer.next()) {
+                if (line === "") {
                     continue;
                 }
-                const event = JSON.parse(r.value);
+                const event = parse(line);
                 if (event.event === "refused" || event.event === "error") {
                     const code = event.code ?? "unexpected";
                     throw new BatonError(code, event.message || `lock ${JSON.stringify(key)} not granted: ${code}`, 0, {
                         ...event,
-                        code: code,
                         message: event.message ?? "",
                     });
                 }
-                if (event.event === "granted") {
-                    if (options.signal?.aborted) {
-                        break; // granted as the caller gave up: released below
-                    }
-                    return new Hold(this.socket, key, event, answer, options);
+                if (event.event !== "granted") {
+                    continue;
                 }
+                if (signal?.aborted) {
+                    // Granted as the caller gave up: let it go by its owner's DELETE
+                    // (hanging up alone would be a loss, held back by a lock delay).
+                    await call(this.socket, "DELETE", lockPath(key) + query({ owner: event.owner })).catch(() => undefined);
+                    break;
+                }
+                const lock = new Hold(this.socket, key, event, answer, options);
+                if (signal) {
+                    const release = () => void lock.release().catch(() => undefined);
+                    signal.addEventListener("abort", release, { once: true });
+                    lock.signal.addEventListener("abort", () => signal.removeEventListener("abort", release), { once: true });
+                }
+                return lock;
             }
-            options.signal?.throwIfAborted();
+            signal?.throwIfAborted();
             throw new BatonError("stream_ended", `lock ${JSON.stringify(key)}: the sidecar's stream ended before a grant`);
         }
         catch (err) {
-            answer.close(); // withdraws a waiter, and lets go of a lock granted as the caller gave up
+            answer.close(); // withdraws a waiter
+            signal?.throwIfAborted();
             throw err;
         }
         finally {
-            options.signal?.removeEventListener("abort", onAbort);
+            signal?.removeEventListener("abort", onAbort);
         }
     }
     /**
@@ -97,7 +112,7 @@ export class Client {
             result = await fn(lock);
         }
         catch (err) {
-            await lock.release();
+            await lock.release().catch(() => undefined); // fn's error, or the loss, says more
             throw lock.lost ?? err;
         }
         await lock.release();
@@ -116,9 +131,13 @@ export class Client {
         const onAbort = () => answer.close();
         options.signal?.addEventListener("abort", onAbort, { once: true });
         try {
-            for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
-                if (r.value !== "") {
-                    yield JSON.parse(r.value);
+            if (options.signal?.aborted) {
+                onAbort();
+            }
+            for (let line = await answer.next(); line !== undefined; line = await answer.next()) {
+                options.signal?.throwIfAborted();
+                if (line !== "") {
+                    yield parse(line);
                 }
             }
             options.signal?.throwIfAborted();

@@ -1,31 +1,35 @@
 import { BatonError, LockLost, SILENT, STREAM_ENDED } from "./errors.js";
-import { call, lockPath, query, validFor } from "./wire.js";
+import { call, lockPath, parse, query, validFor } from "./wire.js";
+/** The codes of a release refused because the lock is no longer the owner's. */
+const gone = new Set(["lock_lost", "not_held", "not_owner"]);
 /**
  * A lock held through a hold stream (Client.hold): the sidecar renews it
  * for as long as the hold lasts. `signal` aborts, with a LockLost as its
  * reason, the moment the lock may be lost: a lost line, the stream's end
- * without a last line (stream_ended), or no line before the last one's
- * valid_for_seconds ran out, counted from its at (silent). Pass it to
- * whatever the work does (fetch, timers, child processes, database
- * queries), and check it before each write.
+ * without a last line (stream_ended), no line before the last one's
+ * valid_for_seconds ran out, counted from its at (silent), or a release by
+ * another caller of the same owner (released). It aborts too, with a
+ * BatonError (released), when release() begins. Pass it to whatever the
+ * work does (fetch, timers, child processes, database queries), and check
+ * it before each write.
  */
 export class Hold {
     /** The lock's key. */
     key;
     /** The stream's granted event. */
     grant;
-    /** Aborts with a LockLost when the lock may be lost. */
+    /** Aborts with a LockLost when the lock may be lost, with a BatonError (released) once released. */
     signal;
-    /** The loss, once the lock may be lost; undefined while held or once released. */
+    /** The loss, once the lock may be lost; undefined while held or once released by release(). */
     lost;
     #socket;
     #answer;
     #abort = new AbortController();
     #onLost;
     #silence;
-    #released = false;
     #releasing;
     #releasedLine;
+    #sawReleased = false;
     #following;
     /** @internal Client.hold makes holds. */
     constructor(socket, key, grant, answer, options = {}) {
@@ -48,13 +52,11 @@ export class Hold {
     }
     /** Whether the lock is still held: neither lost nor released. */
     held() {
-        return this.lost === undefined && !this.#released;
+        return !this.#abort.signal.aborted;
     }
-    /** Throw the LockLost if the lock may be lost: call it before each step that writes. */
+    /** Throw the LockLost (or the release) once the lock may be lost or was released: call it before each step that writes. */
     check() {
-        if (this.lost) {
-            throw this.lost;
-        }
+        this.#abort.signal.throwIfAborted();
     }
     #note(event) {
         const left = validFor(event);
@@ -67,14 +69,17 @@ export class Hold {
     }
     async #follow() {
         try {
-            for (let r = await this.#answer.lines.next(); !r.done; r = await this.#answer.lines.next()) {
-                if (r.value === "") {
+            for (let line = await this.#answer.next(); line !== undefined; line = await this.#answer.next()) {
+                if (line === "") {
                     continue;
                 }
-                const event = JSON.parse(r.value);
+                const event = parse(line);
                 switch (event.event) {
                     case "released":
-                        this.#released = true;
+                        this.#sawReleased = true;
+                        // Released by a DELETE that release() did not send: the lock is
+                        // not this holder's any more.
+                        this.#end("released", "the lock was released by another caller with its owner");
                         this.#releasedLine?.();
                         return;
                     case "lost":
@@ -90,9 +95,13 @@ export class Hold {
             this.#end(STREAM_ENDED, `the sidecar's stream broke: ${err?.message ?? err}`);
         }
     }
-    /** The lock may be lost: say why, and abort the signal. */
+    /**
+     * The lock may be lost: say why, and abort the signal. The stream stays
+     * open until release(): on a shutdown, the sidecar keeps the lock until
+     * the work has stopped and its holder hung up.
+     */
     #end(reason, message) {
-        if (this.lost || this.#released) {
+        if (this.#abort.signal.aborted) {
             return;
         }
         clearTimeout(this.#silence);
@@ -104,12 +113,13 @@ export class Hold {
         catch {
             // the work is stopped by the signal all the same
         }
-        this.#answer.close();
     }
     /**
-     * Release the lock (one DELETE, however often called) and close the
-     * stream. A lock that is gone (lost, or taken from its owner) is recorded
-     * in lost rather than thrown.
+     * Release the lock (at most one DELETE, however often called, and none
+     * once the lock is gone) and close the stream. A lock found gone (lost,
+     * or taken from its owner) is recorded in lost rather than thrown; any
+     * other error of the DELETE rejects, after the stream is closed, which
+     * lets the lock go.
      */
     release() {
         this.#releasing ??= this.#release();
@@ -117,26 +127,33 @@ export class Hold {
     }
     async #release() {
         try {
-            if (this.lost) {
-                return;
+            if (this.#abort.signal.aborted) {
+                return; // lost, or released by another: nothing of this holder's to release
             }
+            clearTimeout(this.#silence);
             const line = new Promise((resolve) => (this.#releasedLine = resolve));
+            this.#abort.abort(new BatonError("released", `lock ${JSON.stringify(this.key)} released by its holder`));
             try {
                 await call(this.#socket, "DELETE", lockPath(this.key) + query({ owner: this.owner }));
             }
             catch (err) {
-                if (!(err instanceof BatonError)) {
-                    throw err;
+                if (err instanceof BatonError && gone.has(err.code)) {
+                    this.lost = new LockLost(this.key, this.fence, err.body.reason ?? err.code, err.body.message ?? err.message);
+                    try {
+                        this.#onLost?.(this.lost);
+                    }
+                    catch {
+                        // as in #end
+                    }
+                    return;
                 }
-                // Not released by this DELETE: the lock is not ours any more.
-                this.#end(err.body.reason ?? err.code, err.body.message ?? err.message);
-                return;
+                throw err;
             }
-            this.#released = true;
-            clearTimeout(this.#silence);
-            let timer;
-            await Promise.race([line, new Promise((resolve) => (timer = setTimeout(resolve, 10_000)))]);
-            clearTimeout(timer);
+            if (!this.#sawReleased) {
+                let timer;
+                await Promise.race([line, new Promise((resolve) => (timer = setTimeout(resolve, 10_000)))]);
+                clearTimeout(timer);
+            }
         }
         finally {
             clearTimeout(this.#silence);
@@ -144,7 +161,7 @@ export class Hold {
             await this.#following;
         }
     }
-    /** `await using lock = await client.hold(...)`: released at the block's end; throws the loss if lost. */
+    /** Release it at the end of a block (`await using` in TypeScript); throws the LockLost if it was lost. */
     async [Symbol.asyncDispose]() {
         await this.release();
         if (this.lost) {

@@ -19,11 +19,13 @@ export declare function query(params: Record<string, string | number | boolean |
 export declare function validFor(event: Event, now?: number): number | undefined;
 /** An answer of 200 whose body is still to read. */
 export interface Answer {
-    /** The body's lines, one at a time. */
-    lines: AsyncIterator<string>;
+    /** The body's next line; undefined at its end. A broken stream rejects with a BatonError (stream_ended). */
+    next(): Promise<string | undefined>;
     /** Hang up. */
     close(): void;
 }
+/** The JSON of an answer's line or body; a BatonError (unexpected) when it is not JSON. */
+export declare function parse<T>(text: string): T;
 /**
  * Send a request to the sidecar and return its answer once it is 200;
  * otherwise reject with its BatonError. The signal, when it aborts before

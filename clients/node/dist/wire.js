@@ -2,7 +2,7 @@
 // HTTP over the unix socket with node:http.
 import * as http from "node:http";
 import * as readline from "node:readline";
-import { SidecarUnreachable, errorOf } from "./errors.js";
+import { BatonError, SidecarUnreachable, errorOf } from "./errors.js";
 /** The socket of a pod's sidecar, where the injector mounts it. */
 export const DEFAULT_SOCKET = "/var/run/baton/baton.sock";
 /**
@@ -41,6 +41,15 @@ export function validFor(event, now = Date.now()) {
     const sent = Date.parse(event.at);
     const late = Number.isNaN(sent) ? 0 : Math.max(0, now - sent);
     return event.valid_for_seconds * 1000 - late;
+}
+/** The JSON of an answer's line or body; a BatonError (unexpected) when it is not JSON. */
+export function parse(text) {
+    try {
+        return JSON.parse(text);
+    }
+    catch (err) {
+        throw new BatonError("unexpected", `unexpected answer from the sidecar: ${text.slice(0, 200)}`, 0, {}, { cause: err });
+    }
 }
 /**
  * Send a request to the sidecar and return its answer once it is 200;
@@ -82,9 +91,26 @@ export function open(socket, method, path, body, signal) {
                 return;
             }
             const rl = readline.createInterface({ input: res, crlfDelay: Infinity });
-            res.on("error", () => rl.close());
+            let broke;
+            res.on("error", (err) => {
+                broke = err;
+                rl.close();
+            });
+            const it = rl[Symbol.asyncIterator]();
             resolve({
-                lines: rl[Symbol.asyncIterator](),
+                async next() {
+                    let r;
+                    try {
+                        r = await it.next();
+                    }
+                    catch (err) {
+                        throw new BatonError("stream_ended", `the sidecar's answer broke: ${err?.message ?? err}`, 0, {}, { cause: err });
+                    }
+                    if (r.done && broke !== undefined) {
+                        throw new BatonError("stream_ended", `the sidecar's answer broke: ${broke?.message ?? broke}`, 0, {}, { cause: broke });
+                    }
+                    return r.done ? undefined : r.value;
+                },
                 close: () => {
                     rl.close();
                     req.destroy();
@@ -99,10 +125,10 @@ export async function call(socket, method, path, body, signal) {
     const answer = await open(socket, method, path, body, signal);
     try {
         let text = "";
-        for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
-            text += r.value + "\n";
+        for (let line = await answer.next(); line !== undefined; line = await answer.next()) {
+            text += line + "\n";
         }
-        return JSON.parse(text);
+        return parse(text);
     }
     finally {
         answer.close();

@@ -64,9 +64,10 @@ export class SidecarUnreachable extends BatonError {
  * must stop, another holder may have the lock already. `reason` is the
  * API's lost reason (expired, lease_lost, force_released, shutdown,
  * max_hold, etcd_rewound), or stream_ended (the stream ended without a last
- * line: the sidecar stopped or crashed, the connection broke) or silent
+ * line: the sidecar stopped or crashed, the connection broke), silent
  * (nothing heard from the sidecar past the lock's valid_for_seconds: it
- * froze, or lost etcd).
+ * froze, or lost etcd), or released (another caller released it with its
+ * owner).
  */
 export class LockLost extends BatonError {
   readonly key: string;

@@ -2,31 +2,36 @@
 // moment the lock may be lost.
 import type { Event } from "./api.js";
 import { BatonError, LockLost, SILENT, STREAM_ENDED } from "./errors.js";
-import { type Answer, call, lockPath, query, validFor } from "./wire.js";
+import { type Answer, call, lockPath, parse, query, validFor } from "./wire.js";
 
-/** What a hold is told of, and by whom it is released. */
+/** What a hold is told of. */
 export interface HoldOptions {
   /** Called once with the loss, as the signal aborts. An error it throws is ignored. */
   onLost?: (lost: LockLost) => void;
 }
 
+/** The codes of a release refused because the lock is no longer the owner's. */
+const gone = new Set(["lock_lost", "not_held", "not_owner"]);
+
 /**
  * A lock held through a hold stream (Client.hold): the sidecar renews it
  * for as long as the hold lasts. `signal` aborts, with a LockLost as its
  * reason, the moment the lock may be lost: a lost line, the stream's end
- * without a last line (stream_ended), or no line before the last one's
- * valid_for_seconds ran out, counted from its at (silent). Pass it to
- * whatever the work does (fetch, timers, child processes, database
- * queries), and check it before each write.
+ * without a last line (stream_ended), no line before the last one's
+ * valid_for_seconds ran out, counted from its at (silent), or a release by
+ * another caller of the same owner (released). It aborts too, with a
+ * BatonError (released), when release() begins. Pass it to whatever the
+ * work does (fetch, timers, child processes, database queries), and check
+ * it before each write.
  */
 export class Hold {
   /** The lock's key. */
   readonly key: string;
   /** The stream's granted event. */
   readonly grant: Event;
-  /** Aborts with a LockLost when the lock may be lost. */
+  /** Aborts with a LockLost when the lock may be lost, with a BatonError (released) once released. */
   readonly signal: AbortSignal;
-  /** The loss, once the lock may be lost; undefined while held or once released. */
+  /** The loss, once the lock may be lost; undefined while held or once released by release(). */
   lost: LockLost | undefined;
 
   readonly #socket: string;
@@ -34,9 +39,9 @@ export class Hold {
   readonly #abort = new AbortController();
   readonly #onLost?: (lost: LockLost) => void;
   #silence: NodeJS.Timeout | undefined;
-  #released = false;
   #releasing: Promise<void> | undefined;
   #releasedLine: (() => void) | undefined;
+  #sawReleased = false;
   readonly #following: Promise<void>;
 
   /** @internal Client.hold makes holds. */
@@ -63,14 +68,12 @@ export class Hold {
 
   /** Whether the lock is still held: neither lost nor released. */
   held(): boolean {
-    return this.lost === undefined && !this.#released;
+    return !this.#abort.signal.aborted;
   }
 
-  /** Throw the LockLost if the lock may be lost: call it before each step that writes. */
+  /** Throw the LockLost (or the release) once the lock may be lost or was released: call it before each step that writes. */
   check(): void {
-    if (this.lost) {
-      throw this.lost;
-    }
+    this.#abort.signal.throwIfAborted();
   }
 
   #note(event: Event): void {
@@ -88,14 +91,17 @@ export class Hold {
 
   async #follow(): Promise<void> {
     try {
-      for (let r = await this.#answer.lines.next(); !r.done; r = await this.#answer.lines.next()) {
-        if (r.value === "") {
+      for (let line = await this.#answer.next(); line !== undefined; line = await this.#answer.next()) {
+        if (line === "") {
           continue;
         }
-        const event = JSON.parse(r.value) as Event;
+        const event = parse<Event>(line);
         switch (event.event) {
           case "released":
-            this.#released = true;
+            this.#sawReleased = true;
+            // Released by a DELETE that release() did not send: the lock is
+            // not this holder's any more.
+            this.#end("released", "the lock was released by another caller with its owner");
             this.#releasedLine?.();
             return;
           case "lost":
@@ -111,9 +117,13 @@ export class Hold {
     }
   }
 
-  /** The lock may be lost: say why, and abort the signal. */
+  /**
+   * The lock may be lost: say why, and abort the signal. The stream stays
+   * open until release(): on a shutdown, the sidecar keeps the lock until
+   * the work has stopped and its holder hung up.
+   */
   #end(reason: string, message: string): void {
-    if (this.lost || this.#released) {
+    if (this.#abort.signal.aborted) {
       return;
     }
     clearTimeout(this.#silence);
@@ -124,13 +134,14 @@ export class Hold {
     } catch {
       // the work is stopped by the signal all the same
     }
-    this.#answer.close();
   }
 
   /**
-   * Release the lock (one DELETE, however often called) and close the
-   * stream. A lock that is gone (lost, or taken from its owner) is recorded
-   * in lost rather than thrown.
+   * Release the lock (at most one DELETE, however often called, and none
+   * once the lock is gone) and close the stream. A lock found gone (lost,
+   * or taken from its owner) is recorded in lost rather than thrown; any
+   * other error of the DELETE rejects, after the stream is closed, which
+   * lets the lock go.
    */
   release(): Promise<void> {
     this.#releasing ??= this.#release();
@@ -139,25 +150,31 @@ export class Hold {
 
   async #release(): Promise<void> {
     try {
-      if (this.lost) {
-        return;
+      if (this.#abort.signal.aborted) {
+        return; // lost, or released by another: nothing of this holder's to release
       }
+      clearTimeout(this.#silence);
       const line = new Promise<void>((resolve) => (this.#releasedLine = resolve));
+      this.#abort.abort(new BatonError("released", `lock ${JSON.stringify(this.key)} released by its holder`));
       try {
         await call(this.#socket, "DELETE", lockPath(this.key) + query({ owner: this.owner }));
       } catch (err) {
-        if (!(err instanceof BatonError)) {
-          throw err;
+        if (err instanceof BatonError && gone.has(err.code)) {
+          this.lost = new LockLost(this.key, this.fence, err.body.reason ?? err.code, err.body.message ?? err.message);
+          try {
+            this.#onLost?.(this.lost);
+          } catch {
+            // as in #end
+          }
+          return;
         }
-        // Not released by this DELETE: the lock is not ours any more.
-        this.#end(err.body.reason ?? err.code, err.body.message ?? err.message);
-        return;
+        throw err;
       }
-      this.#released = true;
-      clearTimeout(this.#silence);
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([line, new Promise<void>((resolve) => (timer = setTimeout(resolve, 10_000)))]);
-      clearTimeout(timer);
+      if (!this.#sawReleased) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([line, new Promise<void>((resolve) => (timer = setTimeout(resolve, 10_000)))]);
+        clearTimeout(timer);
+      }
     } finally {
       clearTimeout(this.#silence);
       this.#answer.close();
@@ -165,7 +182,7 @@ export class Hold {
     }
   }
 
-  /** `await using lock = await client.hold(...)`: released at the block's end; throws the loss if lost. */
+  /** Release it at the end of a block (`await using` in TypeScript); throws the LockLost if it was lost. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
     if (this.lost) {

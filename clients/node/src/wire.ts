@@ -3,7 +3,7 @@
 import * as http from "node:http";
 import * as readline from "node:readline";
 import type { Event } from "./api.js";
-import { SidecarUnreachable, errorOf } from "./errors.js";
+import { BatonError, SidecarUnreachable, errorOf } from "./errors.js";
 
 /** The socket of a pod's sidecar, where the injector mounts it. */
 export const DEFAULT_SOCKET = "/var/run/baton/baton.sock";
@@ -51,10 +51,19 @@ export function validFor(event: Event, now = Date.now()): number | undefined {
 
 /** An answer of 200 whose body is still to read. */
 export interface Answer {
-  /** The body's lines, one at a time. */
-  lines: AsyncIterator<string>;
+  /** The body's next line; undefined at its end. A broken stream rejects with a BatonError (stream_ended). */
+  next(): Promise<string | undefined>;
   /** Hang up. */
   close(): void;
+}
+
+/** The JSON of an answer's line or body; a BatonError (unexpected) when it is not JSON. */
+export function parse<T>(text: string): T {
+  try {
+    return JSON.parse(text) as T;
+  } catch (err) {
+    throw new BatonError("unexpected", `unexpected answer from the sidecar: ${text.slice(0, 200)}`, 0, {}, { cause: err });
+  }
 }
 
 /**
@@ -97,9 +106,25 @@ export function open(socket: string, method: string, path: string, body?: unknow
         return;
       }
       const rl = readline.createInterface({ input: res, crlfDelay: Infinity });
-      res.on("error", () => rl.close());
+      let broke: unknown;
+      res.on("error", (err) => {
+        broke = err;
+        rl.close();
+      });
+      const it = rl[Symbol.asyncIterator]();
       resolve({
-        lines: rl[Symbol.asyncIterator](),
+        async next() {
+          let r: IteratorResult<string>;
+          try {
+            r = await it.next();
+          } catch (err) {
+            throw new BatonError("stream_ended", `the sidecar's answer broke: ${(err as Error)?.message ?? err}`, 0, {}, { cause: err });
+          }
+          if (r.done && broke !== undefined) {
+            throw new BatonError("stream_ended", `the sidecar's answer broke: ${(broke as Error)?.message ?? broke}`, 0, {}, { cause: broke });
+          }
+          return r.done ? undefined : r.value;
+        },
         close: () => {
           rl.close();
           req.destroy();
@@ -115,10 +140,10 @@ export async function call<T>(socket: string, method: string, path: string, body
   const answer = await open(socket, method, path, body, signal);
   try {
     let text = "";
-    for (let r = await answer.lines.next(); !r.done; r = await answer.lines.next()) {
-      text += r.value + "\n";
+    for (let line = await answer.next(); line !== undefined; line = await answer.next()) {
+      text += line + "\n";
     }
-    return JSON.parse(text) as T;
+    return parse<T>(text);
   } finally {
     answer.close();
   }

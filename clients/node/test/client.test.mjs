@@ -97,6 +97,34 @@ describe("the client", () => {
     await b.release("node/hold", "exec-3");
   });
 
+  it("stops the work when another caller releases the lock, and sends no DELETE after", async () => {
+    const a = new Client({ socket: A });
+    const lock = await a.hold("node/taken", { owner: "exec-1" });
+    await new Client({ socket: A }).release("node/taken", "exec-1"); // another caller with the owner
+    await until(() => lock.signal.aborted, "the hold's signal aborted");
+    assert.equal(lock.lost.reason, "released");
+    assert.throws(() => lock.check(), LockLost);
+    const again = await a.acquire("node/taken", { owner: "exec-1" });
+    await lock.release(); // no DELETE: it would free the lock taken again
+    const st = await a.status("node/taken");
+    assert.deepEqual([st.held, st.fence], [true, again.fence]);
+    await a.release("node/taken", "exec-1");
+  });
+
+  it("releases a hold at the block's end (Symbol.asyncDispose), and when the caller's signal aborts", async () => {
+    const a = new Client({ socket: A });
+    const lock = await a.hold("node/disposed", { owner: "exec-1" });
+    await lock[Symbol.asyncDispose]();
+    assert.equal((await a.status("node/disposed")).held, false);
+    assert.equal(lock.lost, undefined);
+    const caller = new AbortController();
+    const held = await a.hold("node/disposed", { owner: "exec-2" }, { signal: caller.signal });
+    caller.abort();
+    await until(async () => !(await a.status("node/disposed")).held, "the lock released");
+    assert.ok(held.signal.aborted);
+    assert.equal(held.lost, undefined);
+  });
+
   it("aborts the work's signal when the lock is lost, and rejects with the reason", async () => {
     const told = [];
     let reached = false;
