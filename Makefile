@@ -75,7 +75,7 @@ testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps testreport ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps postgres-deps testreport ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
@@ -213,6 +213,11 @@ vulncheck: $(BIN)/govulncheck ## Fail on a known vulnerability that Baton's code
 # Python 3.11 or newer with venv and ensurepip, for the Python client's
 # tests (cmd/sidecar TestPythonClient installs it with pip in a fresh
 # virtual environment): Debian's packages when missing.
+.PHONY: postgres-deps
+postgres-deps: ## Install PostgreSQL's server from Debian's packages when missing (the fencing recipes' test starts one of its own; the package's service is not started).
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { echo "installing postgresql"; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; }; rc=$$?; rm -f /usr/sbin/policy-rc.d; exit $$rc; }
+
 .PHONY: python-deps
 python-deps: ## Install python3 and its venv module from Debian's packages when missing (the Python client's tests).
 	@python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "installing python3 python3-venv"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv; }
