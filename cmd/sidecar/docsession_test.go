@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	baton "github.com/baton-dev/baton/clients/go"
+	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
 // docCommand is one command of a block and the lines the doc shows it
@@ -245,6 +249,7 @@ var docSessions = map[string]struct {
 		before: func(t *testing.T, sb *sandbox) {
 			sb.do(t, "POST", "/v1/locks/nightly-report", `{"owner":"exec-9","ttl":"5m"}`)
 			sb.do(t, "POST", "/v1/locks/terraform-prod", `{"owner":"execution-abc123","ttl":"10m"}`)
+			waitIn(t, sb, "terraform-prod", "execution-def456")
 		},
 	},
 	"etcdctl lock /baton/v1/default/locks/terraform-prod": {
@@ -255,6 +260,34 @@ var docSessions = map[string]struct {
 		},
 		during: map[string]func(t *testing.T, sb *sandbox){},
 	},
+}
+
+// waitIn queues owner for key in sb's sidecar, through a hold stream that
+// waits until the test ends.
+func waitIn(t *testing.T, sb *sandbox, key, owner string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := baton.New(sb.sock)
+	s, err := c.Hold(ctx, key, lockapi.Request{Owner: owner, Wait: "10m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); s.Close() })
+	go func() {
+		for {
+			if _, err := s.Next(); err != nil {
+				return
+			}
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, err := c.Status(ctx, key); err == nil && st.Waiters == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not waiting for %s", owner, key)
+		}
+	}
 }
 
 // handOver releases the leader held by replica-1 and grants it to

@@ -80,7 +80,7 @@ func newLocksListCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 func newLocksStatusCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status KEY",
-		Short: "Show who holds a lock",
+		Short: "Show who holds a lock, and who waits for it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := keyspace.ParseKey(args[0]); err != nil {
@@ -95,9 +95,10 @@ func newLocksStatusCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 			}
 			if !st.Held {
 				fmt.Fprintf(stdout, "%s is free\n", st.Key)
-				return nil
+			} else {
+				printLocks(stdout, []lockapi.Status{st}, time.Now())
 			}
-			printLocks(stdout, []lockapi.Status{st}, time.Now())
+			printWaiting(stdout, st, time.Now())
 			return nil
 		},
 	}
@@ -197,6 +198,31 @@ func printLocks(w io.Writer, locks []lockapi.Status, now time.Time) {
 	if len(locks) == 0 {
 		fmt.Fprintln(w, "(no locks)")
 	}
+}
+
+// printWaiting writes the contenders waiting for lock l, first in line
+// first: each sidecar's first caller, and how many more of its callers
+// wait behind it.
+func printWaiting(w io.Writer, l lockapi.Status, now time.Time) {
+	if len(l.Waiting) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nWAITING\tOWNER\tPOD\tSINCE\tBEHIND IT")
+	for i, c := range l.Waiting {
+		owner, since, behind := c.Owner, "-", "-"
+		if c.Foreign {
+			owner = "(not baton)"
+		}
+		if !c.Since.IsZero() {
+			since = now.Sub(c.Since).Round(time.Second).String() + " ago"
+		}
+		if c.Queued > 0 {
+			behind = fmt.Sprintf("%d more of its pod", c.Queued)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, dash(owner), dash(podOf(lockapi.Holder{Pod: c.Pod, Cluster: c.Cluster})), since, behind)
+	}
+	tw.Flush()
 }
 
 // heldOf says how much of lock l is held: "3/4 units", "2 readers", or

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	baton "github.com/baton-dev/baton/clients/go"
 	"github.com/baton-dev/baton/clients/go/lockapi"
 )
 
@@ -116,5 +117,56 @@ func TestLocksNameTheCluster(t *testing.T) {
 	h.Cluster = ""
 	if got := holderName(&h); got != "run-7 (pod api-1)" {
 		t.Errorf("holderName without a cluster: %q", got)
+	}
+}
+
+// TestLocksStatusShowsWaiters: baton locks status lists the contenders
+// waiting, first in line first, with their owner, pod and since, and how
+// many more of a pod's callers wait behind its first.
+func TestLocksStatusShowsWaiters(t *testing.T) {
+	pa, pb := twoSidecars(t, "locks-waiters")
+	if code := post(t, unixClient(pa.socket), "/v1/locks/q/job", `{"owner":"runner","ttl":"1m"}`); code != 200 {
+		t.Fatalf("acquire: %d", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := baton.New(pb.socket)
+	for _, owner := range []string{"w1", "w2"} {
+		s, err := b.Hold(ctx, "q/job", lockapi.Request{Owner: owner, Wait: "30s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		go func() {
+			for {
+				if _, err := s.Next(); err != nil {
+					return
+				}
+			}
+		}()
+		eventually(t, owner+" queued", func() bool {
+			st, err := b.Status(ctx, "q/job")
+			return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Queued == map[string]int{"w1": 0, "w2": 1}[owner]
+		})
+	}
+	status := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"locks", "status", "q/job", "--socket", pa.socket}, args...), env(nil), &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	code, out := status()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 5 || !strings.Contains(lines[1], "runner") || !strings.HasPrefix(lines[3], "WAITING") ||
+		!strings.Contains(lines[4], "w1") || !strings.Contains(lines[4], "b.sock") || !strings.Contains(lines[4], "ago") ||
+		!strings.Contains(lines[4], "1 more of its pod") {
+		t.Errorf("locks status:\n%s", out)
+	}
+	code, out = status("-o", "json")
+	var st lockapi.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Waiting) != 1 || st.Waiters != 2 {
+		t.Fatalf("locks status -o json: exit %d, %s", code, out)
+	}
+	if w := st.Waiting[0]; w.Owner != "w1" || w.Queued != 1 || w.Since.IsZero() || w.Since.After(time.Now()) || !strings.HasSuffix(w.Pod, "b.sock") {
+		t.Errorf("the waiter: %+v", w)
 	}
 }

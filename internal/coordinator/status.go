@@ -26,6 +26,10 @@ type Status struct {
 	Limit, HeldUnits int
 	// Holders are every holder, the first created first.
 	Holders []Holding
+	// Waiting are the contenders waiting, first in line first: one per
+	// sidecar that queues callers for the lock (Holder.Queued more behind
+	// it), with when it queued (Holder.AcquiredAt).
+	Waiting []keyspace.Holder
 }
 
 // Holding is one holder of a lock.
@@ -74,6 +78,8 @@ func statusOf(k keyspace.Key, line []lockstore.Contender) Status {
 		if i < n {
 			s.Holders[i] = Holding{Holder: ct.Holder, Fence: ct.Create}
 			s.HeldUnits += ct.Holder.Units()
+		} else {
+			s.Waiting = append(s.Waiting, ct.Holder)
 		}
 	}
 	s.Waiters -= n

@@ -46,7 +46,8 @@ type openAPIResponse struct {
 type apiCall struct {
 	op, method, path, body string
 	status                 int
-	via                    *api // the sidecar to call; the first when nil
+	via                    *api   // the sidecar to call; the first when nil
+	before                 func() // what the call needs done first
 }
 
 // TestOpenAPI calls every operation of the OpenAPI document the sidecar
@@ -102,6 +103,11 @@ func TestOpenAPI(t *testing.T) {
 		{op: "watchLock", method: "GET", path: "/v1/locks/oa/free:watch", status: 200},
 		{op: "watchLocks", method: "GET", path: "/v1/locks:watch?prefix=oa/", status: 200},
 		{op: "watchLocks", method: "GET", path: "/v1/locks:watch?prefix=a%20b", status: 400},
+		{op: "acquireLock", method: "POST", path: "/v1/locks/oa/q", body: `{"owner":"q1","ttl":"1m"}`, status: 200},
+		{op: "getLock", method: "GET", path: "/v1/locks/oa/q", status: 200, before: func() { // with a waiter
+			b.openHold("oa/q", `{"owner":"q2","wait":"1m"}`)
+			waitUntil(t, 10*time.Second, "q2 waiting", func() bool { return strings.Contains(a.do("GET", "/v1/locks/oa/q", "").raw, `"q2"`) })
+		}},
 		{op: "getOpenAPI", method: "GET", path: "/v1/openapi.json", status: 200},
 		{op: "healthz", method: "GET", path: "/healthz", status: 200},
 		{op: "readyz", method: "GET", path: "/readyz", status: 200},
@@ -113,6 +119,9 @@ func TestOpenAPI(t *testing.T) {
 			t.Fatalf("%s %s is operation %q in the document, not %q", c.method, c.path, op.OperationID, c.op)
 		}
 		called[c.op] = true
+		if c.before != nil {
+			c.before()
+		}
 		via := c.via
 		if via == nil {
 			via = a

@@ -269,10 +269,10 @@ func grantOf(g coordinator.Grant) lockapi.Grant {
 
 func statusOf(s coordinator.Status) lockapi.Status {
 	if !s.Held {
-		return lockapi.Status{Key: s.Key.String(), Waiters: s.Waiters}
+		return lockapi.Status{Key: s.Key.String(), Waiters: s.Waiters, Waiting: waitingOf(s.Waiting)}
 	}
 	st := lockapi.Status{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: s.Holder.ExpiresAt.UTC(), Waiters: s.Waiters,
-		Limit: s.Limit, HeldUnits: s.HeldUnits}
+		Limit: s.Limit, HeldUnits: s.HeldUnits, Waiting: waitingOf(s.Waiting)}
 	if len(s.Holders) > 1 || s.Limit > 0 {
 		st.Holders = make([]lockapi.Holding, len(s.Holders))
 		for i, h := range s.Holders {
@@ -280,6 +280,19 @@ func statusOf(s coordinator.Status) lockapi.Status {
 		}
 	}
 	return st
+}
+
+// waitingOf is the contenders waiting, as answers show them.
+func waitingOf(hs []keyspace.Holder) []lockapi.Waiter {
+	if len(hs) == 0 {
+		return nil
+	}
+	ws := make([]lockapi.Waiter, len(hs))
+	for i, h := range hs {
+		ws[i] = lockapi.Waiter{Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node, Cluster: h.Cluster,
+			Since: h.AcquiredAt.UTC(), Queued: max(h.Queued, 0), Foreign: h.Foreign, Mode: string(h.Mode), Weight: h.Units()}
+	}
+	return ws
 }
 
 // writeJSON answers v as one JSON line. It marshals first and writes

@@ -141,6 +141,27 @@ type Status struct {
 	// Holders lists every holder, the first first, when a lock may have
 	// several (a semaphore, readers); Holder and Fence are the first's.
 	Holders []Holding `json:"holders,omitempty"`
+	// Waiting lists the sidecars' contenders waiting for the lock, first in
+	// line first: each stands for a caller of its sidecar, and Queued more.
+	Waiting []Waiter `json:"waiting,omitempty"`
+}
+
+// Waiter is a contender waiting for a lock: the first caller its sidecar
+// queued for it, and how many more of that sidecar's callers wait behind.
+type Waiter struct {
+	Owner     string `json:"owner"`
+	Pod       string `json:"pod,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Node      string `json:"node,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
+	// Since is when it queued.
+	Since time.Time `json:"since,omitzero"`
+	// Queued is how many more callers of its sidecar wait behind it.
+	Queued int `json:"queued,omitempty"`
+	// Foreign marks a contender that is not Baton's (etcdctl lock).
+	Foreign bool   `json:"foreign,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	Weight  int    `json:"weight,omitempty"`
 }
 
 // List answers GET /v1/locks?prefix=P.

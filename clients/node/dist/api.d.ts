@@ -175,8 +175,28 @@ export interface Status {
     /** A semaphore's units. */
     limit?: number;
     waiters: number;
+    /** The contenders waiting for the lock, first in line first: one per sidecar that queues callers for it, its first caller, and how many more wait behind it (queued). */
+    waiting?: Waiter[];
 }
 export type Time = string;
+/** A contender waiting for a lock: the first caller its sidecar queued, and how many more of that sidecar's callers wait behind it. */
+export interface Waiter {
+    cluster?: string;
+    /** A contender that is not Baton (etcdctl lock). */
+    foreign?: boolean;
+    /** A reader of a read/write lock. */
+    mode?: "read";
+    namespace?: string;
+    node?: string;
+    owner: string;
+    pod?: string;
+    /** How many more callers of its sidecar wait behind it. */
+    queued?: number;
+    /** When it queued. */
+    since?: Time;
+    /** The units of a semaphore it asks for. */
+    weight?: number;
+}
 /** One line of a watch. */
 export interface WatchEvent {
     at: Time;
