@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,9 +143,9 @@ type failure struct {
 
 // The summary's bounds: a cut log's tail keeps a few thousand bytes.
 const (
-	maxFailures   = 8
-	maxErrorLines = 4
-	maxLine       = 220
+	maxFailures   = 5
+	maxErrorLines = 3
+	maxLine       = 160
 )
 
 // summarize writes to w, for the event files named, each failed test's
@@ -154,7 +155,8 @@ func summarize(w io.Writer, files []string) error {
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
-			return err
+			fmt.Fprintf(w, "(no events of %s: %v)\n", filepath.Base(name), err)
+			continue
 		}
 		fs, err := failures(f)
 		f.Close()
@@ -189,10 +191,13 @@ func summarize(w io.Writer, files []string) error {
 func failures(r io.Reader) ([]failure, error) {
 	type key struct{ pkg, test string }
 	errs := map[key][]string{}
+	said := map[key][]string{} // a test's output
 	var running []key
 	failedTests := map[string]bool{}
+	failedChild := map[key]bool{}
 	output := map[string][]string{} // every line of a package's output
 	build := map[string][]string{}
+	started := map[string]bool{} // packages not ended yet
 	var out []failure
 	err := events(r, func(e event) {
 		k := key{e.Package, e.Test}
@@ -200,23 +205,37 @@ func failures(r io.Reader) ([]failure, error) {
 		switch e.Action {
 		case "build-output":
 			build[e.ImportPath] = append(build[e.ImportPath], line)
+		case "start":
+			started[e.Package] = true
 		case "run":
 			running = append(running, k)
 		case "output":
 			output[e.Package] = append(output[e.Package], line)
-			if e.Test != "" && (e.OutputType == "error" || e.OutputType == "error-continue") {
+			switch {
+			case e.Test == "":
+			case e.OutputType == "error" || e.OutputType == "error-continue":
 				errs[k] = append(errs[k], line)
+			case e.OutputType != "frame":
+				said[k] = append(said[k], line)
 			}
 		case "pass", "skip", "fail":
 			if e.Test != "" {
 				running = slices.DeleteFunc(running, func(o key) bool { return o == k })
+			} else {
+				delete(started, e.Package)
 			}
 			switch {
 			case e.Action != "fail":
 			case e.Test != "":
 				failedTests[e.Package] = true
-				if len(errs[k]) > 0 {
+				if i := strings.LastIndex(e.Test, "/"); i > 0 {
+					failedChild[key{e.Package, e.Test[:i]}] = true
+				}
+				switch {
+				case len(errs[k]) > 0:
 					out = append(out, failure{e.Package, e.Test, errs[k]})
+				case !failedChild[k]: // a panic, or t.FailNow after a log: what it said last
+					out = append(out, failure{e.Package, e.Test, panicOf(said[k])})
 				}
 			case e.FailedBuild != "":
 				lines := build[e.FailedBuild]
@@ -240,6 +259,9 @@ func failures(r io.Reader) ([]failure, error) {
 			}
 		}
 	})
+	for _, pkg := range slices.Sorted(maps.Keys(started)) { // go test killed
+		out = append(out, failure{pkg, "(never ended)", panicOf(output[pkg])})
+	}
 	return out, err
 }
 

@@ -13,11 +13,11 @@ import (
 // goTestJSON runs go test -json on testdata/failing, whose tests fail in
 // each way make test meets (one hangs until go test's time-out), and
 // returns its events.
-func goTestJSON(t *testing.T) []byte {
+func goTestJSON(t *testing.T, env ...string) []byte {
 	t.Helper()
 	cmd := exec.Command("go", "test", "-json", "-count=1", "-timeout", "5s", ".")
 	cmd.Dir = filepath.Join("testdata", "failing")
-	cmd.Env = append(os.Environ(), "FAILING_HANG=1", "GOWORK=off", "GOFLAGS=")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="), env...)
 	out, err := cmd.Output()
 	if _, failed := errors.AsType[*exec.ExitError](err); !failed {
 		t.Fatalf("go test -json on tests that fail: %v (want exit status 1)\n%s", err, out)
@@ -26,7 +26,7 @@ func goTestJSON(t *testing.T) []byte {
 }
 
 func TestRenderAndSummary(t *testing.T) {
-	events := goTestJSON(t)
+	events := goTestJSON(t, "FAILING_HANG=1")
 
 	var rendered bytes.Buffer
 	if err := render(&rendered, bytes.NewReader(events)); err != nil {
@@ -42,7 +42,7 @@ func TestRenderAndSummary(t *testing.T) {
 		"--- FAIL: TestLogsThenFails (",
 		"    failing_test.go:17: a log before the error\n    failing_test.go:22: the parent's own error\n    failing_test.go:16: a dump of logs printed by a cleanup\n",
 		"--- FAIL: TestParentOfAFailure/leaf",
-		"--- TestHangs did not end; what it printed:\n    failing_test.go:35: hanging\npanic: test timed out after 5s\n",
+		"--- TestHangs did not end; what it printed:\n    failing_test.go:48: hanging\npanic: test timed out after 5s\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rendered output lacks %q:\n%s", want, got)
@@ -72,6 +72,8 @@ FAIL unit: example.com/failing TestLogsThenFails
     failing_test.go:22: the parent's own error
 FAIL unit: example.com/failing TestParentOfAFailure/leaf
     failing_test.go:27: only the leaf fails
+FAIL unit: example.com/failing TestFailNowAfterALog
+    failing_test.go:32: the reason, logged
 FAIL unit: example.com/failing (did not end: TestHangs)
     panic: test timed out after 5s
     running tests:
@@ -79,6 +81,43 @@ FAIL unit: example.com/failing (did not end: TestHangs)
 `
 	if got := summary.String(); !strings.HasPrefix(got, want) {
 		t.Errorf("summary:\n%s\nwant it to begin with:\n%s", got, want)
+	}
+}
+
+// A test that panics writes no error, and ends its package: the summary
+// names it with its panic.
+func TestSummaryOfAPanic(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "panic.json")
+	if err := os.WriteFile(file, goTestJSON(t, "FAILING_PANIC=1", "FAILING_HANG="), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var summary bytes.Buffer
+	if err := summarize(&summary, []string{file, filepath.Join(t.TempDir(), "missing.json")}); err != nil {
+		t.Fatal(err)
+	}
+	got := summary.String()
+	for _, want := range []string{
+		"FAIL panic: example.com/failing TestPanics\n    panic: assignment to entry in nil map",
+		"(no events of missing.json: ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary:\n%s\nlacks %q", got, want)
+		}
+	}
+}
+
+// A go test killed before its package ended: named, with its last lines.
+func TestSummaryOfARunKilled(t *testing.T) {
+	events := `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestLong"}
+{"Action":"output","Package":"p","Test":"TestLong","Output":"    long_test.go:9: step 3\n"}
+`
+	fs, err := failures(strings.NewReader(events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].test != "(never ended)" || len(fs[0].errors) == 0 || !strings.Contains(fs[0].errors[len(fs[0].errors)-1], "step 3") {
+		t.Errorf("failures of a run killed: %+v", fs)
 	}
 }
 
@@ -133,7 +172,7 @@ func TestSummaryIsBounded(t *testing.T) {
 			t.Errorf("a line of %d bytes, over %d", len(l), maxLine)
 		}
 	}
-	if last := lines[len(lines)-1]; last != "... and 4 more failures: see above" {
+	if last := lines[len(lines)-1]; last != "... and 7 more failures: see above" {
 		t.Errorf("last line %q", last)
 	}
 }

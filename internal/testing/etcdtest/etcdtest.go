@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,11 @@ type Server struct {
 	Dir string
 	cfg embedetcd.Config
 	e   *embedetcd.Etcd
+
+	// lazy is set by Main: the member starts when a test first uses it
+	// (once, under started).
+	lazy    bool
+	started sync.Once
 }
 
 // Start starts an etcd in a new temporary directory. Call Close when done.
@@ -36,6 +42,19 @@ func Start() (*Server, error) { return StartWith(func(*embedetcd.Config) {}) }
 // StartWith is Start with the configuration changed by mod: a small space
 // quota, a short history.
 func StartWith(mod func(*embedetcd.Config)) (*Server, error) {
+	s, err := prepare(mod)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Restart(); err != nil {
+		os.RemoveAll(s.Dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare makes a Server's directory and configuration, not started.
+func prepare(mod func(*embedetcd.Config)) (*Server, error) {
 	dir, err := os.MkdirTemp("", "baton-etcd")
 	if err != nil {
 		return nil, err
@@ -44,19 +63,32 @@ func StartWith(mod func(*embedetcd.Config)) (*Server, error) {
 	cfg.ClientURL = "unix://" + filepath.Join(dir, "client.sock")
 	cfg.UnsafeNoFsync = true
 	mod(&cfg)
-	s := &Server{Dir: dir, cfg: cfg}
-	if err := s.Restart(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return s, nil
+	return &Server{Dir: dir, cfg: cfg}, nil
+}
+
+// ensure starts the member of Main the first time a test uses it. A
+// member started before the tests would race with testing itself under
+// go test -json: testing's M.Run then sets os.Stderr, which etcd's
+// serving goroutines read as they start.
+func (s *Server) ensure() {
+	s.started.Do(func() {
+		if s.lazy && s.e == nil {
+			if err := s.start(); err != nil {
+				panic("start etcd: " + err.Error())
+			}
+		}
+	})
 }
 
 // Endpoints returns the client endpoints.
-func (s *Server) Endpoints() []string { return []string{s.cfg.ClientURL} }
+func (s *Server) Endpoints() []string {
+	s.ensure()
+	return []string{s.cfg.ClientURL}
+}
 
 // Stop stops the member, keeping its data.
 func (s *Server) Stop() {
+	s.ensure()
 	if s.e != nil {
 		s.e.Close()
 		s.e = nil
@@ -65,6 +97,11 @@ func (s *Server) Stop() {
 
 // Restart starts the member again on its data directory.
 func (s *Server) Restart() error {
+	s.started.Do(func() {}) // started here, not by ensure
+	return s.start()
+}
+
+func (s *Server) start() error {
 	e, err := embedetcd.Start(context.Background(), s.cfg)
 	if err != nil {
 		return err
@@ -75,7 +112,11 @@ func (s *Server) Restart() error {
 
 // Close stops the member and removes its directory.
 func (s *Server) Close() {
-	s.Stop()
+	s.started.Do(func() {}) // not started now if it never was
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
 	os.RemoveAll(s.Dir)
 }
 
@@ -170,12 +211,15 @@ func (s *Server) Client(t testing.TB, opts ...grpc.DialOption) (*clientv3.Client
 
 // Main runs a package's tests with one etcd, passed to set, and fails them
 // when a goroutine of Baton's own packages outlives the tests.
+//
+// The etcd starts when a test first uses it, once the tests run.
 func Main(m *testing.M, set func(*Server)) int {
-	s, err := Start()
+	s, err := prepare(func(*embedetcd.Config) {})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start etcd:", err)
 		return 1
 	}
+	s.lazy = true
 	defer s.Close()
 	set(s)
 	return MainWithoutEtcd(m)

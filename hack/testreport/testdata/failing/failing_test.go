@@ -28,6 +28,19 @@ func TestParentOfAFailure(t *testing.T) {
 	})
 }
 
+func TestFailNowAfterALog(t *testing.T) {
+	t.Log("the reason, logged")
+	t.FailNow()
+}
+
+func TestPanics(t *testing.T) {
+	if os.Getenv("FAILING_PANIC") == "" {
+		t.Skip("set FAILING_PANIC to panic")
+	}
+	var m map[string]int
+	m["x"]++
+}
+
 func TestHangs(t *testing.T) {
 	if os.Getenv("FAILING_HANG") == "" {
 		t.Skip("set FAILING_HANG to hang until the time-out")
