@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// holder2 is what the second holder writes last.
+const holder2 = `holder 2, "second" \ last`
+
 // A store of docs/fencing.md: how to make it ready, the write recipe that
 // compares the fence, and how to read what was written last.
 type fencedStore struct {
@@ -71,7 +74,7 @@ func TestFencingRecipes(t *testing.T) {
 				return string(out)
 			}
 			pausedHolder(t, filepath.Join(recipes, s.write), "fencing/"+s.name, dir, env, pa.socket, pb.socket, run)
-			if got := s.read(t, run); got != "holder 2" {
+			if got := s.read(t, run); got != holder2 {
 				t.Errorf("the %s store holds %q after the paused holder's late write, want holder 2's", s.name, got)
 			}
 		})
@@ -139,7 +142,10 @@ exec "$WRITE" "$fence" "holder 1, late"`)
 		t.Fatalf("holder 2's fence %d is not above holder 1's %d", second, first)
 	}
 	t.Logf("holder 1 (fence %d) paused; holder 2 granted fence %d %v later", first, second, time.Since(paused).Round(time.Millisecond))
-	run(write + " " + m[1] + " 'holder 2'")
+	// It writes twice with its fence: a holder may write again, and a
+	// value with quotes and a backslash is written as it is.
+	run(write + " " + m[1] + " 'holder 2, first'")
+	run(write + " " + m[1] + " '" + holder2 + "'")
 	defer run(`curl -sf --unix-socket ` + b + ` -X DELETE 'http://baton/v1/locks/` + key + `?owner=holder-2'`)
 
 	if _, err := stdin.Write([]byte("resumed\n")); err != nil {
@@ -149,7 +155,7 @@ exec "$WRITE" "$fence" "holder 1, late"`)
 		t.Fatal(err)
 	}
 	err = holder.Wait()
-	if code := holder.ProcessState.ExitCode(); code != 1 {
+	if code := holder.ProcessState.ExitCode(); code != 1 || !regexp.MustCompile(`refused|is below`).MatchString(stderr.String()) {
 		t.Fatalf("holder 1's late write with fence %d: %v (exit %d), want it refused (exit 1): %s", first, err, code, stderr.String())
 	}
 	t.Logf("holder 1's late write with fence %d refused: %s", first, strings.TrimSpace(stderr.String()))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -18,7 +19,8 @@ import (
 // offline, runs the page's example against a sidecar, then the package's
 // tests (clients/node/test, run with node --test from the app that
 // installed it) against two sidecars on etcd, with a hook that revokes a
-// lock holder's etcd lease for the loss mid-hold.
+// lock holder's etcd lease for the loss mid-hold, and one that freezes the
+// first sidecar (SIGSTOP) for a loss by silence.
 func TestNodeClient(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -65,7 +67,8 @@ func TestNodeClient(t *testing.T) {
 	}
 
 	const scope = "nodeclient"
-	pa, pb := twoSidecars(t, scope)
+	// A 6s lease: a frozen sidecar's lock goes in 6s (the last test).
+	pa, pb := twoSidecars(t, scope, "--lease-ttl", "6s")
 	// The page's commands as written, with ./baton.sock the first sidecar's.
 	if err := os.Symlink(pa.socket, filepath.Join(clone, "baton.sock")); err != nil {
 		t.Fatal(err)
@@ -87,6 +90,18 @@ func TestNodeClient(t *testing.T) {
 		revokeHolderLease(t, cli, scope, r.URL.Query().Get("key"))
 	}))
 	defer revoker.Close()
+	// Freezes (SIGSTOP) the first sidecar, or thaws it (?thaw).
+	freezer := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		sig := syscall.SIGSTOP
+		if r.URL.Query().Has("thaw") {
+			sig = syscall.SIGCONT
+		}
+		if err := pa.cmd.Process.Signal(sig); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer freezer.Close()
+	defer pa.cmd.Process.Signal(syscall.SIGCONT)
 	tests, err := os.ReadFile(filepath.Join(root, "clients", "node", "test", "client.test.mjs"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +109,8 @@ func TestNodeClient(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(clone, "client.test.mjs"), tests, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out := sh(clone, "node --test --test-reporter=spec client.test.mjs",
-		"BATON_SOCKET_A="+pa.socket, "BATON_SOCKET_B="+pb.socket, "BATON_TEST_REVOKE="+revoker.URL)
+	out := sh(clone, "node --test --test-force-exit --test-timeout=120000 --test-reporter=spec client.test.mjs",
+		"BATON_SOCKET_A="+pa.socket, "BATON_SOCKET_B="+pb.socket, "BATON_TEST_REVOKE="+revoker.URL, "BATON_TEST_FREEZE="+freezer.URL)
 	t.Logf("the Node client's tests:\n%s", out)
 	if n := strings.Count(string(tests), "\n  it(\""); n < 10 || !strings.Contains(out, fmt.Sprintf("pass %d\n", n)) || !strings.Contains(out, "fail 0\n") {
 		t.Errorf("the Node client's tests did not all pass:\n%s", out)

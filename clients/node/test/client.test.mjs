@@ -4,7 +4,8 @@
 // its own, starts two sidecars in one scope and runs these there with
 // BATON_SOCKET_A and BATON_SOCKET_B set to their sockets, and
 // BATON_TEST_REVOKE to a URL that revokes the etcd lease of a lock's holder
-// (POST ?key=KEY), as when etcd expires it.
+// (POST ?key=KEY), as when etcd expires it, and BATON_TEST_FREEZE to a URL
+// that freezes the first sidecar with SIGSTOP (POST; ?thaw: SIGCONT).
 import assert from "node:assert/strict";
 import { realpathSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -18,6 +19,11 @@ const B = process.env.BATON_SOCKET_B;
 
 async function revoke(key) {
   const res = await fetch(`${process.env.BATON_TEST_REVOKE}?key=${encodeURIComponent(key)}`, { method: "POST" });
+  assert.equal(res.status, 200);
+}
+
+async function freeze(thaw = false) {
+  const res = await fetch(process.env.BATON_TEST_FREEZE + (thaw ? "?thaw" : ""), { method: "POST" });
   assert.equal(res.status, 200);
 }
 
@@ -244,6 +250,21 @@ describe("the client", () => {
     gaveUp.abort(new Error("the caller gave up"));
     await assert.rejects(waiter, /the caller gave up/);
     await until(async () => (await a.status("node/await")).waiters === 0, "the waiter withdrawn");
+    await lock.release();
+  });
+
+  // Last: it freezes the first sidecar, whose lease then expires.
+  it("stops the work when its sidecar freezes, before the next holder is granted the lock", async () => {
+    const lock = await new Client({ socket: A }).hold("node/frozen", { owner: "exec-1" });
+    await freeze();
+    try {
+      const next = await new Client({ socket: B }).hold("node/frozen", { owner: "exec-2", wait: "30s" });
+      assert.ok(lock.signal.aborted, "the next holder was granted the lock while the frozen sidecar's holder worked on");
+      assert.equal(lock.lost.reason, "silent");
+      await next.release();
+    } finally {
+      await freeze(true);
+    }
     await lock.release();
   });
 });
