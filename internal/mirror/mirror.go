@@ -29,6 +29,7 @@ type Mirror struct {
 	cfg      Config
 	etcd     *clientv3.Client
 	client   client.Client
+	live     client.Reader // the API server itself, past the cache
 	recorder recorder.EventRecorder
 	log      logr.Logger
 	view     *view
@@ -50,7 +51,7 @@ func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client, opts ...Optio
 		return nil, err
 	}
 	m := &Mirror{
-		cfg: cfg, etcd: etcd, client: mgr.GetClient(),
+		cfg: cfg, etcd: etcd, client: mgr.GetClient(), live: mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("baton-mirror"),
 		log:      mgr.GetLogger().WithName("mirror"),
 		view:     newView(),

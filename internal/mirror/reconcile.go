@@ -155,11 +155,17 @@ func (m *Mirror) free(ctx context.Context, obj *batonv1.Lock, rev int64) (reconc
 // holder's. It records an Event either way and removes the annotation.
 func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []contender, reason string) error {
 	shown := obj.Status.Fence
-	var target *contender
-	for i := range cs[:holders(cs)] {
-		if cs[i].createRev == shown {
-			target = &cs[i]
+	target := holderWith(cs, shown)
+	if !forceReleased(obj, shown, reason) && target == nil {
+		// The holder is gone. A pass that etcd's delete of the key started
+		// may have read the object from the cache before the release's
+		// own writes reached it: the API server has them.
+		asked, err := m.stillAsked(ctx, obj, reason)
+		if err != nil || !asked {
+			return err
 		}
+		shown = obj.Status.Fence
+		target = holderWith(cs, shown)
 	}
 	switch {
 	case forceReleased(obj, shown, reason):
@@ -207,6 +213,31 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 	patch := client.MergeFrom(obj.DeepCopy())
 	delete(obj.Annotations, batonv1.AnnotationForceRelease)
 	return m.client.Patch(ctx, obj, patch)
+}
+
+// stillAsked reads obj from the API server, past the cache, into obj, and
+// reports whether it still asks for the force release for reason (a new
+// reason is a new request, which its own pass answers).
+func (m *Mirror) stillAsked(ctx context.Context, obj *batonv1.Lock, reason string) (bool, error) {
+	var fresh batonv1.Lock
+	if err := m.live.Get(ctx, client.ObjectKeyFromObject(obj), &fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read Lock %s/%s: %w", obj.Namespace, obj.Name, err)
+	}
+	*obj = fresh
+	return fresh.Annotations[batonv1.AnnotationForceRelease] == reason, nil
+}
+
+// holderWith is the holder among cs whose key's create revision is fence.
+func holderWith(cs []contender, fence int64) *contender {
+	for i := range cs[:holders(cs)] {
+		if cs[i].createRev == fence {
+			return &cs[i]
+		}
+	}
+	return nil
 }
 
 // forceReleased reports whether obj's status records the force release,
