@@ -113,7 +113,7 @@ func etcdStore() fencedStore {
 			env := []string{"ETCDCTL_ENDPOINTS=" + strings.Join(testEtcd.Endpoints(), ",")}
 			cmd := exec.Command("sh", "-c", "etcdctl put /app/report/fence 00000000000000000000")
 			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), append(env, "PATH="+k8sBin(t)+":"+os.Getenv("PATH"))...)
+			cmd.Env = withK8sBin(t, env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("etcdctl put: %v\n%s", err, out)
 			}
@@ -152,7 +152,7 @@ func kubeStore() fencedStore {
 			vars := []string{"KUBECONFIG=" + kubeconfig}
 			kubectl := func(line string) (string, error) {
 				cmd := exec.Command("sh", "-c", "kubectl "+line)
-				cmd.Env = append(os.Environ(), append(vars, "PATH="+k8sBin(t)+":"+os.Getenv("PATH"))...)
+				cmd.Env = withK8sBin(t, vars...)
 				out, err := cmd.CombinedOutput()
 				return string(out), err
 			}
@@ -205,12 +205,13 @@ func fileStore() fencedStore {
 	}
 }
 
-// k8sBin is bin/k8s, where make puts etcdctl and kubectl.
-func k8sBin(t *testing.T) string {
+// withK8sBin is the test's environment with vars, and bin/k8s (where make
+// puts etcdctl and kubectl) first in PATH.
+func withK8sBin(t *testing.T, vars ...string) []string {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("..", "..", "bin", "k8s"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return append(append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH")), vars...)
 }

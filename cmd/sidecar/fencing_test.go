@@ -61,8 +61,7 @@ func TestFencingRecipes(t *testing.T) {
 	for _, s := range []fencedStore{postgresStore(), etcdStore(), kubeStore(), fileStore()} {
 		t.Run(s.name, func(t *testing.T) {
 			dir := t.TempDir()
-			env := append(os.Environ(), "PATH="+k8sBin(t)+":"+os.Getenv("PATH"))
-			env = append(env, s.setup(t, dir)...)
+			env := withK8sBin(t, s.setup(t, dir)...)
 			run := func(line string) string {
 				t.Helper()
 				cmd := exec.Command("sh", "-c", line)

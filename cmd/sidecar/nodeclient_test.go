@@ -117,14 +117,25 @@ func TestNodeClient(t *testing.T) {
 	}
 }
 
-// nodeInStep checks that the Node client keeps in step with Baton: its
-// version is the chart's appVersion, and it depends on nothing.
-func nodeInStep(t *testing.T, root string) {
+// chartAppVersion is the chart's appVersion, which the clients' versions
+// are.
+func chartAppVersion(t *testing.T, root string) string {
 	t.Helper()
 	chart, err := os.ReadFile(filepath.Join(root, "charts", "baton", "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?$`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("charts/baton/Chart.yaml has no appVersion")
+	}
+	return string(m[1])
+}
+
+// nodeInStep checks that the Node client keeps in step with Baton: its
+// version is the chart's appVersion, and it depends on nothing.
+func nodeInStep(t *testing.T, root string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "clients", "node", "package.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +144,7 @@ func nodeInStep(t *testing.T, root string) {
 	if err := json.Unmarshal(b, &pkg); err != nil {
 		t.Fatal(err)
 	}
-	app := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?$`).FindSubmatch(chart)
-	if app == nil || pkg["version"] != string(app[1]) {
+	if app := chartAppVersion(t, root); pkg["version"] != app {
 		t.Errorf("clients/node/package.json's version %v, the chart's appVersion %q: want the same", pkg["version"], app)
 	}
 	for _, deps := range []string{"dependencies", "devDependencies", "peerDependencies", "optionalDependencies"} {

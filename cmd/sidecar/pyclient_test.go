@@ -97,10 +97,9 @@ func pythonInStep(t *testing.T, root string) {
 		}
 		return string(b)
 	}
-	chart := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?$`).FindStringSubmatch(read("charts/baton/Chart.yaml"))
 	py := regexp.MustCompile(`(?m)^version = "([^"]+)"$`).FindStringSubmatch(read("clients/python/pyproject.toml"))
-	if chart == nil || py == nil || chart[1] != py[1] {
-		t.Errorf("clients/python/pyproject.toml's version %v, the chart's appVersion %v: want the same", py, chart)
+	if app := chartAppVersion(t, root); py == nil || py[1] != app {
+		t.Errorf("clients/python/pyproject.toml's version %v, the chart's appVersion %q: want the same", py, app)
 	}
 	codes := map[string]bool{}
 	for _, m := range regexp.MustCompile(`Code\w+\s*=\s*"(\w+)"`).FindAllStringSubmatch(read("clients/go/lockapi/codes.go"), -1) {
