@@ -141,15 +141,18 @@ type failure struct {
 	errors    []string // what t.Error and t.Fatal wrote, line by line
 }
 
-// The summary's bounds: a cut log's tail keeps a few thousand bytes.
+// The summary's bounds: CI keeps the last two thousand bytes or so of a
+// run's output, and the summary comes last.
 const (
 	maxFailures   = 5
 	maxErrorLines = 3
-	maxLine       = 160
+	maxLine       = 400
+	maxSummary    = 1600 // bytes of failures' lines; the first failure's header always
 )
 
 // summarize writes to w, for the event files named, each failed test's
-// errors, one test a line and its errors' lines under it.
+// errors, one test a line and its errors' lines under it, within
+// maxSummary bytes.
 func summarize(w io.Writer, files []string) error {
 	var all []failure
 	for _, name := range files {
@@ -168,18 +171,31 @@ func summarize(w io.Writer, files []string) error {
 		}
 		all = append(all, fs...)
 	}
+	left := maxSummary
+	say := func(s string) bool {
+		s = clip(s)
+		if len(s)+1 > left {
+			return false
+		}
+		fmt.Fprintln(w, s)
+		left -= len(s) + 1
+		return true
+	}
 	for i, f := range all {
-		if i == maxFailures {
+		header := "FAIL " + f.pkg + " " + f.test
+		if i == maxFailures || (i > 0 && !say(header)) {
 			fmt.Fprintf(w, "... and %d more failures: see above\n", len(all)-i)
 			break
 		}
-		fmt.Fprintln(w, clip("FAIL "+f.pkg+" "+f.test))
+		if i == 0 {
+			fmt.Fprintln(w, clip(header))
+			left -= len(clip(header)) + 1
+		}
 		for j, l := range f.errors {
-			if j == maxErrorLines {
+			if j == maxErrorLines || !say("    "+strings.TrimSpace(l)) {
 				fmt.Fprintf(w, "    ... %d more lines\n", len(f.errors)-j)
 				break
 			}
-			fmt.Fprintln(w, clip("    "+strings.TrimSpace(l)))
 		}
 	}
 	return nil

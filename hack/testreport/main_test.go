@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -164,15 +165,37 @@ func TestSummaryIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(summary.String(), "\n"), "\n")
-	if want := maxFailures*(1+maxErrorLines+1) + 1; len(lines) != want {
-		t.Errorf("the summary of 12 failures of 6 lines each has %d lines, want %d:\n%s", len(lines), want, summary.String())
+	// Past the errors' budget, a failure says how many lines it had.
+	if limit := maxSummary + (maxFailures+1)*len("    ... 6 more lines\n"); summary.Len() > limit {
+		t.Errorf("the summary of 12 failures of 6 lines each has %d bytes, over %d:\n%s", summary.Len(), limit, summary.String())
+	}
+	if len(lines) < 1+maxErrorLines || !strings.HasPrefix(lines[0], "FAIL many: p TestN") || !strings.Contains(lines[maxErrorLines], "yyy") {
+		t.Errorf("the first failure does not show its %d first lines:\n%s", maxErrorLines, summary.String())
 	}
 	for _, l := range lines {
 		if len(l) > maxLine {
 			t.Errorf("a line of %d bytes, over %d", len(l), maxLine)
 		}
 	}
-	if last := lines[len(lines)-1]; last != "... and 7 more failures: see above" {
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^\.\.\. and \d+ more failures: see above$`).MatchString(last) {
 		t.Errorf("last line %q", last)
+	}
+}
+
+// TestSummaryShowsALoneFailureWhole: a failure's error line of a few
+// hundred bytes (a test's own diagnosis) is not cut.
+func TestSummaryShowsALoneFailureWhole(t *testing.T) {
+	long := "a_test.go:9: not disarmed; the controller said last: " + strings.Repeat("z", 300)
+	file := filepath.Join(t.TempDir(), "one.json")
+	if err := os.WriteFile(file, []byte(`{"Action":"output","Package":"p","Test":"TestOne","Output":"    `+long+`\n","OutputType":"error"}`+"\n"+
+		`{"Action":"fail","Package":"p","Test":"TestOne"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var summary bytes.Buffer
+	if err := summarize(&summary, []string{file}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "FAIL one: p TestOne\n    " + long + "\n"; summary.String() != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", summary.String(), want)
 	}
 }

@@ -24,7 +24,9 @@ import (
 // tenth of it free, and while etcd's NOSPACE alarm is raised when that
 // brings its file well under the quota.
 type Config struct {
-	// Interval is how often the members are looked at. Default 1m.
+	// Interval is how often the members are looked at. Default 1m. While
+	// etcd is out of space and a pass could not disarm it, the next pass
+	// comes after 10s at most.
 	Interval time.Duration
 	// FreeRatio is the share of a member's database file that must be free
 	// (compacted away, not yet given back) for it to be defragmented, with

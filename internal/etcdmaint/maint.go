@@ -33,9 +33,9 @@ type Maintainer struct {
 	// mu makes passes one at a time, and guards full.
 	mu sync.Mutex
 	// full holds, while etcd is out of space, the members whose last
-	// defragmentation left their data filling the quota, with etcd's
-	// revision then (see Config.reason).
-	full map[uint64]int64
+	// defragmentation left their data filling the quota, as it left them
+	// (see Config.reason).
+	full map[uint64]Member
 }
 
 // New returns a maintainer of the cluster of cli, which must be allowed
@@ -48,24 +48,39 @@ func New(cli *clientv3.Client, cfg Config, log *slog.Logger, obs Observer) (*Mai
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Maintainer{cli: cli, cfg: cfg, log: log, obs: obs, full: map[uint64]int64{}}, nil
+	return &Maintainer{cli: cli, cfg: cfg, log: log, obs: obs, full: map[uint64]Member{}}, nil
 }
 
 // Run makes a pass at once and every Config.Interval until ctx ends,
-// logging what each did and failed to do.
+// logging what each did and failed to do. While etcd is out of space and
+// a pass could not disarm it, the next comes after noSpaceRetry at most:
+// no lock is granted meanwhile.
 func (m *Maintainer) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		if _, err := m.Pass(ctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("etcd maintenance: pass failed; trying again at the next", "err", err, "in", m.cfg.Interval)
-		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		r, err := m.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("etcd maintenance: pass failed; trying again at the next", "err", err, "in", m.next(r))
+		}
+		t.Reset(m.next(r))
 	}
+}
+
+// noSpaceRetry bounds the time between passes while etcd is out of space.
+const noSpaceRetry = 10 * time.Second
+
+// next is how long after a pass that reported r the next one comes.
+func (m *Maintainer) next(r Report) time.Duration {
+	if r.NoSpace && !r.Disarmed {
+		return min(m.cfg.Interval, noSpaceRetry)
+	}
+	return m.cfg.Interval
 }
 
 // Report is what a pass did.
@@ -76,8 +91,9 @@ type Report struct {
 	Defragmented []string
 	// Compacted is the revision the history was compacted to (0: none).
 	Compacted int64
-	// Disarmed says the NOSPACE alarm was disarmed.
-	Disarmed bool
+	// NoSpace says etcd's NOSPACE alarm was raised when the pass began;
+	// Disarmed that the pass disarmed it.
+	NoSpace, Disarmed bool
 }
 
 // Pass looks at every member once and does what the rules say. Members
@@ -91,7 +107,7 @@ type Report struct {
 // would bring well under its quota is defragmented, and the alarm is
 // disarmed once every member's file is well under its quota. While the
 // data in use fills the quota, every pass says so, and a member is
-// defragmented again only once keys were deleted.
+// defragmented again only once something was freed (see Config.reason).
 func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -108,6 +124,7 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 			noSpace = noSpace || a == pb.AlarmType_NOSPACE.String()
 		}
 	}
+	r.NoSpace = noSpace
 	if !noSpace {
 		clear(m.full)
 		for _, mem := range members {
@@ -135,7 +152,7 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		}
 		r.Defragmented = append(r.Defragmented, mem.Name)
 		if noSpace && !room(after.Size, after.Quota) {
-			m.full[mem.ID] = after.Revision
+			m.full[mem.ID] = after
 		}
 	}
 	if noSpace {
@@ -194,7 +211,13 @@ func (m *Maintainer) disarm(ctx context.Context) (bool, error) {
 		if mem.Err != nil {
 			return false, fmt.Errorf("NOSPACE alarm kept: %w", mem.Err)
 		}
-		if !room(mem.Size, mem.Quota) {
+		switch {
+		case room(mem.Size, mem.Quota):
+		case room(mem.InUse, mem.Quota):
+			return false, fmt.Errorf("NOSPACE alarm kept: etcd member %s's file of %d bytes is at its quota of %d with %d bytes in use: "+
+				"its compaction was still freeing them when it was defragmented; the next pass defragments it again",
+				mem.Name, mem.Size, mem.Quota, mem.InUse)
+		default:
 			return false, fmt.Errorf("NOSPACE alarm kept: etcd member %s has %d bytes in use after its history's compaction, in a file of %d bytes, "+
 				"at its quota of %d: the data itself fills it; delete what is not Baton's, or raise etcd's --quota-backend-bytes (the chart's etcd.quota)",
 				mem.Name, mem.InUse, mem.Size, mem.Quota)

@@ -27,28 +27,33 @@ func TestMain(m *testing.M) { os.Exit(etcdtest.MainWithoutEtcd(m)) }
 func TestRules(t *testing.T) {
 	c := Default()
 	const mib = 1 << 20
+	full := func(rev, size, inUse int64) Member {
+		return Member{Revision: rev, Size: size * mib, InUse: inUse * mib, Quota: 50 * mib}
+	}
 	for _, tc := range []struct {
 		name    string
 		m       Member
 		noSpace bool
-		fullAt  int64
+		full    Member // as its last defragmentation left it full
 		want    Reason
 	}{
-		{"small and fragmented", Member{Size: 50 * mib, InUse: 5 * mib, Quota: 2048 * mib}, false, 0, ""},
-		{"large and fragmented", Member{Size: 400 * mib, InUse: 150 * mib, Quota: 2048 * mib}, false, 0, Fragmented},
-		{"large, mostly in use", Member{Size: 400 * mib, InUse: 300 * mib, Quota: 2048 * mib}, false, 0, ""},
-		{"near its quota, a tenth free", Member{Size: 1700 * mib, InUse: 1500 * mib, Quota: 2048 * mib}, false, 0, NearQuota},
-		{"near its quota, all in use", Member{Size: 1700 * mib, InUse: 1690 * mib, Quota: 2048 * mib}, false, 0, ""},
-		{"out of space, room once defragmented", Member{Size: 50 * mib, InUse: 40 * mib, Quota: 50 * mib, Revision: 7}, true, 0, NoSpace},
-		{"out of space, full at this revision though in use has room", Member{Size: 50 * mib, InUse: 40 * mib, Quota: 50 * mib, Revision: 7}, true, 7, ""},
-		{"out of space, its data filling the quota", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 7}, true, 0, NoSpace},
-		{"out of space, filled at this revision", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 7}, true, 7, ""},
-		{"out of space, keys deleted since", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 8}, true, 7, NoSpace},
-		{"out of space, its file has room", Member{Size: 30 * mib, InUse: 10 * mib, Quota: 50 * mib, Revision: 8}, true, 0, ""},
-		{"out of space, its quota unknown", Member{Size: 50 * mib, InUse: 49 * mib, Revision: 7}, true, 7, NoSpace},
-		{"not answering", Member{Err: errors.New("down")}, true, 0, ""},
+		{"small and fragmented", Member{Size: 50 * mib, InUse: 5 * mib, Quota: 2048 * mib}, false, Member{}, ""},
+		{"large and fragmented", Member{Size: 400 * mib, InUse: 150 * mib, Quota: 2048 * mib}, false, Member{}, Fragmented},
+		{"large, mostly in use", Member{Size: 400 * mib, InUse: 300 * mib, Quota: 2048 * mib}, false, Member{}, ""},
+		{"near its quota, a tenth free", Member{Size: 1700 * mib, InUse: 1500 * mib, Quota: 2048 * mib}, false, Member{}, NearQuota},
+		{"near its quota, all in use", Member{Size: 1700 * mib, InUse: 1690 * mib, Quota: 2048 * mib}, false, Member{}, ""},
+		{"out of space, room once defragmented", Member{Size: 50 * mib, InUse: 40 * mib, Quota: 50 * mib, Revision: 7}, true, Member{}, NoSpace},
+		{"out of space, full at this revision though in use has room", Member{Size: 50 * mib, InUse: 40 * mib, Quota: 50 * mib, Revision: 7}, true, full(7, 50, 40), ""},
+		{"out of space, its data filling the quota", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 7}, true, Member{}, NoSpace},
+		{"out of space, filled at this revision", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 7}, true, full(7, 50, 49), ""},
+		{"out of space, keys deleted since", Member{Size: 50 * mib, InUse: 49 * mib, Quota: 50 * mib, Revision: 8}, true, full(7, 50, 49), NoSpace},
+		{"out of space, its compaction freed room since", Member{Size: 50 * mib, InUse: 10 * mib, Quota: 50 * mib, Revision: 7}, true, full(7, 50, 49), NoSpace},
+		{"out of space, its compaction freed too little since", Member{Size: 50 * mib, InUse: 47 * mib, Quota: 50 * mib, Revision: 7}, true, full(7, 50, 49), ""},
+		{"out of space, its file has room", Member{Size: 30 * mib, InUse: 10 * mib, Quota: 50 * mib, Revision: 8}, true, Member{}, ""},
+		{"out of space, its quota unknown", Member{Size: 50 * mib, InUse: 49 * mib, Revision: 7}, true, Member{Revision: 7}, NoSpace},
+		{"not answering", Member{Err: errors.New("down")}, true, Member{}, ""},
 	} {
-		if got := c.reason(tc.m, tc.noSpace, tc.fullAt); got != tc.want {
+		if got := c.reason(tc.m, tc.noSpace, tc.full); got != tc.want {
 			t.Errorf("%s: reason %q, want %q", tc.name, got, tc.want)
 		}
 	}

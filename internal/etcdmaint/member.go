@@ -61,19 +61,27 @@ func room(size, quota int64) bool {
 // reason says whether m is to be defragmented, and why ("" when not).
 // While etcd is out of space, m is as the pass saw it after its
 // compaction, and it is defragmented when that may give back enough to
-// disarm: when its file is at its quota, unless its last defragmentation
-// left its data filling the quota at revision fullAt (0: none did) and
-// nothing was deleted since. A defragmentation stops its member (and the
-// lease keep-alives it serves) while it copies its file; while nothing is
-// deleted, it would give nothing back. (What is in use cannot tell: etcd
-// counts what a compaction frees as in use until its next commits.)
-func (c Config) reason(m Member, noSpace bool, fullAt int64) Reason {
+// disarm: when its file is at its quota, unless full (zero: none) is m as
+// its last defragmentation left it, its data filling the quota, and
+// nothing was freed since. A defragmentation stops its member (and the
+// lease keep-alives it serves) while it copies its file: while nothing is
+// freed, it would give nothing back. Something is freed when keys were
+// deleted (etcd's revision moved), or when the member's own compaction
+// went on after its defragmentation: each member compacts by itself, and
+// a follower on a loaded machine may still be at it when the compaction's
+// caller returns. Its data in use then drops; m is defragmented again
+// when that drop would bring its file under (see room). (What is in use
+// alone cannot tell: a defragmented file is larger than its data, and
+// etcd counts what a compaction frees as in use until its next commits.)
+func (c Config) reason(m Member, noSpace bool, full Member) Reason {
 	switch {
 	case m.Err != nil:
 		return ""
 	case noSpace && m.Quota <= 0:
 		return NoSpace
-	case noSpace && (room(m.Size, m.Quota) || (fullAt != 0 && m.Revision == fullAt)):
+	case noSpace && room(m.Size, m.Quota):
+		return ""
+	case noSpace && full.Revision != 0 && m.Revision == full.Revision && !room(full.Size-(full.InUse-m.InUse), m.Quota):
 		return ""
 	case noSpace:
 		return NoSpace
