@@ -97,8 +97,10 @@ func newLocksStatusCmd(o *locksOptions, stdout io.Writer) *cobra.Command {
 				fmt.Fprintf(stdout, "%s is free\n", st.Key)
 			} else {
 				printLocks(stdout, []lockapi.Status{st}, time.Now())
+				printHeldHere(stdout, st)
 			}
 			printWaiting(stdout, st, time.Now())
+			printQueuedHere(stdout, st, time.Now())
 			return nil
 		},
 	}
@@ -208,7 +210,7 @@ func printWaiting(w io.Writer, l lockapi.Status, now time.Time) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nWAITING\tOWNER\tPOD\tSINCE\tBEHIND IT")
+	fmt.Fprintln(tw, "\nWAITING\tOWNER\tPOD\tSINCE\tBEHIND IT\tPROCESS")
 	for i, c := range l.Waiting {
 		owner, since, behind := c.Owner, "-", "-"
 		if c.Foreign {
@@ -220,7 +222,7 @@ func printWaiting(w io.Writer, l lockapi.Status, now time.Time) {
 		if c.Queued > 0 {
 			behind = fmt.Sprintf("%d more of its pod", c.Queued)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, dash(owner), dash(podOf(lockapi.Holder{Pod: c.Pod, Cluster: c.Cluster})), since, behind)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, dash(owner), dash(podOf(lockapi.Holder{Pod: c.Pod, Cluster: c.Cluster})), since, behind, processText(c.Process))
 	}
 	tw.Flush()
 }
@@ -301,4 +303,60 @@ func apiFailed(err error) error {
 // at all: 69, with where to point it.
 func unreachable(err error) error {
 	return exitError{exitUnavailable, err.Error() + "; is the sidecar running? set --socket or BATON_SOCKET to its socket"}
+}
+
+// printHeldHere writes, for each holder of lock l that holds through this
+// sidecar, its local process.
+func printHeldHere(w io.Writer, l lockapi.Status) {
+	holders := []lockapi.Holder{}
+	if l.Holder != nil {
+		holders = append(holders, *l.Holder)
+	}
+	if len(l.Holders) > 0 {
+		holders = holders[:0]
+		for _, h := range l.Holders {
+			holders = append(holders, h.Holder)
+		}
+	}
+	for _, h := range holders {
+		if h.Process != nil {
+			fmt.Fprintf(w, "held here by %s: %s\n", h.Owner, processText(h.Process))
+		}
+	}
+}
+
+// printQueuedHere writes the callers of this sidecar queued behind its
+// own contender of lock l, first first.
+func printQueuedHere(w io.Writer, l lockapi.Status, now time.Time) {
+	if len(l.QueuedHere) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nQUEUED HERE\tOWNER\tSINCE\tPROCESS")
+	for i, q := range l.QueuedHere {
+		since := "-"
+		if !q.Since.IsZero() {
+			since = now.Sub(q.Since).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", i+1, dash(q.Owner), since, processText(q.Process))
+	}
+	tw.Flush()
+}
+
+// processText is a local process as a person reads it: its pid and
+// command, "-" when it is not known.
+func processText(p *lockapi.Process) string {
+	switch {
+	case p == nil:
+		return "-"
+	case p.Unseen != "":
+		return "(not visible to the sidecar: shareProcessNamespace)"
+	case p.Exited:
+		return fmt.Sprintf("pid %d (exited)", p.PID)
+	}
+	cmd := p.Command
+	if len(cmd) > 60 {
+		cmd = cmd[:57] + "..."
+	}
+	return fmt.Sprintf("pid %d: %s", p.PID, cmd)
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -154,19 +157,106 @@ func TestLocksStatusShowsWaiters(t *testing.T) {
 		code := run(context.Background(), append([]string{"locks", "status", "q/job", "--socket", pa.socket}, args...), env(nil), &out, &errb)
 		return code, out.String() + errb.String()
 	}
+	// Asked of the holder's sidecar: the holder's process (this test's, which
+	// acquired it), and the waiters of the other sidecar, whose processes
+	// only that one knows.
+	self := fmt.Sprintf("pid %d: %s", os.Getpid(), os.Args[0])
 	code, out := status()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 5 || !strings.Contains(lines[1], "runner") || !strings.HasPrefix(lines[3], "WAITING") ||
-		!strings.Contains(lines[4], "w1") || !strings.Contains(lines[4], "b.sock") || !strings.Contains(lines[4], "ago") ||
-		!strings.Contains(lines[4], "1 more of its pod") {
+	if code != 0 || len(lines) != 6 || !strings.Contains(lines[1], "runner") || !strings.HasPrefix(lines[2], "held here by runner: "+self[:min(len(self), 40)]) ||
+		!strings.HasPrefix(lines[4], "WAITING") || !strings.Contains(lines[5], "w1") || !strings.Contains(lines[5], "b.sock") || !strings.Contains(lines[5], "ago") ||
+		!strings.Contains(lines[5], "1 more of its pod") || !strings.HasSuffix(lines[5], " -") {
 		t.Errorf("locks status:\n%s", out)
 	}
 	code, out = status("-o", "json")
 	var st lockapi.Status
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Waiting) != 1 || st.Waiters != 2 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Waiting) != 1 || st.Waiters != 2 || len(st.QueuedHere) != 0 {
 		t.Fatalf("locks status -o json: exit %d, %s", code, out)
 	}
-	if w := st.Waiting[0]; w.Owner != "w1" || w.Queued != 1 || w.Since.IsZero() || w.Since.After(time.Now()) || !strings.HasSuffix(w.Pod, "b.sock") {
+	if w := st.Waiting[0]; w.Owner != "w1" || w.Queued != 1 || w.Since.IsZero() || w.Since.After(time.Now()) || !strings.HasSuffix(w.Pod, "b.sock") || w.Process != nil {
 		t.Errorf("the waiter: %+v", w)
+	}
+	if p := st.Holder.Process; p == nil || p.PID != os.Getpid() || !strings.HasPrefix(p.Command, os.Args[0]) || p.Exited {
+		t.Errorf("the holder's process: %+v, want this test's, pid %d", p, os.Getpid())
+	}
+	// Asked of the waiters' sidecar: its contender's process, and the
+	// caller queued behind it there, by name.
+	code, out = status("--socket", pb.socket)
+	if code != 0 || !strings.Contains(out, "QUEUED HERE") || !regexp.MustCompile(`(?m)^1 +w2 +\d+s ago +pid \d+: `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^1 +w1 .* 1 more of its pod +pid \d+: `).MatchString(out) {
+		t.Errorf("locks status, asked of the waiters' sidecar:\n%s", out)
+	}
+	code, out = status("--socket", pb.socket, "-o", "json")
+	st = lockapi.Status{}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Waiting) != 1 || len(st.QueuedHere) != 1 {
+		t.Fatalf("locks status -o json, asked of the waiters' sidecar: exit %d, %s", code, out)
+	}
+	if q := st.QueuedHere[0]; q.Owner != "w2" || q.Since.Before(st.Waiting[0].Since) || q.Process == nil || q.Process.PID != os.Getpid() {
+		t.Errorf("the caller queued behind w1: %+v", q)
+	}
+	if w := st.Waiting[0]; w.Process == nil || w.Process.PID != os.Getpid() || st.Holder.Process != nil {
+		t.Errorf("asked of the waiters' sidecar: the waiter's process %+v, the holder's %+v", w.Process, st.Holder.Process)
+	}
+}
+
+// TestLocksStatusShowsAnExitedHolder: a lock taken by a process that has
+// since exited (curl with a ttl) shows it so, by its pid.
+func TestLocksStatusShowsAnExitedHolder(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatalf("curl, which the docs' commands use: %v", err)
+	}
+	pa, _ := twoSidecars(t, "locks-exited")
+	cmd := exec.Command(curl, "-sS", "--unix-socket", pa.socket, "-X", "POST", "http://baton/v1/locks/q/gone", "-d", `{"owner":"gone","ttl":"1m"}`)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `"granted":true`) {
+		t.Fatalf("curl: %v, %s", err, out)
+	}
+	st, err := baton.New(pa.socket).Status(context.Background(), "q/gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := st.Holder.Process; p == nil || p.PID != cmd.Process.Pid || !p.Exited || p.Command != "" {
+		t.Errorf("the process of a holder that exited: %+v, want pid %d, exited", p, cmd.Process.Pid)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"locks", "status", "q/gone", "--socket", pa.socket}, env(nil), &out, &out); code != 0 ||
+		!strings.Contains(out.String(), fmt.Sprintf("held here by gone: pid %d (exited)", cmd.Process.Pid)) {
+		t.Errorf("locks status: exit %d:\n%s", code, out.String())
+	}
+}
+
+// TestLocksStatusShowsAnUnseenProcess: a sidecar in a process namespace of
+// its own, as in a pod whose containers do not share theirs, cannot see
+// the process that holds a lock through it, and says why.
+func TestLocksStatusShowsAnUnseenProcess(t *testing.T) {
+	if out, err := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Fatalf("unshare, which a pid namespace of its own needs (the tests run as root): %v, %s", err, out)
+	}
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "unshared")
+	script := "#!/bin/sh\nexec unshare --pid --fork --kill-child --mount-proc " + binary(t) + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock, err := os.MkdirTemp("", "bu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	p := startBinary(t, wrapper, filepath.Join(sock, "u.sock"), "locks-unseen")
+	if code := post(t, unixClient(p.socket), "/v1/locks/q/unseen", `{"owner":"far","ttl":"1m"}`); code != 200 {
+		t.Fatalf("acquire: %d", code)
+	}
+	st, err := baton.New(p.socket).Status(context.Background(), "q/unseen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := st.Holder.Process; pr == nil || pr.PID != 0 || !strings.Contains(pr.Unseen, "shareProcessNamespace") {
+		t.Errorf("the process of a holder the sidecar cannot see: %+v", pr)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"locks", "status", "q/unseen", "--socket", p.socket}, env(nil), &out, &out); code != 0 ||
+		!strings.Contains(out.String(), "held here by far: (not visible to the sidecar: shareProcessNamespace)") {
+		t.Errorf("locks status: exit %d:\n%s", code, out.String())
 	}
 }

@@ -96,7 +96,7 @@ func (e mutexLine) tryStepLocked() tryStep {
 	}
 	if e.retiring || (e.held != nil && e.held.ending != nil) {
 		// The lock is being released here: etcd may already show it free.
-		return tryStep{await: e.lineUpLocked(false), since: e.flights}
+		return tryStep{await: e.lineUpLocked(queued{}), since: e.flights}
 	}
 	return tryStep{f: e.inFlight(), since: e.flights}
 }
@@ -369,6 +369,7 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 	}
 	h.holdLocked(req.TTL, req.Hold) // the holder takes the caller's reference to e
 	e.trying = nil                  // the holder answers the lock's tries here now
+	e.pid = req.Caller
 	c.ended.forget(req.Key, req.Owner)
 	// A waiter's record, written when it queued, gets the grant time
 	// recordDelay from now unless the lock has moved on by then.

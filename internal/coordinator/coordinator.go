@@ -102,7 +102,7 @@ type entry struct {
 	slot *slot
 
 	// The turn: whoever has it owns this sidecar's contender slot.
-	queue  []chan struct{}
+	queue  []queued
 	queued atomic.Int32 // blocking callers in queue (the record tells other sidecars); written under mu
 	refs   int32        // callers and holders using the entry; 0 lets it go (beside queued: an entry is 112 bytes)
 
@@ -121,9 +121,10 @@ type entry struct {
 	placing atomic.Pointer[contenderRecord]
 
 	// The flags last, together: a sidecar keeps an entry per held lock.
-	busy       bool // the turn is taken
-	retiring   bool // the turn's owner is deleting a key of ours: the lock is being let go
-	publishDue bool // a write of rec is scheduled
+	busy       bool  // the turn is taken
+	retiring   bool  // the turn's owner is deleting a key of ours: the lock is being let go
+	publishDue bool  // a write of rec is scheduled
+	pid        int32 // the local process of the held lock (AcquireRequest.Caller)
 }
 
 // New returns a Coordinator of the locks in store, contending with the

@@ -36,6 +36,7 @@ type contenderRecord struct {
 	mod    int64             // the revision of the last write of ours that etcd took
 	lease  lockstore.LeaseID // the lease that carries the key
 	wrote  keyspace.Holder   // the value written at mod
+	pid    int32             // the waiter's process (AcquireRequest.Caller)
 }
 
 // holder returns the record of owner's lock, granted or queued at at, by

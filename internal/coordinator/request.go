@@ -50,7 +50,18 @@ type AcquireRequest struct {
 	// Weight of the Limit units of a semaphore. A limit of 1 taken whole is
 	// the mutex.
 	Claim keyspace.Claim
+	// Caller is the process id of the local process asking, as the
+	// socket's peer credentials give it: 0 when not known (not asked over
+	// a unix socket), NotVisible when the process is not in the sidecar's
+	// process namespace. Status reports it for the lock's local holder
+	// and waiters.
+	Caller int32
 }
+
+// NotVisible is AcquireRequest.Caller for a process the sidecar cannot
+// see: the kernel gives its pid as 0 when the asking process's pid
+// namespace is not the sidecar's (a pod without shareProcessNamespace).
+const NotVisible int32 = -1
 
 // checkAcquire validates req against the sidecar's limits and fills in its
 // defaults: an owner, the ttl, the lock delay.

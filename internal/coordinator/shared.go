@@ -146,7 +146,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 // shared_wait.go).
 type sharedLine struct{ *entry }
 
-func (e sharedLine) stepLocked() decision { return decision{ch: e.lineUpLocked(false)} }
+func (e sharedLine) stepLocked() decision { return decision{ch: e.lineUpLocked(queued{})} }
 
 // judge returns nil when req's claim would hold the lock behind line, and
 // else why not: the claims disagree, or it is held, which the next try

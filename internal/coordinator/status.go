@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 	"github.com/baton-dev/baton/internal/lockstore"
@@ -29,13 +30,37 @@ type Status struct {
 	// Waiting are the contenders waiting, first in line first: one per
 	// sidecar that queues callers for the lock (Holder.Queued more behind
 	// it), with when it queued (Holder.AcquiredAt).
-	Waiting []keyspace.Holder
+	Waiting []Waiting
+	// Queued are this sidecar's callers queued behind its own contenders
+	// of the lock (which count them in Holder.Queued), first first: only
+	// this sidecar knows them.
+	Queued []Caller
 }
 
 // Holding is one holder of a lock.
 type Holding struct {
 	Holder keyspace.Holder
 	Fence  int64
+	// Caller is the local caller holding it, when it holds through this
+	// sidecar (Status only).
+	Caller *Caller
+}
+
+// Waiting is one contender waiting for a lock.
+type Waiting struct {
+	Holder keyspace.Holder
+	// Caller is its local caller, when it is this sidecar's (Status only).
+	Caller *Caller
+	key    string // its contender key
+}
+
+// Caller is a local caller of a lock, as only its sidecar knows it.
+type Caller struct {
+	Owner string
+	// Since is when it queued, or for a holder when it was granted.
+	Since time.Time
+	// PID is its process: AcquireRequest.Caller.
+	PID int32
 }
 
 // Status reads lock k from etcd (one linearizable read of its contenders).
@@ -46,10 +71,61 @@ func (c *Coordinator) Status(ctx context.Context, k keyspace.Key) (Status, error
 	if err != nil {
 		return Status{}, unavailable(fmt.Sprintf("status %q", k), err)
 	}
+	s := Status{Key: k}
 	if locks := c.reads.summarize(cs); len(locks) == 1 {
-		return locks[0], nil
+		s = locks[0]
 	}
-	return Status{Key: k}, nil
+	c.mu.Lock()
+	addLocalCallers(c.locks, &s)
+	c.unlock()
+	return s, nil
+}
+
+// addLocalCallers adds to s what only this sidecar knows, from its
+// entries by name: the local callers of its contenders, and those queued
+// behind them. Guarded by Coordinator.mu.
+func addLocalCallers(locks map[string]*entry, s *Status) {
+	seen := map[*entry]bool{}
+	lines := func(owner string) [2]*entry { // the key's line, and owner's slot
+		return [2]*entry{locks[s.Key.String()], locks[slotName(s.Key, owner)]}
+	}
+	queuedOf := func(e *entry) {
+		if e == nil || seen[e] {
+			return
+		}
+		seen[e] = true
+		for _, q := range e.queue {
+			if q.owner != "" {
+				s.Queued = append(s.Queued, Caller{Owner: q.owner, Since: q.since, PID: q.pid})
+			}
+		}
+	}
+	queuedOf(locks[s.Key.String()])
+	for i := range s.Holders {
+		h := &s.Holders[i]
+		for _, e := range lines(h.Holder.Owner) {
+			if e != nil && e.held != nil && e.held.fence == h.Fence {
+				h.Caller = &Caller{Owner: e.held.owner, Since: e.held.acquiredAt, PID: e.pid}
+				queuedOf(e)
+			}
+		}
+	}
+	for i := range s.Waiting {
+		w := &s.Waiting[i]
+		for _, e := range lines(w.Holder.Owner) {
+			if e == nil {
+				continue
+			}
+			rec := e.rec
+			if p := e.placing.Load(); rec == nil || (p != nil && p.create > rec.create) {
+				rec = p
+			}
+			if rec != nil && rec.key == w.key {
+				w.Caller = &Caller{Owner: w.Holder.Owner, Since: w.Holder.AcquiredAt, PID: rec.pid}
+				queuedOf(e)
+			}
+		}
+	}
 }
 
 // List returns the locks whose key starts with prefix ("" for all), in key
@@ -79,7 +155,7 @@ func statusOf(k keyspace.Key, line []lockstore.Contender) Status {
 			s.Holders[i] = Holding{Holder: ct.Holder, Fence: ct.Create}
 			s.HeldUnits += ct.Holder.Units()
 		} else {
-			s.Waiting = append(s.Waiting, ct.Holder)
+			s.Waiting = append(s.Waiting, Waiting{Holder: ct.Holder, key: ct.Key})
 		}
 	}
 	s.Waiters -= n

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
 )
@@ -69,20 +70,33 @@ func (e *entry) takeTurn() bool {
 	return true
 }
 
-// lineUpLocked takes the turn if it is free (nil), or queues for it in
-// FIFO order and returns what awaitTurn waits on. A waiter (a blocking
-// acquire, not a try waiting out a release) is counted in the lock's
-// record while it queues.
-func (e *entry) lineUpLocked(waiter bool) chan struct{} {
+// queued is a caller in line for a lock's turn: ch is closed when the
+// turn is its. A waiter (a blocking acquire, not a try waiting out a
+// release) says who it is, for Status.
+type queued struct {
+	ch    chan struct{}
+	owner string // "" for a try
+	since time.Time
+	pid   int32 // AcquireRequest.Caller
+}
+
+// waiterOf is req's caller as it queues.
+func waiterOf(req AcquireRequest) queued { return queued{owner: req.Owner, pid: req.Caller} }
+
+// lineUpLocked takes the turn if it is free (nil), or queues who for it in
+// FIFO order and returns what awaitTurn waits on. A waiter is counted in
+// the lock's record while it queues.
+func (e *entry) lineUpLocked(who queued) chan struct{} {
 	if e.takeTurn() {
 		return nil
 	}
-	if waiter {
+	if who.owner != "" {
 		e.queueChangedLocked(1)
+		who.since = e.co.now()
 	}
-	ch := make(chan struct{})
-	e.queue = append(e.queue, ch)
-	return ch
+	who.ch = make(chan struct{})
+	e.queue = append(e.queue, who)
+	return who.ch
 }
 
 // awaitTurn waits, without Coordinator.mu, for the turn that lineUpLocked queued for
@@ -114,7 +128,7 @@ func (e *entry) awaitTurn(ctx context.Context, ch chan struct{}, waiter bool) er
 		return nil
 	}
 	for i, q := range e.queue {
-		if q == ch {
+		if q.ch == ch {
 			e.queue = append(e.queue[:i], e.queue[i+1:]...)
 			return err
 		}
@@ -135,8 +149,9 @@ func (e *entry) passTurnLocked() {
 		return
 	}
 	next := e.queue[0]
+	e.queue[0] = queued{}
 	e.queue = e.queue[1:]
-	close(next)
+	close(next.ch)
 }
 
 // leaveTurn passes the turn on.

@@ -30,7 +30,7 @@ func (e *entry) admitLocked(req AcquireRequest) (chan struct{}, error) {
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
-	return e.lineUpLocked(true), nil
+	return e.lineUpLocked(waiterOf(req)), nil
 }
 
 // waitAdmitted waits for the lock, admitted by admitLocked, which lined it up
@@ -87,7 +87,7 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 	if e.busy && req.Position != nil {
 		req.Position.set(len(e.queue) + 1)
 	}
-	ch := e.lineUpLocked(true)
+	ch := e.lineUpLocked(waiterOf(req))
 	c.unlock()
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return c.reads.waitFailed(ctx, req.Key, start, err)
@@ -217,6 +217,7 @@ func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, key
 	rec.Claim, rec.Hold = req.Claim, req.Hold
 	rec.Queued = int(e.queued.Load())
 	p.lease = sess.LeaseFor(int(c.load.Load()))
+	p.pid = req.Caller
 	return p, rec, nil
 }
 
@@ -238,7 +239,7 @@ func (e *entry) placed(p *place, rec keyspace.Holder, out lockstore.Outcome, err
 		return fmt.Errorf("%s: %w: a stale contender key of this sidecar was found and is being removed; retry", op, ErrUnavailable)
 	}
 	p.rev = out.Rev
-	e.placing.Store(&contenderRecord{key: p.key, create: p.rev, mod: p.rev, lease: p.lease, wrote: rec})
+	e.placing.Store(&contenderRecord{key: p.key, create: p.rev, mod: p.rev, lease: p.lease, wrote: rec, pid: p.pid})
 	if e.queued.Load() != int32(rec.Queued) {
 		// The queue behind it moved since its record was made: it is
 		// written again. (A change from now on finds the key placed: a
@@ -257,6 +258,7 @@ type place struct {
 	lease     lockstore.LeaseID
 	sess      lockstore.Session
 	w         *waiter // the waiter's view of the deletes under lock
+	pid       int32   // its caller's process (AcquireRequest.Caller)
 }
 
 // waitFirst waits until p is first in line, ahead (as read at p.rev)

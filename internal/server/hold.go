@@ -62,6 +62,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		return
 	}
 	req := b.AcquireRequest
+	req.Caller = callerOf(r.Context())
 	if req.Owner == "" {
 		req.Owner = coordinator.NewOwner() // known before the grant, for queued events
 	}

@@ -63,7 +63,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		return
 	}
 	req := b.AcquireRequest
-	req.Key = k
+	req.Key, req.Caller = k, callerOf(r.Context())
 	g, err := s.locks.Acquire(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
@@ -184,7 +184,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, statusOf(st))
+	writeJSON(w, http.StatusOK, statusOf(st, s.procs.of))
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -204,7 +204,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := lockapi.List{Locks: make([]lockapi.Status, 0, len(locks)), Truncated: truncated}
 	for _, l := range locks {
-		out.Locks = append(out.Locks, statusOf(l))
+		out.Locks = append(out.Locks, statusOf(l, nil))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -108,6 +108,13 @@ func TestOpenAPI(t *testing.T) {
 			b.openHold("oa/q", `{"owner":"q2","wait":"1m"}`)
 			waitUntil(t, 10*time.Second, "q2 waiting", func() bool { return strings.Contains(a.do("GET", "/v1/locks/oa/q", "").raw, `"q2"`) })
 		}},
+		{op: "getLock", method: "GET", path: "/v1/locks/oa/q", status: 200, via: b, before: func() { // its waiter's process, and one queued behind it
+			b.openHold("oa/q", `{"owner":"q3","wait":"1m"}`)
+			waitUntil(t, 10*time.Second, "q3 queued behind q2", func() bool {
+				raw := b.do("GET", "/v1/locks/oa/q", "").raw
+				return strings.Contains(raw, `"queued_here":[{"owner":"q3"`) && strings.Contains(raw, `"process":{"pid":`)
+			})
+		}},
 		{op: "getOpenAPI", method: "GET", path: "/v1/openapi.json", status: 200},
 		{op: "healthz", method: "GET", path: "/healthz", status: 200},
 		{op: "readyz", method: "GET", path: "/readyz", status: 200},

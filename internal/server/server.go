@@ -65,6 +65,7 @@ type Server struct {
 	caller Caller // for the audit log (WithAudit)
 	audit  Audit
 	drain  *drain // the hold streams a shutdown waits for (Drain)
+	procs  procs  // the local callers' processes, for a status
 }
 
 // New returns a Server for locks.

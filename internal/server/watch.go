@@ -76,7 +76,7 @@ func watchEventOf(ev coordinator.LockEvent) lockapi.WatchEvent {
 	if ev.Fence != 0 {
 		out.Holder = holderOf(ev.Holder)
 	}
-	st := statusOf(ev.Status)
+	st := statusOf(ev.Status, nil)
 	out.Lock = &st
 	return out
 }

@@ -267,32 +267,46 @@ func grantOf(g coordinator.Grant) lockapi.Grant {
 		Mode: string(g.Claim.Mode), Limit: g.Claim.Limit, Weight: g.Claim.Units()}
 }
 
-func statusOf(s coordinator.Status) lockapi.Status {
-	if !s.Held {
-		return lockapi.Status{Key: s.Key.String(), Waiters: s.Waiters, Waiting: waitingOf(s.Waiting)}
+// statusOf is s as answers show it; proc, when not nil, shows its local
+// callers' processes (a status read, not a list or a watch).
+func statusOf(s coordinator.Status, proc func(*coordinator.Caller) *lockapi.Process) lockapi.Status {
+	if proc == nil {
+		proc = func(*coordinator.Caller) *lockapi.Process { return nil }
 	}
-	st := lockapi.Status{Key: s.Key.String(), Held: true, Holder: holderOf(s.Holder), Fence: s.Fence, ExpiresAt: s.Holder.ExpiresAt.UTC(), Waiters: s.Waiters,
-		Limit: s.Limit, HeldUnits: s.HeldUnits, Waiting: waitingOf(s.Waiting)}
+	st := lockapi.Status{Key: s.Key.String(), Waiters: s.Waiters, Waiting: waitingOf(s.Waiting, proc)}
+	for _, q := range s.Queued {
+		st.QueuedHere = append(st.QueuedHere, lockapi.Queued{Owner: q.Owner, Since: q.Since.UTC(), Process: proc(&q)})
+	}
+	if !s.Held {
+		return st
+	}
+	st.Held, st.Holder, st.Fence, st.ExpiresAt = true, holderOf(s.Holder), s.Fence, s.Holder.ExpiresAt.UTC()
+	st.Limit, st.HeldUnits = s.Limit, s.HeldUnits
+	if len(s.Holders) > 0 {
+		st.Holder.Process = proc(s.Holders[0].Caller)
+	}
 	if len(s.Holders) > 1 || s.Limit > 0 {
 		st.Holders = make([]lockapi.Holding, len(s.Holders))
 		for i, h := range s.Holders {
 			st.Holders[i] = lockapi.Holding{Holder: *holderOf(h.Holder), Fence: h.Fence}
+			st.Holders[i].Process = proc(h.Caller)
 		}
 	}
 	return st
 }
 
 // waitingOf is the contenders waiting, as answers show them.
-func waitingOf(hs []keyspace.Holder) []lockapi.Waiter {
-	if len(hs) == 0 {
+func waitingOf(ws []coordinator.Waiting, proc func(*coordinator.Caller) *lockapi.Process) []lockapi.Waiter {
+	if len(ws) == 0 {
 		return nil
 	}
-	ws := make([]lockapi.Waiter, len(hs))
-	for i, h := range hs {
-		ws[i] = lockapi.Waiter{Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node, Cluster: h.Cluster,
-			Since: h.AcquiredAt.UTC(), Queued: max(h.Queued, 0), Foreign: h.Foreign, Mode: string(h.Mode), Weight: h.Units()}
+	out := make([]lockapi.Waiter, len(ws))
+	for i, w := range ws {
+		h := w.Holder
+		out[i] = lockapi.Waiter{Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node, Cluster: h.Cluster,
+			Since: h.AcquiredAt.UTC(), Queued: max(h.Queued, 0), Foreign: h.Foreign, Mode: string(h.Mode), Weight: h.Units(), Process: proc(w.Caller)}
 	}
-	return ws
+	return out
 }
 
 // writeJSON answers v as one JSON line. It marshals first and writes

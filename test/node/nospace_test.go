@@ -64,6 +64,11 @@ func etcdOutOfSpace(t *testing.T, chart, phases string, appPods func(*testing.T)
 	pods := appPods(t)
 	logsOnFailure(t, pods)
 	hold, holdOut, heldFence, holdEnded := holdThrough(t, pods[0])
+	// The pod's containers do not share their processes (the Kubernetes
+	// default): its sidecar says it cannot see the holder's, and why.
+	if code, out := batonIn(t, pods[0], "locks", "status", "nospace/held"); code != 0 || !strings.Contains(out, "held here by held: (not visible to the sidecar: shareProcessNamespace)") {
+		t.Errorf("locks status of the held lock in its pod: exit %d:\n%s", code, out)
+	}
 	defer func() {
 		if t.Failed() { // the command in the pod, and the lock, end too
 			batonIn(t, pods[0], "sh", "-c", "echo > /tmp/nospace-done")

@@ -82,6 +82,35 @@ type Holder struct {
 	// takes.
 	Mode   string `json:"mode,omitempty"`
 	Weight int    `json:"weight,omitempty"`
+	// Process, in a status, is the local process holding the lock when it
+	// holds through the answering sidecar.
+	Process *Process `json:"process,omitempty"`
+}
+
+// Process is a local process of the answering sidecar's pod that holds or
+// waits for a lock, read from its unix socket's peer credentials when it
+// asked, and from /proc when the status is read.
+type Process struct {
+	// PID is its process id, in the sidecar's process namespace (0 when
+	// not seen).
+	PID int `json:"pid,omitempty"`
+	// Command is its command line, its arguments joined by spaces.
+	Command string `json:"command,omitempty"`
+	// Exited says it is gone (the lock outlives it until its ttl, a
+	// release, or the sidecar's end).
+	Exited bool `json:"exited,omitempty"`
+	// Unseen says why the sidecar cannot see it: it is not in the
+	// sidecar's process namespace.
+	Unseen string `json:"unseen,omitempty"`
+}
+
+// Queued is a caller of the answering sidecar queued for a lock behind
+// that sidecar's own contender.
+type Queued struct {
+	Owner string `json:"owner"`
+	// Since is when it queued.
+	Since   time.Time `json:"since,omitzero"`
+	Process *Process  `json:"process,omitempty"`
 }
 
 // Holding is one of a lock's holders, in a status of a lock that has
@@ -144,6 +173,10 @@ type Status struct {
 	// Waiting lists the sidecars' contenders waiting for the lock, first in
 	// line first: each stands for a caller of its sidecar, and Queued more.
 	Waiting []Waiter `json:"waiting,omitempty"`
+	// QueuedHere lists the answering sidecar's callers queued behind its
+	// own contender (the holder or a waiter above, whose queued counts
+	// them), first first: only that sidecar knows them.
+	QueuedHere []Queued `json:"queued_here,omitempty"`
 }
 
 // Waiter is a contender waiting for a lock: the first caller its sidecar
@@ -162,6 +195,8 @@ type Waiter struct {
 	Foreign bool   `json:"foreign,omitempty"`
 	Mode    string `json:"mode,omitempty"`
 	Weight  int    `json:"weight,omitempty"`
+	// Process is its local process, when it is the answering sidecar's.
+	Process *Process `json:"process,omitempty"`
 }
 
 // List answers GET /v1/locks?prefix=P.

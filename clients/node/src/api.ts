@@ -97,6 +97,8 @@ export interface Holder {
   node?: string;
   owner: string;
   pod?: string;
+  /** Its local process, when it holds or waits through the answering sidecar (a status of one lock only). */
+  process?: Process;
   /** The units of a semaphore this holder has. */
   weight?: number;
 }
@@ -116,6 +118,8 @@ export interface Holding {
   node?: string;
   owner: string;
   pod?: string;
+  /** Its local process, when it holds or waits through the answering sidecar (a status of one lock only). */
+  process?: Process;
   /** The units of a semaphore this holder has. */
   weight?: number;
 }
@@ -123,6 +127,27 @@ export interface Holding {
 export interface List {
   locks: Status[];
   truncated?: boolean;
+}
+
+/** A local process of the answering sidecar's pod holding or waiting for a lock: its pid from the unix socket's peer credentials when it asked, its command from /proc when the status is read. */
+export interface Process {
+  /** Its command line, its arguments joined by spaces (at most 1024 bytes). */
+  command?: string;
+  /** It is gone: the lock outlives it until its ttl, a release, or the sidecar's end. */
+  exited?: boolean;
+  /** Its process id, in the sidecar's process namespace. */
+  pid?: number;
+  /** Why the sidecar cannot see it: it is not in the sidecar's process namespace (a pod without shareProcessNamespace). */
+  unseen?: string;
+}
+
+/** A caller of the answering sidecar queued for a lock behind that sidecar's own contender. */
+export interface Queued {
+  owner: string;
+  /** Its local process. */
+  process?: Process;
+  /** When it queued. */
+  since?: Time;
 }
 
 /** A release by the owner, or a force release. */
@@ -191,6 +216,8 @@ export interface Status {
   key: string;
   /** A semaphore's units. */
   limit?: number;
+  /** The answering sidecar's callers queued behind its own contender (the holder, or a waiter in waiting, whose queued counts them), first first: only that sidecar knows them (a status of one lock only). */
+  queued_here?: Queued[];
   waiters: number;
   /** The contenders waiting for the lock, first in line first: one per sidecar that queues callers for it, its first caller, and how many more wait behind it (queued). */
   waiting?: Waiter[];
@@ -209,6 +236,8 @@ export interface Waiter {
   node?: string;
   owner: string;
   pod?: string;
+  /** Its local process, when it holds or waits through the answering sidecar (a status of one lock only). */
+  process?: Process;
   /** How many more callers of its sidecar wait behind it. */
   queued?: number;
   /** When it queued. */
