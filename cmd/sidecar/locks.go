@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -349,14 +350,20 @@ func processText(p *lockapi.Process) string {
 	switch {
 	case p == nil:
 		return "-"
-	case p.Unseen != "":
+	case p.Unseen != "" && p.PID == 0:
 		return "(not visible to the sidecar: shareProcessNamespace)"
+	case p.Unseen != "":
+		return fmt.Sprintf("pid %d (unknown: %s)", p.PID, p.Unseen)
 	case p.Exited:
 		return fmt.Sprintf("pid %d (exited)", p.PID)
 	}
 	cmd := p.Command
 	if len(cmd) > 60 {
-		cmd = cmd[:57] + "..."
+		i := 57
+		for i > 0 && !utf8.RuneStart(cmd[i]) {
+			i--
+		}
+		cmd = cmd[:i] + "..."
 	}
 	return fmt.Sprintf("pid %d: %s", p.PID, cmd)
 }

@@ -223,6 +223,17 @@ func TestLocksStatusShowsAnExitedHolder(t *testing.T) {
 		!strings.Contains(out.String(), fmt.Sprintf("held here by gone: pid %d (exited)", cmd.Process.Pid)) {
 		t.Errorf("locks status: exit %d:\n%s", code, out.String())
 	}
+	// Its owner asks again from another process (a retried call): that
+	// one goes on with the lock, and is shown.
+	if code := post(t, unixClient(pa.socket), "/v1/locks/q/gone", `{"owner":"gone","ttl":"1m"}`); code != 200 {
+		t.Fatalf("acquire again: %d", code)
+	}
+	if st, err = baton.New(pa.socket).Status(context.Background(), "q/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if p := st.Holder.Process; p == nil || p.PID != os.Getpid() || p.Exited {
+		t.Errorf("the process of a holder that asked again from this one: %+v, want pid %d", p, os.Getpid())
+	}
 }
 
 // TestLocksStatusShowsAnUnseenProcess: a sidecar in a process namespace of

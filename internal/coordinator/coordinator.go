@@ -124,7 +124,7 @@ type entry struct {
 	busy       bool  // the turn is taken
 	retiring   bool  // the turn's owner is deleting a key of ours: the lock is being let go
 	publishDue bool  // a write of rec is scheduled
-	pid        int32 // the local process of the held lock (AcquireRequest.Caller)
+	pid        int32 // the local process of the held lock (AcquireRequest.Caller), the last to have it granted
 }
 
 // New returns a Coordinator of the locks in store, contending with the

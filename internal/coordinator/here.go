@@ -68,6 +68,9 @@ func (e *entry) heldHereLocked(req AcquireRequest, verified *held) (g Grant, ans
 	case same:
 		g := grantOf(e, h)
 		g.Repeated = true
+		if req.Caller != 0 {
+			e.pid = req.Caller // the process that asked last, which goes on with the lock
+		}
 		return g, true, nil, nil
 	case req.Wait == 0 && h.ending == nil:
 		return Grant{}, true, nil, &HeldError{Key: req.Key, Holder: h.recordOf(), Fence: h.fence, Twin: h.owner == req.Owner}

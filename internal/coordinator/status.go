@@ -52,6 +52,7 @@ type Waiting struct {
 	// Caller is its local caller, when it is this sidecar's (Status only).
 	Caller *Caller
 	key    string // its contender key
+	create int64  // and the key's create revision: the placement's identity
 }
 
 // Caller is a local caller of a lock, as only its sidecar knows it.
@@ -120,7 +121,9 @@ func addLocalCallers(locks map[string]*entry, s *Status) {
 			if p := e.placing.Load(); rec == nil || (p != nil && p.create > rec.create) {
 				rec = p
 			}
-			if rec != nil && rec.key == w.key {
+			// The key's name is the same for each placement of the
+			// session: the one etcd showed is the one of its revision.
+			if rec != nil && rec.key == w.key && rec.create == w.create && rec.wrote.Owner == w.Holder.Owner {
 				w.Caller = &Caller{Owner: w.Holder.Owner, Since: w.Holder.AcquiredAt, PID: rec.pid}
 				queuedOf(e)
 			}
@@ -155,7 +158,7 @@ func statusOf(k keyspace.Key, line []lockstore.Contender) Status {
 			s.Holders[i] = Holding{Holder: ct.Holder, Fence: ct.Create}
 			s.HeldUnits += ct.Holder.Units()
 		} else {
-			s.Waiting = append(s.Waiting, Waiting{Holder: ct.Holder, key: ct.Key})
+			s.Waiting = append(s.Waiting, Waiting{Holder: ct.Holder, key: ct.Key, create: ct.Create})
 		}
 	}
 	s.Waiters -= n

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -129,7 +130,7 @@ func (e *entry) awaitTurn(ctx context.Context, ch chan struct{}, waiter bool) er
 	}
 	for i, q := range e.queue {
 		if q.ch == ch {
-			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			e.queue = slices.Delete(e.queue, i, i+1)
 			return err
 		}
 	}

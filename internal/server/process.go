@@ -3,12 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-dev/baton/clients/go/lockapi"
 	"github.com/baton-dev/baton/internal/coordinator"
@@ -42,7 +46,8 @@ type procs struct {
 }
 
 // of is the process of the local caller c as it is now, nil when c is nil
-// or its process is not known.
+// or its process is not known: exited when gone (a zombie too), unseen,
+// saying why, when /proc does not tell (hidepid, say).
 func (p procs) of(c *coordinator.Caller) *lockapi.Process {
 	switch {
 	case c == nil || c.PID == 0:
@@ -52,14 +57,20 @@ func (p procs) of(c *coordinator.Caller) *lockapi.Process {
 	}
 	out := &lockapi.Process{PID: int(c.PID)}
 	cmd, started, err := p.read(c.PID)
+	switch {
 	// A process started after its caller asked is another with its pid.
-	if err != nil || started.After(c.Since.Add(time.Second)) {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, errZombie) || err == nil && started.After(c.Since.Add(time.Second)):
 		out.Exited = true
-		return out
+	case err != nil:
+		out.Unseen = err.Error()
+	default:
+		out.Command = cmd
 	}
-	out.Command = cmd
 	return out
 }
+
+// errZombie is a process that has exited and waits for its parent.
+var errZombie = errors.New("exited")
 
 // read returns pid's command line and when it started.
 func (p procs) read(pid int32) (string, time.Time, error) {
@@ -76,15 +87,29 @@ func (p procs) read(pid int32) (string, time.Time, error) {
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	f, err := os.Open(filepath.Join(dir, "cmdline"))
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	cmd := string(bytes.TrimRight(bytes.ReplaceAll(raw, []byte{0}, []byte{' '}), " "))
-	if len(cmd) > maxCommand {
-		cmd = cmd[:maxCommand-3] + "..."
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxCommand+1))
+	if err != nil {
+		return "", time.Time{}, err
 	}
-	return cmd, started, nil
+	return clipText(string(bytes.TrimRight(bytes.ReplaceAll(raw, []byte{0}, []byte{' '}), " ")), maxCommand), started, nil
+}
+
+// clipText cuts s to at most n bytes, "..." ending it when cut, and never
+// inside a character.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - 3
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // clockTicks is the kernel's USER_HZ, in which /proc/PID/stat counts: 100
@@ -102,6 +127,9 @@ func startOf(root string, stat []byte) (time.Time, error) {
 	fields := strings.Fields(string(stat[i+1:]))
 	if len(fields) < 20 {
 		return time.Time{}, fmt.Errorf("stat has %d fields after the command, want 20", len(fields))
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return time.Time{}, errZombie
 	}
 	ticks, err := strconv.ParseInt(fields[19], 10, 64)
 	if err != nil {

@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 )
@@ -74,6 +76,56 @@ func TestStartOfAProcess(t *testing.T) {
 	for _, bad := range []string{"77 (a S 1", "77 (a) S 1 2", "77 (a) S 1 77 77 0 -1 4194304 100 0 0 0 1 2 0 0 20 0 1 0 x 1000"} {
 		if _, err := startOf(root, []byte(bad)); err == nil {
 			t.Errorf("start of %q: no error", bad)
+		}
+	}
+}
+
+// TestProcessOfAZombieOrAnUnreadableProc: a process that exited and waits
+// for its parent is gone; a /proc that does not tell is said so.
+func TestProcessOfAZombieOrAnUnreadableProc(t *testing.T) {
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	stat := filepath.Join("/proc", strconv.Itoa(zombie.Process.Pid), "stat")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(stat); err == nil && strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("true never turned a zombie")
+		}
+	}
+	var p procs
+	if got := p.of(&coordinator.Caller{PID: int32(zombie.Process.Pid), Since: time.Now()}); got == nil || !got.Exited {
+		t.Errorf("a zombie: %+v, want exited", got)
+	}
+	root := t.TempDir() // a /proc without its boot time
+	if err := os.MkdirAll(filepath.Join(root, "7"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "7", "stat"), []byte("7 (x) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 1000 10"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "stat"), []byte("cpu 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := (procs{root: root}).of(&coordinator.Caller{PID: 7, Since: time.Now()}); got == nil || got.Exited || !strings.Contains(got.Unseen, "btime") {
+		t.Errorf("a /proc without btime: %+v, want unseen, saying so", got)
+	}
+}
+
+// TestClipText: a long command is cut within its bound, never inside a
+// character.
+func TestClipText(t *testing.T) {
+	if got := clipText("short", 10); got != "short" {
+		t.Errorf("clip of a short text: %q", got)
+	}
+	for n := 8; n < 16; n++ {
+		got := clipText(strings.Repeat("é", 20), n)
+		if len(got) > n || !utf8.ValidString(got) || !strings.HasSuffix(got, "...") {
+			t.Errorf("clip to %d: %q", n, got)
 		}
 	}
 }
