@@ -213,12 +213,9 @@ func printWaiting(w io.Writer, l lockapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nWAITING\tOWNER\tPOD\tSINCE\tBEHIND IT\tPROCESS")
 	for i, c := range l.Waiting {
-		owner, since, behind := c.Owner, "-", "-"
+		owner, since, behind := c.Owner, agoText(now, c.Since), "-"
 		if c.Foreign {
 			owner = "(not baton)"
-		}
-		if !c.Since.IsZero() {
-			since = now.Sub(c.Since).Round(time.Second).String() + " ago"
 		}
 		if c.Queued > 0 {
 			behind = fmt.Sprintf("%d more of its pod", c.Queued)
@@ -335,13 +332,17 @@ func printQueuedHere(w io.Writer, l lockapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nQUEUED HERE\tOWNER\tSINCE\tPROCESS")
 	for i, q := range l.QueuedHere {
-		since := "-"
-		if !q.Since.IsZero() {
-			since = now.Sub(q.Since).Round(time.Second).String() + " ago"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", i+1, dash(q.Owner), since, processText(q.Process))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", i+1, dash(q.Owner), agoText(now, q.Since), processText(q.Process))
 	}
 	tw.Flush()
+}
+
+// agoText is how long before now t was, "-" when not known.
+func agoText(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String() + " ago"
 }
 
 // processText is a local process as a person reads it: its pid and

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -109,12 +108,7 @@ func TestDisarmsWhenAMemberCompactsLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	for i := 0; err == nil && i < 100; i++ {
-		_, err = churn(t, cli, fmt.Sprintf("/fill/%d/", i), 20, 16<<10)
-	}
-	if !errors.Is(err, rpctypes.ErrNoSpace) {
-		t.Fatalf("writing %d bytes' worth into a %d-byte quota: %v, want etcd's NOSPACE", 100*20*16<<10, quota, err)
-	}
+	churnToNoSpace(t, cli, quota)
 	var rec recorder
 	m, err := New(cli, Default(), logger(), &rec)
 	if err != nil {

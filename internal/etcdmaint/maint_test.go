@@ -135,6 +135,19 @@ func churn(t *testing.T, cli *clientv3.Client, prefix string, n, size int) (int6
 	return resp.Header.Revision, nil
 }
 
+// churnToNoSpace takes and lets go keys until etcd, with no compaction
+// of its history, is out of space.
+func churnToNoSpace(t *testing.T, cli *clientv3.Client, quota int64) {
+	t.Helper()
+	var err error
+	for i := 0; err == nil && i < 100; i++ {
+		_, err = churn(t, cli, fmt.Sprintf("/fill/%d/", i), 20, 16<<10)
+	}
+	if !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("writing %d bytes' worth into a %d-byte quota: %v, want etcd's NOSPACE", 100*20*16<<10, quota, err)
+	}
+}
+
 // waitFragmented waits until cli's first member reports less than half
 // of its database file in use. etcd counts the pages a compaction frees
 // once its backend commits again: a small write every half second gives
@@ -209,13 +222,7 @@ func TestDefragmentsAFragmentedMember(t *testing.T) {
 func TestRecoversFromNoSpace(t *testing.T) {
 	const quota = 4 << 20
 	cli := start(t, func(c *embedetcd.Config) { c.Quota = quota; c.History = time.Hour })
-	var err error
-	for i := 0; err == nil && i < 100; i++ {
-		_, err = churn(t, cli, fmt.Sprintf("/fill/%d/", i), 20, 16<<10)
-	}
-	if !errors.Is(err, rpctypes.ErrNoSpace) {
-		t.Fatalf("writing %d bytes' worth into a %d-byte quota: %v, want etcd's NOSPACE", 100*20*16<<10, quota, err)
-	}
+	churnToNoSpace(t, cli, quota)
 	var rec recorder
 	m, err := New(cli, Default(), logger(), &rec)
 	if err != nil {
