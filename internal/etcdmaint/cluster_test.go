@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +16,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/baton-dev/baton/internal/testing/etcdtest"
 )
 
 // startCluster starts a three-member etcd in this process, each member
 // with the space quota, clients on unix sockets and peers on loopback
-// TCP; the member
-// slow compacts ten revisions at a time with a pause between. It returns
-// the members' client endpoints.
-func startCluster(t *testing.T, quota int64, slow int) []string {
+// TCP; the member slow has slowQuota, and compacts ten revisions at a
+// time with a pause between. It returns the members' client endpoints.
+func startCluster(t *testing.T, quota int64, slow int, slowQuota int64) []string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "bm")
 	if err != nil {
@@ -58,7 +60,8 @@ func startCluster(t *testing.T, quota int64, slow int) []string {
 		cfg.QuotaBackendBytes = quota
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 		if i == slow {
-			cfg.CompactionBatchLimit, cfg.CompactionSleepInterval = 10, 200*time.Millisecond
+			cfg.QuotaBackendBytes = slowQuota
+			cfg.CompactionBatchLimit, cfg.CompactionSleepInterval = 10, time.Second
 		}
 		// The members wait for each other: start them all, then wait.
 		go func() {
@@ -101,33 +104,53 @@ func startCluster(t *testing.T, quota int64, slow int) []string {
 // compaction has freed enough, and disarms the alarm. Without that, the
 // alarm stayed raised until a key was deleted, and no lock was granted.
 func TestDisarmsWhenAMemberCompactsLate(t *testing.T) {
-	const quota = 4 << 20
-	eps := startCluster(t, quota, 2)
+	// m2 alone has a small quota, and compacts slowly. Its keys are, in
+	// the order of their revisions: live keys, history (keys written and
+	// deleted), and a live value of 1 MiB that takes it past its quota
+	// (etcd applies the write that does, then raises NOSPACE). Compacted,
+	// its file is well under its quota; defragmented first, well over. A
+	// compaction goes from the oldest revision up: m2's frees nothing for
+	// 8 batches of live keys, a second apart.
+	const m2Quota = 3 << 20
+	eps := startCluster(t, 64<<20, 2, m2Quota)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps[:1], DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	churnToNoSpace(t, cli, quota)
+	ctx := context.Background()
+	for i := range 80 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/live/%d", i), strings.Repeat("x", 16<<10)); err != nil {
+			t.Fatalf("live key %d: %v", i, err)
+		}
+	}
+	for i := range 7 {
+		if _, err := churn(t, cli, fmt.Sprintf("/history/%d/", i), 5, 16<<10); err != nil {
+			t.Fatalf("history %d: %v", i, err)
+		}
+	}
+	if _, err := cli.Put(ctx, "/big", strings.Repeat("x", 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.SetNoSpace(t, cli, true)
 	var rec recorder
 	m, err := New(cli, Default(), logger(), &rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	r, err := m.Pass(ctx)
-	if err == nil || r.Disarmed || !strings.Contains(err.Error(), "etcd member m2") {
-		t.Fatalf("first pass, m2 compacting ten revisions every 200ms: %+v, %v, heard %v; want the alarm kept for m2, defragmented before its compaction ended", r, err, rec.defrag)
+	if err == nil || r.Disarmed || !strings.Contains(err.Error(), "etcd member m2 has") || !slices.Equal(r.Defragmented, []string{"m2"}) {
+		t.Fatalf("first pass, m2 compacting ten revisions a second: %+v, %v, heard %v; want m2 alone defragmented, before its compaction freed anything, and the alarm kept", r, err, rec.defrag)
 	}
-	// m2's compaction goes on, and ends: what it uses drops.
+	// m2's compaction goes on: what it uses drops.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		st, err := cli.Status(ctx, eps[2])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.DbSizeInUse < quota/2 {
-			t.Logf("m2's compaction ended: %d of its %d bytes in use", st.DbSizeInUse, st.DbSize)
+		if st.DbSizeInUse < m2Quota*90/100 {
+			t.Logf("m2's compaction freed room: %d of its %d bytes in use", st.DbSizeInUse, st.DbSize)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -136,16 +159,13 @@ func TestDisarmsWhenAMemberCompactsLate(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	r, err = m.Pass(ctx)
-	if err != nil || !r.Disarmed {
-		t.Fatalf("pass after m2's compaction ended, no key deleted since: %+v, %v, heard %v; want m2 defragmented again and the alarm disarmed", r, err, rec.defrag)
-	}
-	if last := rec.defrag[len(rec.defrag)-1]; last != "m2 no_space" {
-		t.Fatalf("defragmentations %v: want the last m2's, for no_space", rec.defrag)
+	if err != nil || !r.Disarmed || !slices.Equal(r.Defragmented, []string{"m2"}) {
+		t.Fatalf("pass after m2's compaction freed room, no key deleted since: %+v, %v, heard %v; want m2 defragmented again and the alarm disarmed", r, err, rec.defrag)
 	}
 	if _, err := cli.Put(ctx, "/after", "x"); err != nil {
 		t.Fatalf("write after the pass: %v", err)
 	}
-	// Nothing freed since, the next passes stop no member.
+	// Nothing freed since, the next pass stops no member.
 	n := len(rec.defrag)
 	if _, err := m.Pass(ctx); err != nil || len(rec.defrag) != n {
 		t.Fatalf("pass after the alarm was disarmed: %v, heard %v", err, rec.defrag[n:])
