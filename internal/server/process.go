@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -42,13 +43,19 @@ const maxCommand = 1024
 
 // procs reads processes from a proc filesystem.
 type procs struct {
-	root string // "/proc" unless a test says otherwise
+	root string                    // "/proc" unless a test says otherwise
+	boot func() (time.Time, error) // when the machine booted, read once
+}
+
+// newProcs reads processes from the proc filesystem at root.
+func newProcs(root string) *procs {
+	return &procs{root: root, boot: sync.OnceValues(func() (time.Time, error) { return bootTime(root) })}
 }
 
 // of is the process of the local caller c as it is now, nil when c is nil
 // or its process is not known: exited when gone (a zombie too), unseen,
 // saying why, when /proc does not tell (hidepid, say).
-func (p procs) of(c *coordinator.Caller) *lockapi.Process {
+func (p *procs) of(c *coordinator.Caller) *lockapi.Process {
 	switch {
 	case c == nil || c.PID == 0:
 		return nil
@@ -73,17 +80,17 @@ func (p procs) of(c *coordinator.Caller) *lockapi.Process {
 var errZombie = errors.New("exited")
 
 // read returns pid's command line and when it started.
-func (p procs) read(pid int32) (string, time.Time, error) {
-	root := p.root
-	if root == "" {
-		root = "/proc"
-	}
-	dir := filepath.Join(root, strconv.Itoa(int(pid)))
+func (p *procs) read(pid int32) (string, time.Time, error) {
+	dir := filepath.Join(p.root, strconv.Itoa(int(pid)))
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	started, err := startOf(root, stat)
+	boot, err := p.boot()
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	started, err := startOf(stat, boot)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("process %d: %w", pid, err)
 	}
@@ -117,8 +124,8 @@ func clipText(s string, n int) string {
 const clockTicks = 100
 
 // startOf reads when a process started from its /proc/PID/stat (field 22,
-// in clock ticks after boot) and the boot time in /proc/stat.
-func startOf(root string, stat []byte) (time.Time, error) {
+// in clock ticks after boot) and the time the machine booted.
+func startOf(stat []byte, boot time.Time) (time.Time, error) {
 	// The command (field 2) is in parentheses and may hold any byte.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
@@ -135,6 +142,11 @@ func startOf(root string, stat []byte) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("start time %q: %w", fields[19], err)
 	}
+	return boot.Add(time.Duration(ticks) * time.Second / clockTicks), nil
+}
+
+// bootTime reads when the machine booted from root's stat (btime).
+func bootTime(root string) (time.Time, error) {
 	all, err := os.ReadFile(filepath.Join(root, "stat"))
 	if err != nil {
 		return time.Time{}, err
@@ -145,7 +157,7 @@ func startOf(root string, stat []byte) (time.Time, error) {
 			if err != nil {
 				return time.Time{}, fmt.Errorf("boot time %q: %w", v, err)
 			}
-			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / clockTicks), nil
+			return time.Unix(boot, 0), nil
 		}
 	}
 	return time.Time{}, fmt.Errorf("no btime in %s/stat", root)

@@ -18,7 +18,7 @@ import (
 // exited, one whose pid another process took since, and one the sidecar
 // cannot see.
 func TestProcessOfACaller(t *testing.T) {
-	var p procs
+	p := newProcs("/proc")
 	self := p.of(&coordinator.Caller{PID: int32(os.Getpid()), Since: time.Now()})
 	if self == nil || self.PID != os.Getpid() || self.Exited || !strings.HasPrefix(self.Command, os.Args[0]) {
 		t.Errorf("this process: %+v", self)
@@ -69,12 +69,16 @@ func TestStartOfAProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	stat := "77 (a) b (c) S 1 77 77 0 -1 4194304 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0"
-	got, err := startOf(root, []byte(stat))
+	boot, err := bootTime(root)
+	if err != nil || !boot.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("boot time: %v, %v", boot, err)
+	}
+	got, err := startOf([]byte(stat), boot)
 	if want := time.Unix(1700000000, 0).Add(123450 * time.Millisecond); err != nil || !got.Equal(want) {
 		t.Errorf("start of %q: %v, %v; want %v", stat, got, err, want)
 	}
 	for _, bad := range []string{"77 (a S 1", "77 (a) S 1 2", "77 (a) S 1 77 77 0 -1 4194304 100 0 0 0 1 2 0 0 20 0 1 0 x 1000"} {
-		if _, err := startOf(root, []byte(bad)); err == nil {
+		if _, err := startOf([]byte(bad), boot); err == nil {
 			t.Errorf("start of %q: no error", bad)
 		}
 	}
@@ -97,7 +101,7 @@ func TestProcessOfAZombieOrAnUnreadableProc(t *testing.T) {
 			t.Fatal("true never turned a zombie")
 		}
 	}
-	var p procs
+	p := newProcs("/proc")
 	if got := p.of(&coordinator.Caller{PID: int32(zombie.Process.Pid), Since: time.Now()}); got == nil || !got.Exited {
 		t.Errorf("a zombie: %+v, want exited", got)
 	}
@@ -111,7 +115,7 @@ func TestProcessOfAZombieOrAnUnreadableProc(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "stat"), []byte("cpu 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := (procs{root: root}).of(&coordinator.Caller{PID: 7, Since: time.Now()}); got == nil || got.Exited || !strings.Contains(got.Unseen, "btime") {
+	if got := newProcs(root).of(&coordinator.Caller{PID: 7, Since: time.Now()}); got == nil || got.Exited || !strings.Contains(got.Unseen, "btime") {
 		t.Errorf("a /proc without btime: %+v, want unseen, saying so", got)
 	}
 }

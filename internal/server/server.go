@@ -65,7 +65,7 @@ type Server struct {
 	caller Caller // for the audit log (WithAudit)
 	audit  Audit
 	drain  *drain // the hold streams a shutdown waits for (Drain)
-	procs  procs  // the local callers' processes, for a status
+	procs  *procs // the local callers' processes, for a status
 }
 
 // New returns a Server for locks.
@@ -73,7 +73,7 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger, opts ...O
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}, drain: newDrain()}
+	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}, drain: newDrain(), procs: newProcs("/proc")}
 	for _, o := range opts {
 		o(s)
 	}
