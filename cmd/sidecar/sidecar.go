@@ -150,7 +150,8 @@ func (sc *sidecar) build() error {
 	id := sc.o.engine.Coordinator.Identity
 	var err error
 	sc.api, err = server.New(sc.o.server, coord, sc.log,
-		server.WithAudit(server.Caller{Pod: id.Pod, Namespace: id.Namespace, ServiceAccount: sc.o.engine.ServiceAccount}, sc.engine.Metrics()))
+		server.WithAudit(server.Caller{Pod: id.Pod, Namespace: id.Namespace, ServiceAccount: sc.o.engine.ServiceAccount}, sc.engine.Metrics()),
+		server.WithElections(sc.engine.Elections()))
 	if err != nil {
 		return err
 	}

@@ -263,8 +263,7 @@ func (e mutexLine) attempt(ctx context.Context, req AcquireRequest, step tryStep
 	}
 	key, pfx := c.delay.contenderKey(req, sess), c.layout.LockPrefix(req.Key)
 	now := c.now()
-	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
-	rec.Hold = req.Hold
+	rec := c.cfg.recordFor(req, now)
 
 	// A lock last seen held elsewhere is read first: a refusal is then a
 	// linearizable read, with no raft entry (a transaction whose compare
@@ -364,8 +363,10 @@ func (e *entry) grant(req AcquireRequest, sess lockstore.Session, id lockstore.L
 		acquiredAt: rec.AcquiredAt, expiresAt: rec.ExpiresAt, ttl: req.TTL,
 	}
 	if req.MaxHold > 0 {
-		capAt := rec.AcquiredAt.Add(req.MaxHold)
-		h.capAt = &capAt
+		h.moreOf().capAt = rec.AcquiredAt.Add(req.MaxHold)
+	}
+	if req.Value != "" {
+		h.moreOf().value = req.Value
 	}
 	h.holdLocked(req.TTL, req.Hold) // the holder takes the caller's reference to e
 	e.trying = nil                  // the holder answers the lock's tries here now

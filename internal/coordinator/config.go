@@ -20,6 +20,11 @@ type Identity struct {
 type Config struct {
 	// Scope isolates tenants in etcd; by default the pod's namespace.
 	Scope string
+	// Space is the kind of lines served: keyspace.Locks (the default, the
+	// zero Space) or keyspace.Elections, whose candidates announce a value
+	// (AcquireRequest.Value, Proclaim) and take it whole, never as readers,
+	// units or run-once.
+	Space keyspace.Space
 	// Identity of the sidecar, written into holder records.
 	Identity Identity
 	// DefaultTTL is a lock's time to live when the caller gives none. Default 5m.
@@ -95,6 +100,9 @@ func Default() Config {
 func (c Config) Validate() error {
 	if err := keyspace.ValidateScope(c.Scope); err != nil {
 		return config.Invalid("coordinator.Scope", "scope: %w", err)
+	}
+	if c.Space != keyspace.Locks && c.Space != keyspace.Elections {
+		return config.Invalid("coordinator.Space", "space %d: must be keyspace.Locks or keyspace.Elections", c.Space)
 	}
 	if !dnsLabel(c.Identity.Cluster) && c.Identity.Cluster != "" {
 		return config.Invalid("coordinator.Identity.Cluster",

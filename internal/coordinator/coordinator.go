@@ -138,6 +138,7 @@ func New(cfg Config, store lockstore.Store, sessions lockstore.Sessions, log *sl
 	if err != nil {
 		return nil, err
 	}
+	layout = layout.In(cfg.Space)
 	stop, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
 		cfg: cfg, store: storesOf(store), layout: layout, log: log, obs: observed{Observer: nopObserver{}, log: log}, guard: &policyGuard{Policy: allowAll{}}, floor: &fenceFloor{History: noHistory{}}, clock: clockwork.NewRealClock(),

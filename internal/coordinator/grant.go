@@ -29,6 +29,8 @@ type Grant struct {
 	// held back from everyone once lost other than by its release. It is
 	// set on the grant that Acquire returns.
 	LockDelay time.Duration
+	// Value is what the grant announces, for an election's leader.
+	Value string
 
 	h *held
 }
@@ -97,5 +99,5 @@ func (g Grant) Err() error {
 }
 
 func grantOf(e *entry, h *held) Grant {
-	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.maxHoldAt(), Claim: h.claim(), h: h}
+	return Grant{Key: e.key, Owner: h.owner, Fence: h.fence, AcquiredAt: h.acquiredAt, ExpiresAt: h.expiresAt, TTL: h.ttl, MaxHoldAt: h.maxHoldAt(), Claim: h.claim(), Value: h.value(), h: h}
 }

@@ -21,7 +21,7 @@ type held struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 	due        time.Time     // when its deadline fires
-	capAt      *time.Time    // the request's max hold: no deadline goes past it; nil when none. Never changes
+	more       *heldMore     // what few locks have (a max hold, an election's value); nil when none
 	entry      *entry        // the lock's entry: its claim, its deadline, and its registry (entry.co, whose mu guards the rest). Never changes
 	ending     chan struct{} // while a release or extend of ours is in flight (its delete is not a loss); closed as it settles
 	end        *heldEnd      // made when first needed: most locks are released without
@@ -30,6 +30,28 @@ type held struct {
 	ended      bool          // the lock ended
 	watched    bool          // its lock's watch is open for it (hub.watchHeld)
 	inScope    bool          // counted among the scope watch's holds, with no lock watch
+}
+
+// heldMore is what few held locks have. Guarded by Coordinator.mu.
+type heldMore struct {
+	capAt time.Time // the request's max hold: no deadline goes past it; zero when none. Never changes
+	value string    // what an election's leader announces (AcquireRequest.Value, Proclaim)
+}
+
+// moreOf returns h's heldMore, made if need be; Coordinator.mu is held.
+func (h *held) moreOf() *heldMore {
+	if h.more == nil {
+		h.more = &heldMore{}
+	}
+	return h.more
+}
+
+// value is what h announces as an election's leader; "" for a lock.
+func (h *held) value() string {
+	if h.more == nil {
+		return ""
+	}
+	return h.more.value
 }
 
 // heldEnd is what a held lock's end needs: who waits for it, why it was
@@ -60,10 +82,10 @@ func (h *held) lostErr() *LostError {
 
 // maxHoldAt is h's max hold; zero when none.
 func (h *held) maxHoldAt() time.Time {
-	if h.capAt == nil {
+	if h.more == nil {
 		return time.Time{}
 	}
-	return *h.capAt
+	return h.more.capAt
 }
 
 // settleLocked ends the change of h in flight, if any: the callers

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -126,7 +127,7 @@ func (h *Hold) renew(ctx context.Context, fails *int) time.Duration {
 	// Its wait for a release or extend in flight is bounded: meanwhile
 	// this loop hears neither its caller hang up nor a release.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.c.cfg.RequestTimeout)
-	ng, err := h.c.extend(rctx, g.Key, g.Owner, g.TTL, slog.LevelDebug)
+	ng, err := h.c.change(rctx, g.Key, g.Owner, change{op: fmt.Sprintf("extend %q", g.Key), ttl: g.TTL, level: slog.LevelDebug})
 	cancel()
 	if err == nil {
 		h.mu.Lock()

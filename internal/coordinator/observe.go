@@ -31,6 +31,9 @@ const (
 	EventLost EventKind = "lost"
 	// EventQueued: the number of callers waiting changed.
 	EventQueued EventKind = "queued"
+	// EventProclaimed: a holder's value changed (an election's leader
+	// proclaimed a new one), its fence the same.
+	EventProclaimed EventKind = "proclaimed"
 )
 
 // LockEvent is one change of a watched lock, or its state.
@@ -259,6 +262,10 @@ func (o *observer) tell(ctx context.Context, pfx string, l *obsLine, rev int64, 
 	for _, h := range now.Holders {
 		is[h.Fence] = true
 	}
+	said := map[int64]string{} // the values told, by fence
+	for _, h := range l.told.Holders {
+		said[h.Fence] = h.Holder.Value
+	}
 	var evs []LockEvent
 	for _, h := range l.told.Holders {
 		if !is[h.Fence] {
@@ -268,6 +275,11 @@ func (o *observer) tell(ctx context.Context, pfx string, l *obsLine, rev int64, 
 	for _, h := range now.Holders {
 		if !was[h.Fence] {
 			evs = append(evs, LockEvent{Kind: EventGranted, Key: l.key, Rev: rev, Holder: h.Holder, Fence: h.Fence, Status: now, Resynced: resync})
+		}
+	}
+	for _, h := range now.Holders {
+		if v, ok := said[h.Fence]; ok && v != h.Holder.Value {
+			evs = append(evs, LockEvent{Kind: EventProclaimed, Key: l.key, Rev: rev, Holder: h.Holder, Fence: h.Fence, Status: now, Resynced: resync})
 		}
 	}
 	if len(evs) == 0 && now.Waiters != l.told.Waiters {

@@ -86,18 +86,6 @@ func checkOnce(req *AcquireRequest) error {
 	return nil
 }
 
-// running refuses a run-once call of an owner that runs the work already:
-// it would wait for its own outcome.
-func (c *Coordinator) running(req AcquireRequest) error {
-	c.mu.Lock()
-	defer c.unlock()
-	if e := c.locks[req.Key.String()]; e != nil && e.held != nil && e.held.owner == req.Owner && !e.held.hold && !req.Hold {
-		return invalid("once", "%s is running %q already (fence %d) and cannot wait for its own outcome: report it with POST /v1/locks/%s:done",
-			req.Owner, req.Key.String(), e.held.fence, req.Key.String())
-	}
-	return nil
-}
-
 // acquireOnce is Acquire of a run-once call: granted only when the work
 // is to run.
 func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Grant, error) {
@@ -107,8 +95,18 @@ func (c *Coordinator) acquireOnce(ctx context.Context, req AcquireRequest) (Gran
 	if err := checkOnce(&req); err != nil {
 		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
 	}
-	if err := c.running(req); err != nil {
-		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, err)
+	// A caller that runs the key cannot wait for its own outcome.
+	c.mu.Lock()
+	e := c.locks[req.Key.String()]
+	running := e != nil && e.held != nil && e.held.owner == req.Owner && !e.held.hold && !req.Hold
+	var fence int64
+	if running {
+		fence = e.held.fence
+	}
+	c.unlock()
+	if running {
+		return Grant{}, fmt.Errorf("acquire %q: %w", req.Key, invalid("once", "%s is running %q already (fence %d) and cannot wait for its own outcome: report it with POST /v1/locks/%s:done",
+			req.Owner, req.Key.String(), fence, req.Key.String()))
 	}
 	wctx := ctx
 	if req.Wait > 0 && req.Wait != WaitForever {

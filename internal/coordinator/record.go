@@ -45,12 +45,20 @@ func (id Identity) holder(owner string, at, expires time.Time) keyspace.Holder {
 	return keyspace.Holder{Owner: owner, Pod: id.Pod, Namespace: id.Namespace, Node: id.Node, Cluster: id.Cluster, AcquiredAt: at.UTC(), ExpiresAt: expires.UTC()}
 }
 
+// recordFor returns the record of req's contender key, written at at.
+func (cfg *Config) recordFor(req AcquireRequest, at time.Time) keyspace.Holder {
+	r := cfg.Identity.holder(req.Owner, at, at.Add(req.TTL))
+	r.Claim, r.Hold, r.Value = req.Claim, req.Hold, req.Value
+	return r
+}
+
 // recordOf returns the record of h in etcd as it should be now.
 func (h *held) recordOf() keyspace.Holder {
 	c := h.entry.co
 	r := c.cfg.Identity.holder(h.owner, h.acquiredAt, h.expiresAt)
 	r.Claim = h.claim()
 	r.Hold = h.hold
+	r.Value = h.value()
 	return r
 }
 
@@ -183,5 +191,5 @@ func (e *entry) publish() {
 // instants).
 func sameRecord(a, b keyspace.Holder) bool {
 	return a.Owner == b.Owner && a.Pod == b.Pod && a.Namespace == b.Namespace && a.Node == b.Node && a.Cluster == b.Cluster &&
-		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign && a.Claim == b.Claim
+		a.AcquiredAt.Equal(b.AcquiredAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Queued == b.Queued && a.Foreign == b.Foreign && a.Claim == b.Claim && a.Value == b.Value
 }

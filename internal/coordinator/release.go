@@ -83,7 +83,7 @@ func (c *Coordinator) Extend(ctx context.Context, k keyspace.Key, owner string, 
 	if err != nil {
 		return Grant{}, fmt.Errorf("extend %q: %w", k, err)
 	}
-	return c.extend(ctx, k, owner, ttl, slog.LevelInfo)
+	return c.change(ctx, k, owner, change{op: fmt.Sprintf("extend %q", k), ttl: ttl, level: slog.LevelInfo})
 }
 
 // renewDue returns when g's lock should next be renewed to keep it: once a
@@ -97,49 +97,74 @@ func renewDue(g Grant) (at time.Time, ok bool) {
 	return g.ExpiresAt.Add(-2 * g.TTL / 3), true
 }
 
-func (c *Coordinator) extend(ctx context.Context, k keyspace.Key, owner string, ttl time.Duration, level slog.Level) (Grant, error) {
-	op := fmt.Sprintf("extend %q", k)
+// change is a change of a held lock written into its key's record: a new
+// deadline (an extend, a hold's renewal) or, for an election's leader, a
+// new value (a proclaim).
+type change struct {
+	op    string
+	ttl   time.Duration // the new window: the deadline moves to now+ttl; 0 keeps it
+	value *string       // the new value; nil keeps it
+	level slog.Level    // of its log line
+}
+
+// change writes ch into owner's lock of k. The write compares the key's
+// create revision: a lock lost meanwhile is never written to, and its
+// owner hears why.
+func (c *Coordinator) change(ctx context.Context, k keyspace.Key, owner string, ch change) (Grant, error) {
 	e, h, err := c.ownedBy(ctx, k, owner)
 	if err != nil {
-		return Grant{}, fmt.Errorf("%s: %w", op, err)
-	}
-	exp := c.now().Add(ttl)
-	if h.capAt != nil && exp.After(*h.capAt) {
-		exp = *h.capAt
+		return Grant{}, fmt.Errorf("%s: %w", ch.op, err)
 	}
 	c.mu.Lock()
 	rec := h.recordOf()
+	exp := h.expiresAt
+	if ch.ttl > 0 {
+		exp = c.now().Add(ch.ttl)
+		if capAt := h.maxHoldAt(); !capAt.IsZero() && exp.After(capAt) {
+			exp = capAt
+		}
+	}
 	rec.ExpiresAt = exp.UTC()
+	if ch.value != nil {
+		rec.Value = *ch.value
+	}
 	rec.Queued = int(e.queued.Load())
 	c.unlock()
 	out, err := c.store.lines.Update(lockstore.Put{Key: h.etcdKey, Lease: h.lease, Record: rec}, h.fence, 0)
-	if errors.Is(err, ErrNoSpace) {
-		return h.extendHere(ctx, k, op, exp, ttl, level, err)
+	if errors.Is(err, ErrNoSpace) && ch.value == nil {
+		return h.extendHere(ctx, k, ch.op, exp, ch.ttl, ch.level, err)
 	}
 
 	c.mu.Lock()
 	defer c.unlock()
 	h.settleLocked()
 	if err != nil {
-		return Grant{}, unavailable(op, err)
+		return Grant{}, unavailable(ch.op, err)
 	}
 	if e.held != h {
 		if lost := c.ended.lost(c.now(), k, owner); lost != nil {
-			return Grant{}, fmt.Errorf("%s: %w", op, lost)
+			return Grant{}, fmt.Errorf("%s: %w", ch.op, lost)
 		}
-		return Grant{}, fmt.Errorf("%s: %w", op, ErrNotHeld)
+		return Grant{}, fmt.Errorf("%s: %w", ch.op, ErrNotHeld)
 	}
 	if !out.OK {
 		h.loseLocked(goneReason(h.sess))
 		e.passTurnLocked()
-		return Grant{}, fmt.Errorf("%s: %w", op, c.ended.lost(c.now(), k, owner))
+		return Grant{}, fmt.Errorf("%s: %w", ch.op, c.ended.lost(c.now(), k, owner))
 	}
-	h.expiresAt, h.ttl = rec.ExpiresAt, ttl
+	if ch.value != nil {
+		h.moreOf().value = *ch.value
+	}
 	e.wroteLocked(h.etcdKey, h.fence, out.Rev, rec)
 	h.goneAfterLocked(out.Rev)
-	c.deadlines.arm(h, h.expiresAt.Sub(c.now()))
-	h.changedLocked(false)
-	c.log.Log(ctx, level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
+	if ch.ttl > 0 {
+		h.expiresAt, h.ttl = rec.ExpiresAt, ch.ttl
+		c.deadlines.arm(h, h.expiresAt.Sub(c.now()))
+		h.changedLocked(false)
+		c.log.Log(ctx, ch.level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)
+	} else {
+		c.log.Log(ctx, ch.level, "leader proclaimed", "election", k.String(), "owner", owner, "fence", h.fence, "revision", out.Rev)
+	}
 	return grantOf(e, h), nil
 }
 
@@ -163,7 +188,7 @@ func (h *held) expire() {
 		return
 	}
 	reason, what := Expired, "lock expired after %v"
-	if h.capAt != nil && !h.expiresAt.Before(*h.capAt) {
+	if capAt := h.maxHoldAt(); !capAt.IsZero() && !h.expiresAt.Before(capAt) {
 		reason, what = MaxHoldReached, "lock reached its max hold of %v"
 	}
 	lost := &LostError{Key: e.key, Owner: h.owner, Fence: h.fence, Reason: reason, At: c.now(), HeldFor: h.expiresAt.Sub(h.acquiredAt)}

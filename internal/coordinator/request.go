@@ -56,6 +56,10 @@ type AcquireRequest struct {
 	// process namespace. Status reports it for the lock's local holder
 	// and waiters.
 	Caller int32
+	// Value is, for a candidate of an election (Config.Space
+	// keyspace.Elections), what it announces once leader: at most
+	// keyspace.MaxValue bytes. A lock has none.
+	Value string
 }
 
 // NotVisible is AcquireRequest.Caller for a process the sidecar cannot
@@ -94,6 +98,9 @@ func (cfg *Config) checkAcquire(req *AcquireRequest) error {
 	if err := checkClaim(&req.Claim); err != nil {
 		return err
 	}
+	if err := cfg.checkSpace(req); err != nil {
+		return err
+	}
 	switch {
 	case req.LockDelay < 0:
 		return invalid("lock_delay", "%v is negative", req.LockDelay)
@@ -114,6 +121,28 @@ func (cfg *Config) checkAcquire(req *AcquireRequest) error {
 		return invalid("wait", "forever is for hold streams (POST /v1/locks/KEY:hold, baton run), whose heartbeats keep the connection alive; a plain acquire waits at most the sidecar's maximum wait %v", cfg.MaxWait)
 	case req.Wait > cfg.MaxWait:
 		return invalid("wait", "%v is longer than the sidecar's maximum wait %v; a hold stream (POST /v1/locks/KEY:hold, baton run) may wait longer, or forever", req.Wait, cfg.MaxWait)
+	}
+	return nil
+}
+
+// checkSpace refuses what the coordinator's space does not have: a value
+// for a lock; run-once, readers or a semaphore for an election.
+func (cfg *Config) checkSpace(req *AcquireRequest) error {
+	if cfg.Space != keyspace.Elections {
+		if req.Value != "" {
+			return invalid("value", "is what a candidate of an election announces (POST /v1/elections/NAME:campaign); a lock has none")
+		}
+		return nil
+	}
+	switch {
+	case len(req.Value) > keyspace.MaxValue:
+		return invalid("value", "is %d bytes long, at most %d are allowed", len(req.Value), keyspace.MaxValue)
+	case !utf8.ValidString(req.Value):
+		return invalid("value", "is not valid UTF-8")
+	case req.Once != nil:
+		return invalid("once", "applies to locks: an election has a leader, not runs")
+	case !req.Claim.IsExclusive():
+		return invalid("mode", "an election has one leader at a time: it takes no mode, limit or weight")
 	}
 	return nil
 }

@@ -89,8 +89,7 @@ func (e sharedLine) tryIn(ctx context.Context, req AcquireRequest) (Grant, error
 	}
 	key, pfx := c.layout.UnitKey(req.Key, int64(sess.ID()), e.slot.tag), c.layout.LockPrefix(req.Key)
 	now := c.now()
-	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
-	rec.Claim, rec.Hold = req.Claim, req.Hold
+	rec := c.cfg.recordFor(req, now)
 
 	readFirst := c.elsewhere.has(req.Key.String())
 	id := sess.LeaseFor(int(c.load.Load()))

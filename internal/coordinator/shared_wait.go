@@ -50,8 +50,7 @@ func (e sharedLine) wait(ctx context.Context, req AcquireRequest, start time.Tim
 		return Grant{}, err
 	}
 	now := c.now()
-	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
-	rec.Claim, rec.Hold = req.Claim, req.Hold
+	rec = c.cfg.recordFor(req, now)
 	return e.grantPlaced(req, p, rec)
 }
 

@@ -180,8 +180,7 @@ func (e mutexLine) wait(ctx context.Context, req AcquireRequest, start time.Time
 	// with no write on the way. The record's grant time and deadline follow
 	// off the hand-off's path.
 	now := c.now()
-	rec = c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
-	rec.Hold = req.Hold
+	rec = c.cfg.recordFor(req, now)
 	return e.grantPlaced(req, p, rec)
 }
 
@@ -213,8 +212,7 @@ func (e *entry) placeFor(ctx context.Context, req AcquireRequest, op string, key
 	}
 	p := place{key: keyOf(sess), lock: c.layout.LockPrefix(req.Key), sess: sess}
 	now := c.now()
-	rec := c.cfg.Identity.holder(req.Owner, now, now.Add(req.TTL))
-	rec.Claim, rec.Hold = req.Claim, req.Hold
+	rec := c.cfg.recordFor(req, now)
 	rec.Queued = int(e.queued.Load())
 	p.lease = sess.LeaseFor(int(c.load.Load()))
 	p.pid = req.Caller

@@ -37,9 +37,10 @@ type Engine struct {
 	store    *etcdstore.Store
 	guard    *policy.Guard // the lock policy in force
 	coord    *coordinator.Coordinator
-	prev     restart.State // what the process before left in the state file
-	built    atomic.Bool   // New is done: the coordinator and the store exist
-	adopted  chan struct{} // closed once the locks of the process before are taken over
+	elect    *coordinator.Coordinator // the elections, on the same session
+	prev     restart.State            // what the process before left in the state file
+	built    atomic.Bool              // New is done: the coordinator and the store exist
+	adopted  chan struct{}            // closed once the locks of the process before are taken over
 }
 
 // New builds an engine of cfg, which it validates: its metrics on reg, its etcd client by dial, its
@@ -112,6 +113,12 @@ func (e *Engine) build(reg prometheus.Registerer) error {
 		coordinator.WithObserver(e.metrics), coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
 		return err
 	}
+	elections := cfg.Coordinator
+	elections.Space = keyspace.Elections
+	if e.elect, err = coordinator.New(elections, e.store, e.sessions, e.log.With("space", "elections"),
+		coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
+		return err
+	}
 	e.coord.Remember(e.prev.Lost)
 	if err := e.metrics.RegisterHeld(reg, e.coord, clock.Now); err != nil {
 		return fmt.Errorf("register the held locks' metrics: %w", err)
@@ -121,6 +128,10 @@ func (e *Engine) build(reg prometheus.Registerer) error {
 
 // Coordinator is the lock engine, for the front ends.
 func (e *Engine) Coordinator() *coordinator.Coordinator { return e.coord }
+
+// Elections is the engine of the scope's elections: lines of their own,
+// on the locks' session.
+func (e *Engine) Elections() *coordinator.Coordinator { return e.elect }
 
 // Client is the engine's etcd client.
 func (e *Engine) Client() *clientv3.Client { return e.cli }

@@ -43,10 +43,14 @@ func (e *Engine) Run(ctx context.Context, h Hooks) error {
 	goRun(runCtx, e.followFloor)
 	coordCtx, stopCoord := context.WithCancel(runCtx)
 	goRun(coordCtx, e.coord.Run)
+	goRun(coordCtx, e.elect.Run)
 
 	ready := waitReady(ctx, e.coord, e.log)
 	if ready && e.Adopting() {
 		restart.Keep(ctx, e.sessions, e.coord, e.prev, e.log)
+		// Every candidate of an election campaigns on a stream, whose
+		// caller died with the process before: its keys go.
+		restart.Keep(ctx, e.sessions, e.elect, restart.State{Leases: e.prev.Leases}, e.log.With("space", "elections"))
 	}
 	close(e.adopted)
 	saveCtx, stopSaving := context.WithCancel(runCtx)
@@ -69,6 +73,7 @@ func (e *Engine) Run(ctx context.Context, h Hooks) error {
 	// hang up, or the grace is over, their locks stay held and nothing is
 	// granted.
 	e.coord.Drain()
+	e.elect.Drain()
 	if h.Drain != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownGrace)
 		h.Drain(dctx)
@@ -76,6 +81,7 @@ func (e *Engine) Run(ctx context.Context, h Hooks) error {
 	}
 	e.log.Info("shutting down: releasing every lock", "drained", time.Since(start).Round(time.Millisecond))
 	e.coord.Shutdown()
+	e.elect.Shutdown()
 	// Neither the state file's journal of the locks that just ended nor
 	// the watch of their deletes is of use now; with many locks, either
 	// would compete with the revokes for CPU.

@@ -8,8 +8,8 @@ import (
 // Holder is the record stored as the value of a contender key. Other
 // sidecars read it to tell a refused caller who holds the lock, and the
 // mirror copies it into the Lock resource. A contender written by another
-// client (etcdctl lock) has an empty value, decoded as a Holder with only
-// Foreign set.
+// client (etcdctl lock, etcdctl elect) has a value of its own, decoded as a
+// Holder with only Foreign and Value set.
 type Holder struct {
 	// Owner is the caller's execution id.
 	Owner string `json:"owner"`
@@ -34,6 +34,11 @@ type Holder struct {
 	// Hold marks a contender of a hold stream (or baton run): a restarted
 	// sidecar does not keep its lock, since its connection died.
 	Hold bool `json:"hold,omitempty"`
+	// Value is what a candidate of an election announces as leader (an
+	// address, a name), at most MaxValue bytes; for a contender written by
+	// another client, the whole value of its key (what `etcdctl elect`
+	// campaigns with).
+	Value string `json:"value,omitempty"`
 
 	// Foreign is true for a contender whose value is not a Baton record,
 	// such as one written by `etcdctl lock`.
@@ -51,10 +56,13 @@ func (h Holder) Encode() string {
 func DecodeHolder(v []byte) Holder {
 	var h Holder
 	if len(v) == 0 || json.Unmarshal(v, &h) != nil || h.Owner == "" {
-		return Holder{Foreign: true}
+		return Holder{Foreign: true, Value: string(v)}
 	}
 	return h
 }
+
+// MaxValue bounds the value a candidate of an election announces.
+const MaxValue = 4096
 
 // Callers is how many callers the contender stands for: its own and those
 // its sidecar queues behind it. The callers waiting for a lock are the sum

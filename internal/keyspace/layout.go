@@ -6,24 +6,65 @@ import (
 	"strings"
 )
 
-// Layout builds the etcd keys of one scope.
+// Layout builds the etcd keys of one scope, in one of its spaces: its
+// locks, or its elections.
 type Layout struct {
 	scope string
-	base  string // Root + scope + "/locks/"
+	space Space
+	base  string // Root + scope + "/locks/" (or "/elections/")
+	delay string // Root + scope + "/delay/" (or "/election-delay/")
 }
 
-// NewLayout returns the layout of scope, which must pass ValidateScope.
+// Space is a scope's set of lines of one kind: its locks, or its
+// elections. A lock and an election of the same name are two lines, each
+// with its own keys.
+type Space uint8
+
+// The spaces of a scope.
+const (
+	// Locks are the scope's locks, under /baton/v1/<scope>/locks/: the
+	// layout of etcd's concurrency.Mutex.
+	Locks Space = iota
+	// Elections are the scope's elections, under
+	// /baton/v1/<scope>/elections/: the layout of etcd's
+	// concurrency.Election, the leader being the candidate created first.
+	Elections
+)
+
+// String names the space as the API does: "locks" or "elections".
+func (s Space) String() string {
+	if s == Elections {
+		return "elections"
+	}
+	return "locks"
+}
+
+// NewLayout returns the layout of scope's locks; scope must pass
+// ValidateScope.
 func NewLayout(scope string) (Layout, error) {
 	if err := ValidateScope(scope); err != nil {
 		return Layout{}, err
 	}
-	return Layout{scope: scope, base: Root + scope + "/locks/"}, nil
+	return Layout{scope: scope, base: Root + scope + "/locks/", delay: Root + scope + "/delay/"}, nil
+}
+
+// In returns the layout of the same scope's space s.
+func (l Layout) In(s Space) Layout {
+	l.space = s
+	l.base, l.delay = Root+l.scope+"/locks/", Root+l.scope+"/delay/"
+	if s == Elections {
+		l.base, l.delay = Root+l.scope+"/elections/", Root+l.scope+"/election-delay/"
+	}
+	return l
 }
 
 // Scope returns the scope this layout belongs to.
 func (l Layout) Scope() string { return l.scope }
 
-// Base is the prefix of every contender key of the scope.
+// Space returns the space this layout builds the keys of.
+func (l Layout) Space() Space { return l.space }
+
+// Base is the prefix of every contender key of the scope's space.
 func (l Layout) Base() string { return l.base }
 
 // Policy is the key of the scope's lock policy: the rules of the
@@ -51,10 +92,11 @@ func (l Layout) OncePrefix() string { return Root + l.scope + "/once/" }
 // Delay is the key of lock k's lock-delay marker (Delay): written when a
 // holder that asked for a lock delay is granted, deleted when it lets go
 // cleanly, left behind when it is lost.
-func (l Layout) Delay(k Key) string { return Root + l.scope + "/delay/" + Escape(k.s) }
+func (l Layout) Delay(k Key) string { return l.delay + Escape(k.s) }
 
-// DelayPrefix is the prefix of every lock-delay marker of the scope.
-func (l Layout) DelayPrefix() string { return Root + l.scope + "/delay/" }
+// DelayPrefix is the prefix of every lock-delay marker of the scope's
+// space.
+func (l Layout) DelayPrefix() string { return l.delay }
 
 // DelayContenderKey is the contender key of a session that asks for lock
 // k with a lock delay: its ContenderKey with "-d", so that whoever queues
@@ -159,12 +201,15 @@ type Grant struct {
 
 // SidecarGrants are what the etcd role of the scope's sidecars must grant
 // when etcd's authentication is on: read and write on the scope's locks,
-// run-once records, lock-delay markers and fence floor, read only on its
-// policy, nothing else.
+// elections, run-once records, lock-delay markers and fence floor, read
+// only on its policy, nothing else.
 func (l Layout) SidecarGrants() []Grant {
-	once, delay := l.OncePrefix(), l.DelayPrefix()
-	return []Grant{{Key: l.base, RangeEnd: prefixEnd(l.base), Write: true}, {Key: once, RangeEnd: prefixEnd(once), Write: true},
-		{Key: delay, RangeEnd: prefixEnd(delay), Write: true}, {Key: l.Policy()}, {Key: l.Floor(), Write: true}}
+	locks, elections := l.In(Locks), l.In(Elections)
+	var gs []Grant
+	for _, p := range []string{locks.base, elections.base, l.OncePrefix(), locks.delay, elections.delay} {
+		gs = append(gs, Grant{Key: p, RangeEnd: prefixEnd(p), Write: true})
+	}
+	return append(gs, Grant{Key: l.Policy()}, Grant{Key: l.Floor(), Write: true})
 }
 
 // prefixEnd is the end of the range of keys that start with p: p with its

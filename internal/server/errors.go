@@ -183,6 +183,8 @@ func invalidCode(field string) string {
 		return lockapi.CodeInvalidWeight
 	case "lock_delay":
 		return lockapi.CodeInvalidLockDelay
+	case "value":
+		return lockapi.CodeInvalidValue
 	}
 	return lockapi.CodeInvalidRequest
 }

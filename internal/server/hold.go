@@ -70,9 +70,12 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	st := &stream{w: w, flusher: flusher, enc: json.NewEncoder(w)}
 	pos := coordinator.NewPosition()
 	req.Key, req.Hold, req.Position = k, true, pos
+	if !b.waitGiven && s.electionsServed() {
+		req.Wait = coordinator.WaitForever // a campaign lasts as long as it takes
+	}
 	res := make(chan acquired, 1)
 	go func() {
-		g, err := s.locks.Acquire(ctx, req)
+		g, err := s.co.Acquire(ctx, req)
 		res <- acquired{g, err}
 	}()
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
@@ -105,13 +108,13 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	if !ok {
 		// The sidecar began to shut down while the grant was in flight:
 		// nobody heard of it, so nothing was started under it.
-		s.locks.Keep(context.Background(), g).Release("the sidecar is shutting down")
+		s.co.Keep(context.Background(), g).Release("the sidecar is shutting down")
 		s.holdFailed(w, r, st, k, fmt.Errorf("acquire %q: %w: shutting down", k.String(), coordinator.ErrUnavailable))
 		return
 	}
 	defer s.drain.leave()
 	if err := st.send(grantEvent(g)); err != nil || ctx.Err() != nil {
-		s.locks.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
+		s.co.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
 		return
 	}
 	s.log.Debug("hold stream granted", "lock", k.String(), "owner", g.Owner, "fence", g.Fence)
@@ -128,7 +131,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordinator.Grant, tick *time.Ticker, draining <-chan struct{}) {
 	ctx, gone := context.WithCancelCause(ctx)
 	defer gone(nil)
-	hold := s.locks.Keep(ctx, g)
+	hold := s.co.Keep(ctx, g)
 	renewed := g.Renewed()
 	beat := func() {
 		now := time.Now()
@@ -188,5 +191,5 @@ func grantEvent(g coordinator.Grant) lockapi.Event {
 	now := time.Now()
 	return lockapi.Event{Event: lockapi.EventGranted, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence,
 		AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), MaxHoldAt: g.MaxHoldAt.UTC(), ValidFor: g.ValidFor(now).Seconds(),
-		LeaseTTL: g.LeaseTTL().Seconds(), At: now.UTC()}
+		LeaseTTL: g.LeaseTTL().Seconds(), Value: g.Value, At: now.UTC()}
 }

@@ -26,8 +26,15 @@ type holdStream struct {
 
 func (a *api) openHold(key, body string) *holdStream {
 	a.t.Helper()
+	return a.openStream("/v1/locks/"+key+":hold", body)
+}
+
+// openStream POSTs body to path and returns its stream of events: a hold's,
+// a campaign's.
+func (a *api) openStream(path, body string) *holdStream {
+	a.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", "http://baton/v1/locks/"+key+":hold", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://baton"+path, strings.NewReader(body))
 	client := &http.Client{Transport: a.client.Transport} // no overall timeout: streams are long
 	resp, err := client.Do(req)
 	if err != nil {

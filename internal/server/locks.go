@@ -64,7 +64,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 	}
 	req := b.AcquireRequest
 	req.Key, req.Caller = k, callerOf(r.Context())
-	g, err := s.locks.Acquire(r.Context(), req)
+	g, err := s.co.Acquire(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -76,7 +76,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 	if r.Context().Err() != nil || deliverJSON(w, http.StatusOK, grantOf(g)) != nil {
 		// The caller hung up (a client time-out) before it could learn of
 		// the grant: nobody would release the lock before its ttl.
-		s.locks.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
+		s.co.Keep(context.Background(), g).Release("the caller hung up before the grant reached it")
 	}
 }
 
@@ -100,7 +100,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight, lock_delay or once: the lock keeps what it was granted with"))
 		return
 	}
-	g, err := s.locks.Extend(r.Context(), k, b.Owner, b.TTL)
+	g, err := s.co.Extend(r.Context(), k, b.Owner, b.TTL)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -132,7 +132,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		writeError(w, badRequest(lockapi.CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
 		return
 	}
-	rel, err := s.locks.Release(r.Context(), k, owner)
+	rel, err := s.co.Release(r.Context(), k, owner)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -165,7 +165,7 @@ func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, k keyspace
 	if by == "" {
 		by = "unnamed"
 	}
-	f, err := s.locks.ForceRelease(r.Context(), k, fence, s.byWhom(r.Context(), by))
+	f, err := s.co.ForceRelease(r.Context(), k, fence, s.byWhom(r.Context(), by))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -179,7 +179,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		writeError(w, err)
 		return
 	}
-	st, err := s.locks.Status(r.Context(), k)
+	st, err := s.co.Status(r.Context(), k)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -197,7 +197,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	locks, truncated, err := s.locks.List(r.Context(), q.Get("prefix"))
+	locks, truncated, err := s.co.List(r.Context(), q.Get("prefix"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

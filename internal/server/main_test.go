@@ -51,7 +51,7 @@ func newAPI(t testing.TB, pod string, mods ...func(*engine.Config, *Config)) *ap
 			m(c, &scfg)
 		}
 	})
-	srv, err := New(scfg, e.Coord, e.Log)
+	srv, err := New(scfg, e.Coord, e.Log, WithElections(e.Elect))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +69,7 @@ func newAPI(t testing.TB, pod string, mods ...func(*engine.Config, *Config)) *ap
 	go func() { Serve(ctx, srv.HTTPServer(srv.Handler()), l, time.Second); close(done) }()
 	t.Cleanup(func() {
 		e.Coord.Shutdown() // first, as baton serve does: hold streams end at once
+		e.Elect.Shutdown()
 		cancel()
 		<-done
 		os.RemoveAll(dir)

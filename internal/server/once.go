@@ -51,7 +51,7 @@ func (s *Server) done(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 			writeError(w, err)
 			return
 		}
-		run, found, err := s.locks.LastRun(r.Context(), k)
+		run, found, err := s.co.LastRun(r.Context(), k)
 		switch {
 		case err != nil:
 			s.fail(w, r, err)
@@ -72,7 +72,7 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 		writeError(w, err)
 		return
 	}
-	run, err := s.locks.Finish(r.Context(), k, d.Owner, d.OK, d.Result)
+	run, err := s.co.Finish(r.Context(), k, d.Owner, d.OK, d.Result)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -115,6 +115,21 @@ func TestOpenAPI(t *testing.T) {
 				return strings.Contains(raw, `"queued_here":[{"owner":"q3"`) && strings.Contains(raw, `"process":{"pid":`)
 			})
 		}},
+		{op: "campaign", method: "POST", path: "/v1/elections/oa/e:campaign", body: `{"owner":"c1","value":"10.0.0.1"}`, status: 200},
+		{op: "campaign", method: "POST", path: "/v1/elections/oa/e:campaign", body: `{"owner":"c2","wait":0}`, status: 409, via: b},
+		{op: "campaign", method: "POST", path: "/v1/elections/oa/e:campaign", body: `{"limit":2}`, status: 400},
+		{op: "getElection", method: "GET", path: "/v1/elections/oa/e", status: 200, via: b},
+		{op: "listElections", method: "GET", path: "/v1/elections?prefix=oa/", status: 200},
+		{op: "observeElection", method: "GET", path: "/v1/elections/oa/e:observe", status: 200, via: b},
+		{op: "observeElections", method: "GET", path: "/v1/elections:observe?prefix=oa/", status: 200},
+		{op: "proclaim", method: "POST", path: "/v1/elections/oa/p:proclaim", body: `{"owner":"p1","value":"v2"}`, status: 200, before: func() {
+			a.openStream("/v1/elections/oa/p:campaign", `{"owner":"p1","value":"v1"}`).next()
+		}},
+		{op: "proclaim", method: "POST", path: "/v1/elections/oa/p:proclaim", body: `{"owner":"p2","value":"v2"}`, status: 403},
+		{op: "proclaim", method: "POST", path: "/v1/elections/oa/free:proclaim", body: `{"owner":"p1","value":"v"}`, status: 404},
+		{op: "proclaim", method: "POST", path: "/v1/elections/oa/p:proclaim", body: `{"owner":"p1","value":5}`, status: 400},
+		{op: "resignElection", method: "DELETE", path: "/v1/elections/oa/p?owner=p1", status: 200},
+		{op: "resignElection", method: "DELETE", path: "/v1/elections/oa/p?owner=p1", status: 404},
 		{op: "getOpenAPI", method: "GET", path: "/v1/openapi.json", status: 200},
 		{op: "healthz", method: "GET", path: "/healthz", status: 200},
 		{op: "readyz", method: "GET", path: "/readyz", status: 200},
@@ -211,7 +226,8 @@ func (d openAPIDoc) operation(t *testing.T, method, path string) openAPIOp {
 	t.Helper()
 	path, _, _ = strings.Cut(path, "?")
 	for tmpl, methods := range d.Paths {
-		re := regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(tmpl), `\{key\}`, `[^:]+`) + "$")
+		pattern := strings.NewReplacer(`\{key\}`, `[^:]+`, `\{name\}`, `[^:]+`).Replace(regexp.QuoteMeta(tmpl))
+		re := regexp.MustCompile("^" + pattern + "$")
 		raw, ok := methods[strings.ToLower(method)]
 		if !ok || !re.MatchString(path) {
 			continue

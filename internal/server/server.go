@@ -59,13 +59,16 @@ func (c Config) Validate() error {
 
 // Server serves the socket API.
 type Server struct {
-	cfg    Config
-	locks  *coordinator.Coordinator
-	log    *slog.Logger
-	caller Caller // for the audit log (WithAudit)
-	audit  Audit
-	drain  *drain // the hold streams a shutdown waits for (Drain)
-	procs  *procs // the local callers' processes, for a status
+	cfg Config
+	// co serves the lines: the scope's locks, or, in the server of the
+	// elections' routes (elections), its elections.
+	co        *coordinator.Coordinator
+	elections *Server // the same server on the coordinator of elections (WithElections); nil without
+	log       *slog.Logger
+	caller    Caller // for the audit log (WithAudit)
+	audit     Audit
+	drain     *drain // the hold streams a shutdown waits for (Drain)
+	procs     *procs // the local callers' processes, for a status
 }
 
 // New returns a Server for locks.
@@ -73,11 +76,22 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger, opts ...O
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, locks: locks, log: log, audit: nopAudit{}, drain: newDrain(), procs: newProcs("/proc")}
+	s := &Server{cfg: cfg, co: locks, log: log, audit: nopAudit{}, drain: newDrain(), procs: newProcs("/proc")}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.elections != nil {
+		es := *s // the same options, drain and process reader
+		es.co, es.elections = s.elections.co, nil
+		s.elections = &es
+	}
 	return s, nil
+}
+
+// WithElections serves the scope's elections, from co (a coordinator of
+// keyspace.Elections), under /v1/elections.
+func WithElections(co *coordinator.Coordinator) Option {
+	return func(s *Server) { s.elections = &Server{co: co} }
 }
 
 // Handler returns the whole socket API. It routes by hand rather than
@@ -87,6 +101,10 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/locks/"); ok {
 			s.lock(w, r, rest)
+			return
+		}
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/elections"); ok {
+			s.electionRoutes(w, r, rest)
 			return
 		}
 		switch r.URL.Path {
@@ -122,7 +140,7 @@ func (s *Server) Starting(h http.Handler, open <-chan struct{}, wait time.Durati
 		case <-r.Context().Done():
 		case <-t.C:
 			why := "it is taking over the locks of the process before it"
-			if err := s.locks.Ready(); err != nil {
+			if err := s.co.Ready(); err != nil {
 				why += ": " + err.Error()
 			}
 			writeError(w, fmt.Errorf("%w: the sidecar is starting; %s", coordinator.ErrUnavailable, why))
@@ -153,7 +171,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/healthz":
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	default:
-		if err := s.locks.Ready(); err != nil {
+		if err := s.co.Ready(); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -28,7 +28,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 		writeError(w, err)
 		return
 	}
-	events, err := s.locks.Observe(r.Context(), k, q.Get("prefix"))
+	events, err := s.co.Observe(r.Context(), k, q.Get("prefix"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -46,6 +46,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	var rev int64
+	var leaders map[string]int64 // an election's newest leader told, by name
+	if s.electionsServed() {
+		leaders = map[string]int64{}
+	}
 	for {
 		select {
 		case <-r.Context().Done():
@@ -59,11 +63,31 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 				return
 			}
 			rev = ev.Rev
+			if olderLeader(leaders, ev) {
+				continue
+			}
 			if !send(watchEventOf(ev)) {
 				return
 			}
 		}
 	}
+}
+
+// olderLeader says whether ev shows an election led by a leader older than
+// one told before on the stream, and notes its leader otherwise (leaders
+// is nil for locks). Fences grow along etcd's history, so only an etcd
+// restored from an older snapshot brings an older leader back: an observer
+// is never told of it, but of the next leader, which is newer.
+func olderLeader(leaders map[string]int64, ev coordinator.LockEvent) bool {
+	if leaders == nil || !ev.Status.Held {
+		return false
+	}
+	name := ev.Key.String()
+	if ev.Status.Fence < leaders[name] {
+		return true
+	}
+	leaders[name] = ev.Status.Fence
+	return false
 }
 
 // watchEventOf is ev as the stream shows it.

@@ -26,6 +26,9 @@ type acquireBody struct {
 	// claimed says that a mode, limit or weight was given (extend takes
 	// none).
 	claimed bool
+	// waitGiven says that wait was given: a campaign without it waits
+	// as long as it takes.
+	waitGiven bool
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -39,12 +42,12 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if err != nil || t == nil {
 		return acquireBody{}, err
 	}
-	var raw [11]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight, once, if_done, if_failed, lock_delay
+	var raw [12]json.RawMessage // owner, ttl, wait, max_hold, mode, limit, weight, once, if_done, if_failed, lock_delay, value
 	err = members(t, func(name string, value []byte) error {
 		i := bodyField(name)
 		switch {
 		case i < 0:
-			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed and (on :hold) max_hold", name))
+			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("unknown field %q; the fields are owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed, (on :hold and :campaign) max_hold and (on an election) value", name))
 		case raw[i] != nil:
 			return badRequest(lockapi.CodeInvalidRequest, fmt.Sprintf("the field %q appears more than once: give it once", name))
 		}
@@ -68,6 +71,7 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 		// something else than the default.
 		return acquireBody{}, badRequest(lockapi.CodeInvalidTTL, "ttl 0 holds nothing: give at least 1s, or leave ttl out for the sidecar's default")
 	}
+	b.waitGiven = given(raw[2])
 	if string(raw[2]) == `"`+lockapi.WaitForever+`"` {
 		b.Wait = coordinator.WaitForever
 	} else if b.Wait, err = parseDuration("wait", raw[2]); err != nil {
@@ -87,6 +91,9 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	}
 	if b.LockDelay, err = parseDuration("lock_delay", raw[10]); err != nil {
 		return acquireBody{}, err
+	}
+	if given(raw[11]) && json.Unmarshal(raw[11], &b.Value) != nil {
+		return acquireBody{}, badRequest(lockapi.CodeInvalidValue, fmt.Sprintf("value must be a string, not %s", clip(raw[11])))
 	}
 	return b, nil
 }
@@ -204,6 +211,8 @@ func bodyField(name string) int {
 		return 9
 	case "lock_delay":
 		return 10
+	case "value":
+		return 11
 	}
 	return -1
 }
@@ -257,14 +266,14 @@ func clip(b []byte) string {
 func holderOf(h keyspace.Holder) *lockapi.Holder {
 	return &lockapi.Holder{
 		Owner: h.Owner, Pod: h.Pod, Namespace: h.Namespace, Node: h.Node, Cluster: h.Cluster,
-		AcquiredAt: h.AcquiredAt.UTC(), ExpiresAt: h.ExpiresAt.UTC(), Foreign: h.Foreign,
+		AcquiredAt: h.AcquiredAt.UTC(), ExpiresAt: h.ExpiresAt.UTC(), Foreign: h.Foreign, Value: h.Value,
 		Mode: string(h.Mode), Weight: h.Units(),
 	}
 }
 
 func grantOf(g coordinator.Grant) lockapi.Grant {
 	return lockapi.Grant{Granted: true, Key: g.Key.String(), Owner: g.Owner, Fence: g.Fence, AcquiredAt: g.AcquiredAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(),
-		Mode: string(g.Claim.Mode), Limit: g.Claim.Limit, Weight: g.Claim.Units()}
+		Mode: string(g.Claim.Mode), Limit: g.Claim.Limit, Weight: g.Claim.Units(), Value: g.Value}
 }
 
 // statusOf is s as answers show it; proc, when not nil, shows its local

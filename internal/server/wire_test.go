@@ -18,9 +18,10 @@ func TestDecodeBody(t *testing.T) {
 	}{
 		{``, acquireBody{}},
 		{`{}`, acquireBody{}},
-		{`{"owner":"o","ttl":"5m","wait":"30s"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "o", TTL: 5 * time.Minute, Wait: 30 * time.Second}}},
-		{`{"ttl":90,"wait":0.5}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: 90 * time.Second, Wait: 500 * time.Millisecond}}},
-		{`{"wait":0}`, acquireBody{}},
+		{`{"owner":"o","ttl":"5m","wait":"30s"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "o", TTL: 5 * time.Minute, Wait: 30 * time.Second}, waitGiven: true}},
+		{`{"ttl":90,"wait":0.5}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: 90 * time.Second, Wait: 500 * time.Millisecond}, waitGiven: true}},
+		{`{"wait":0}`, acquireBody{waitGiven: true}},
+		{`{"wait":null,"value":"10.0.0.1"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Value: "10.0.0.1"}}},
 		{`{"owner":null,"ttl":null}`, acquireBody{}},
 		{" \n{\"owner\":\"x\"}\n", acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "x"}}},
 		{`{"ttl":"1m","max_hold":"2h"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: time.Minute, MaxHold: 2 * time.Hour}}},
@@ -47,7 +48,7 @@ func TestDecodeBodyNamesUnknownFields(t *testing.T) {
 	for in, name := range map[string]string{`{"owner":"a","tll":"5m"}`: `"tll"`, `{"OWNER":"a"}`: `"OWNER"`, `{"x":{"owner":"a"}}`: `"x"`} {
 		_, err := decodeBody(strings.NewReader(in))
 		var ae *apiError
-		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed and (on :hold) max_hold") {
+		if !errors.As(err, &ae) || ae.code != lockapi.CodeInvalidRequest || !strings.Contains(ae.msg, "unknown field "+name) || !strings.Contains(ae.msg, "owner, ttl, wait, mode, limit, weight, lock_delay, once, if_done, if_failed, (on :hold and :campaign) max_hold and (on an election) value") {
 			t.Errorf("decodeBody(%s) = %v, want a 400 naming the field %s and the known ones", in, err, name)
 		}
 	}

@@ -57,6 +57,7 @@ const (
 	CodeInvalidLimit     = "invalid_limit"
 	CodeInvalidWeight    = "invalid_weight"
 	CodeInvalidLockDelay = "invalid_lock_delay"
+	CodeInvalidValue     = "invalid_value"
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidRequest   = "invalid_request"
 	CodeBodyTooLarge     = "body_too_large"
@@ -79,12 +80,15 @@ const (
 
 // Events of a watch, one JSON object a line.
 const (
-	WatchState     = "state"     // a lock's status when the watch starts (lock)
-	WatchSynced    = "synced"    // the states above are etcd's at revision; changes follow
-	WatchGranted   = "granted"   // a contender became a holder (fence, holder)
-	WatchReleased  = "released"  // a holder's key was deleted by its owner or by force
-	WatchExpired   = "expired"   // a holder's key was deleted at its deadline
-	WatchLost      = "lost"      // a holder's key went with its sidecar's lease
-	WatchQueued    = "queued"    // the number of waiters changed (lock.waiters)
-	WatchHeartbeat = "heartbeat" // the stream is alive
+	WatchState    = "state"    // a lock's status when the watch starts (lock)
+	WatchSynced   = "synced"   // the states above are etcd's at revision; changes follow
+	WatchGranted  = "granted"  // a contender became a holder (fence, holder)
+	WatchReleased = "released" // a holder's key was deleted by its owner or by force
+	WatchExpired  = "expired"  // a holder's key was deleted at its deadline
+	WatchLost     = "lost"     // a holder's key went with its sidecar's lease
+	WatchQueued   = "queued"   // the number of waiters changed (lock.waiters)
+	// WatchProclaimed: an election's leader announced a new value
+	// (holder.value), its fence the same.
+	WatchProclaimed = "proclaimed"
+	WatchHeartbeat  = "heartbeat" // the stream is alive
 )

@@ -39,6 +39,9 @@ type Request struct {
 	Once     bool   `json:"once,omitempty"`
 	IfDone   string `json:"if_done,omitempty"`
 	IfFailed string `json:"if_failed,omitempty"`
+	// Value is what a candidate of an election announces once leader
+	// (POST /v1/elections/NAME:campaign and :proclaim), at most 4 KiB.
+	Value string `json:"value,omitempty"`
 }
 
 // Done is the body of POST /v1/locks/KEY:done: the outcome of a run-once
@@ -76,8 +79,12 @@ type Holder struct {
 	Cluster    string    `json:"cluster,omitempty"`
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
-	// Foreign marks a holder that is not Baton (etcdctl lock).
+	// Foreign marks a holder that is not Baton (etcdctl lock, etcdctl
+	// elect).
 	Foreign bool `json:"foreign,omitempty"`
+	// Value is what an election's leader announces: its campaign's or its
+	// last proclaim's value; a foreign leader's whole value in etcd.
+	Value string `json:"value,omitempty"`
 	// Mode is "read" for a reader; Weight the units a semaphore's holder
 	// takes.
 	Mode   string `json:"mode,omitempty"`
@@ -132,6 +139,8 @@ type Grant struct {
 	Mode   string `json:"mode,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 	Weight int    `json:"weight,omitempty"`
+	// Value is what an election's leader announces (a proclaim's answer).
+	Value string `json:"value,omitempty"`
 }
 
 // Released answers a release (DELETE /v1/locks/KEY?owner=O).
@@ -228,10 +237,13 @@ type Event struct {
 	// lease, which it renews every third of it: how long the lock outlives
 	// the sidecar if it stops without releasing it.
 	LeaseTTL float64 `json:"lease_ttl_seconds,omitempty"`
-	Reason   string  `json:"reason,omitempty"`
-	Code     string  `json:"code,omitempty"`
-	Message  string  `json:"message,omitempty"`
-	Holder   *Holder `json:"holder,omitempty"`
+	// Value, on a campaign's granted event, is what the new leader
+	// announces.
+	Value   string  `json:"value,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+	Code    string  `json:"code,omitempty"`
+	Message string  `json:"message,omitempty"`
+	Holder  *Holder `json:"holder,omitempty"`
 	// Run is, on a run-once stream refused already_done, the last run.
 	Run *Run `json:"run,omitempty"`
 	// RetryAt is, on a stream refused lock_delayed, when the lock is free

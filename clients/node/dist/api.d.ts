@@ -8,7 +8,7 @@ export interface Done {
 /** A Go duration string ("30s", "5m") or a number of seconds. */
 export type Duration = string | number;
 export interface ErrorBody {
-    code: "already_running" | "wait_timeout" | "already_done" | "fence_mismatch" | "limit_mismatch" | "lock_delayed" | "not_held" | "not_owner" | "lock_lost" | "unavailable" | "etcd_permission_denied" | "etcd_rewound" | "etcd_no_space" | "etcd_corrupt" | "forbidden" | "too_many_waiters" | "invalid_key" | "invalid_owner" | "invalid_ttl" | "invalid_wait" | "invalid_max_hold" | "invalid_mode" | "invalid_limit" | "invalid_weight" | "invalid_lock_delay" | "invalid_json" | "invalid_request" | "body_too_large" | "body_timeout" | "not_found" | "method_not_allowed" | "internal";
+    code: "already_running" | "wait_timeout" | "already_done" | "fence_mismatch" | "limit_mismatch" | "lock_delayed" | "not_held" | "not_owner" | "lock_lost" | "unavailable" | "etcd_permission_denied" | "etcd_rewound" | "etcd_no_space" | "etcd_corrupt" | "forbidden" | "too_many_waiters" | "invalid_key" | "invalid_owner" | "invalid_ttl" | "invalid_wait" | "invalid_max_hold" | "invalid_mode" | "invalid_limit" | "invalid_weight" | "invalid_lock_delay" | "invalid_value" | "invalid_json" | "invalid_request" | "body_too_large" | "body_timeout" | "not_found" | "method_not_allowed" | "internal";
     ended_at?: Time;
     fence?: number;
     granted?: false;
@@ -48,6 +48,8 @@ export interface Event {
     run?: Run;
     /** granted and heartbeat: how many seconds after at the lock cannot be granted to anyone else even if the sidecar stopped right after sending the line (froze, or lost etcd). A holder that hears nothing more must have stopped its work by then: silence past it is a loss. */
     valid_for_seconds?: number;
+    /** On a campaign's granted event: what the new leader announces. */
+    value?: string;
 }
 export interface Forced {
     fence: number;
@@ -68,6 +70,8 @@ export interface Grant {
     /** Granted as a reader. */
     mode?: "read";
     owner: string;
+    /** An election's leader: what it announces. */
+    value?: string;
     /** The units this grant holds. */
     weight?: number;
 }
@@ -89,6 +93,8 @@ export interface Holder {
     pod?: string;
     /** Its local process, when it holds or waits through the answering sidecar (a status of one lock only). */
     process?: Process;
+    /** An election's leader: what it announces (its campaign's or its last proclaim's value); a leader that is not Baton's, its whole value in etcd. */
+    value?: string;
     /** The units of a semaphore this holder has. */
     weight?: number;
 }
@@ -164,6 +170,8 @@ export interface Request {
     owner?: string;
     /** How long the lock may be held (default: the sidecar's). */
     ttl?: Duration;
+    /** Elections only: what the candidate announces once leader (an address, a name), at most 4 KiB of UTF-8. */
+    value?: string;
     /** How long to wait in line; absent or 0 tries once. A hold stream may wait longer than the sidecar's --max-wait, or forever. */
     wait?: Duration | "forever";
     /** The units of the semaphore taken (default 1, at most limit). */
@@ -227,7 +235,7 @@ export interface Waiter {
 /** One line of a watch. */
 export interface WatchEvent {
     at: Time;
-    event: "state" | "synced" | "granted" | "released" | "expired" | "lost" | "queued" | "heartbeat";
+    event: "state" | "synced" | "granted" | "released" | "expired" | "lost" | "queued" | "proclaimed" | "heartbeat";
     /** The fence of the holder the event is about. */
     fence?: number;
     holder?: Holder;
@@ -240,7 +248,7 @@ export interface WatchEvent {
     revision: number;
 }
 /** Every error code of the API: the code of a BatonError. */
-export declare const Codes: readonly ["already_running", "wait_timeout", "already_done", "fence_mismatch", "limit_mismatch", "lock_delayed", "not_held", "not_owner", "lock_lost", "unavailable", "etcd_permission_denied", "etcd_rewound", "etcd_no_space", "etcd_corrupt", "forbidden", "too_many_waiters", "invalid_key", "invalid_owner", "invalid_ttl", "invalid_wait", "invalid_max_hold", "invalid_mode", "invalid_limit", "invalid_weight", "invalid_lock_delay", "invalid_json", "invalid_request", "body_too_large", "body_timeout", "not_found", "method_not_allowed", "internal"];
+export declare const Codes: readonly ["already_running", "wait_timeout", "already_done", "fence_mismatch", "limit_mismatch", "lock_delayed", "not_held", "not_owner", "lock_lost", "unavailable", "etcd_permission_denied", "etcd_rewound", "etcd_no_space", "etcd_corrupt", "forbidden", "too_many_waiters", "invalid_key", "invalid_owner", "invalid_ttl", "invalid_wait", "invalid_max_hold", "invalid_mode", "invalid_limit", "invalid_weight", "invalid_lock_delay", "invalid_value", "invalid_json", "invalid_request", "body_too_large", "body_timeout", "not_found", "method_not_allowed", "internal"];
 /** The events of a hold stream. */
 export declare const HoldEvents: readonly ["queued", "granted", "heartbeat", "lost", "released", "refused", "error"];
 /** Why a held lock was lost, as a lost event says. */

@@ -27,6 +27,7 @@ export const Codes = [
     "invalid_limit",
     "invalid_weight",
     "invalid_lock_delay",
+    "invalid_value",
     "invalid_json",
     "invalid_request",
     "body_too_large",

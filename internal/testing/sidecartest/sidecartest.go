@@ -31,7 +31,9 @@ import (
 
 // Engine is one sidecar's lock engine, running until the test ends.
 type Engine struct {
-	Coord  *coordinator.Coordinator
+	Coord *coordinator.Coordinator
+	// Elect is the engine's coordinator of elections.
+	Elect  *coordinator.Coordinator
 	Client *clientv3.Client
 	// Calls counts the engine's etcd requests.
 	Calls *etcdtest.Counter
@@ -55,8 +57,9 @@ func Scope(t testing.TB) string {
 // Start starts an engine on s for pod, with a 2s lease, a 0.9s etcd
 // request timeout, no state file and the test's scope, all of which mod
 // may change. It returns once the engine is ready and has checked its etcd
-// permissions (one transaction at start, asked again while etcd does not
-// answer it), so that a test counting transactions counts its own.
+// permissions (one transaction at start for its locks and one for its
+// elections, asked again while etcd does not answer it), so that a test
+// counting transactions counts its own.
 func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*engine.Config)) *Engine {
 	t.Helper()
 	var calls *etcdtest.Counter
@@ -64,7 +67,8 @@ func Start(t testing.TB, s *etcdtest.Server, pod string, mod func(*engine.Config
 		var cli *clientv3.Client
 		cli, calls = s.Client(t, opts...)
 		return cli, nil
-	}, pod, mod, func() bool { return calls.TxnsDone() > 0 })
+	}, pod, mod, func() bool { return calls.TxnsDone() > 1 }) // the locks' and the elections'
+
 	e.Calls = calls
 	return e
 }
@@ -107,13 +111,13 @@ func start(t testing.TB, dial engine.Dial, pod string, mod func(*engine.Config),
 		eng.Close()
 	})
 	deadline := time.Now().Add(10 * time.Second)
-	for eng.Coordinator().Ready() != nil || !checked() {
+	for eng.Coordinator().Ready() != nil || eng.Elections().Ready() != nil || !checked() {
 		if time.Now().After(deadline) {
 			t.Fatal("sidecar not ready")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &Engine{Coord: eng.Coordinator(), Client: eng.Client(), Log: log, Registry: reg, Kill: func() { cut.Store(true) }}
+	return &Engine{Coord: eng.Coordinator(), Elect: eng.Elections(), Client: eng.Client(), Log: log, Registry: reg, Kill: func() { cut.Store(true) }}
 }
 
 // Operators writes the policy that docs/security.md shows for a sidecar
