@@ -49,10 +49,25 @@ type Stream struct {
 	validUntil time.Time
 }
 
+// space is where a kind of line is in the API: its path, and the verb of
+// its stream.
+type space struct{ path, stream string }
+
+// The spaces of the API.
+var (
+	locks     = space{path: "/v1/locks/", stream: ":hold"}
+	elections = space{path: "/v1/elections/", stream: ":campaign"}
+)
+
 // Hold opens a hold stream for key. A refusal before any event (the lock is
 // held and no wait was asked) is a *lockapi.Error.
 func (c *Client) Hold(ctx context.Context, key string, req lockapi.Request) (*Stream, error) {
-	body, dec, cancel, err := c.open(ctx, http.MethodPost, "/v1/locks/"+key+":hold", req)
+	return c.streamOf(ctx, locks, key, req)
+}
+
+// streamOf opens the stream of a line of sp: a hold, a campaign.
+func (c *Client) streamOf(ctx context.Context, sp space, name string, req lockapi.Request) (*Stream, error) {
+	body, dec, cancel, err := c.open(ctx, http.MethodPost, sp.path+name+sp.stream, req)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +82,11 @@ func (c *Client) Hold(ctx context.Context, key string, req lockapi.Request) (*St
 // its command, so that its lock outlives baton run until the command's
 // processes are gone.
 func (c *Client) HoldOnConn(ctx context.Context, key string, req lockapi.Request) (*Stream, *os.File, error) {
+	return c.streamOnConn(ctx, locks, key, req)
+}
+
+// streamOnConn is streamOf on a connection of its own (HoldOnConn).
+func (c *Client) streamOnConn(ctx context.Context, sp space, name string, req lockapi.Request) (*Stream, *os.File, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", c.socket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach the Baton sidecar at %s: %w", c.socket, err)
@@ -86,7 +106,7 @@ func (c *Client) HoldOnConn(ctx context.Context, key string, req lockapi.Request
 			return conn, nil
 		},
 	}}}
-	st, err := one.Hold(ctx, key, req)
+	st, err := one.streamOf(ctx, sp, name, req)
 	if err != nil {
 		f.Close()
 		conn.Close()
@@ -186,8 +206,14 @@ func (c *Client) Finish(ctx context.Context, key string, d lockapi.Done) (lockap
 
 // Release releases owner's lock of key.
 func (c *Client) Release(ctx context.Context, key, owner string) (lockapi.Released, error) {
+	return c.release(ctx, locks, key, owner)
+}
+
+// release lets go of owner's line name of sp: a lock's release, an
+// election's resignation.
+func (c *Client) release(ctx context.Context, sp space, name, owner string) (lockapi.Released, error) {
 	var r lockapi.Released
-	err := c.call(ctx, http.MethodDelete, "/v1/locks/"+key+"?owner="+url.QueryEscape(owner), &r)
+	err := c.call(ctx, http.MethodDelete, sp.path+name+"?owner="+url.QueryEscape(owner), &r)
 	return r, err
 }
 

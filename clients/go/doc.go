@@ -14,5 +14,9 @@
 // that around a function. Pass Lock.Fence to whatever the work writes, so
 // that it refuses a paused holder's late write (docs/fencing.md).
 //
+// Client.Lead campaigns in an election and gives a Lock of the
+// leadership, whose context ends when it may have ended; Leader, Observe,
+// Proclaim and Resign are the rest of an election's API.
+//
 // SocketPath finds the socket as the baton command does.
 package baton

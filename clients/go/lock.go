@@ -53,6 +53,7 @@ func (e *LostError) Error() string {
 // from any goroutine.
 type Lock struct {
 	client *Client
+	space  space // the lock's, or an election's for a leadership (Client.Lead)
 	stream *Stream
 	grant  lockapi.Event
 	ctx    context.Context
@@ -77,6 +78,11 @@ type Lock struct {
 // with its status. If ctx ends while waiting, the wait is withdrawn and
 // ctx's cause returned.
 func (c *Client) Lock(ctx context.Context, key string, req lockapi.Request) (*Lock, error) {
+	return c.lockOf(ctx, locks, key, req)
+}
+
+// lockOf is Lock of a line of sp: a lock, or an election (Lead).
+func (c *Client) lockOf(ctx context.Context, sp space, key string, req lockapi.Request) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -85,7 +91,7 @@ func (c *Client) Lock(ctx context.Context, key string, req lockapi.Request) (*Lo
 	hctx, hangUp := context.WithCancel(context.WithoutCancel(ctx))
 	stopWaiting := context.AfterFunc(ctx, hangUp)
 	defer stopWaiting()
-	st, err := c.Hold(hctx, key, req)
+	st, err := c.streamOf(hctx, sp, key, req)
 	if err != nil {
 		hangUp()
 		if ctx.Err() != nil {
@@ -110,12 +116,12 @@ func (c *Client) Lock(ctx context.Context, key string, req lockapi.Request) (*Lo
 		}
 		if !stopWaiting() { // ctx ended at the grant: release, then hang up
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_, _ = c.Release(rctx, key, ev.Owner)
+			_, _ = c.release(rctx, sp, key, ev.Owner)
 			cancel()
 			st.Close()
 			return nil, context.Cause(ctx)
 		}
-		l := &Lock{client: c, stream: st, grant: ev, ended: make(chan struct{}), stop: make(chan struct{})}
+		l := &Lock{client: c, space: sp, stream: st, grant: ev, ended: make(chan struct{}), stop: make(chan struct{})}
 		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 		go l.run(ctx)
 		return l, nil
@@ -248,7 +254,7 @@ func (l *Lock) Release(ctx context.Context) (lockapi.Released, error) {
 		default:
 		}
 		l.cancel(ErrReleased)
-		l.released, l.releaseErr = l.client.Release(ctx, l.grant.Key, l.grant.Owner)
+		l.released, l.releaseErr = l.client.release(ctx, l.space, l.grant.Key, l.grant.Owner)
 	})
 	if l.releaseErr != nil {
 		return l.released, l.releaseErr

@@ -75,6 +75,7 @@ var docRunners = map[string]string{
 	"$ baton run --socket ./baton.sock --key payments/batch --lock-delay 30s":               "session",
 	"$ baton run --socket ./baton.sock --once migrate/v42 -- ./migrate.sh      # the first": "session",
 	"$ baton locks watch leader --socket ./baton.sock":                                      "session",
+	"$ baton elect scheduler --socket ./baton.sock":                                         "cmd/sidecar TestElectDoc",
 	"$ baton locks list --socket ./baton.sock":                                              "session",
 	`curl -s --unix-socket "$BATON_SOCKET" -X POST "http://baton/v1/locks/$KEY:extend"`:     "cmd/sidecar TestRunbookRenewsTheLock",
 	// docs/kubernetes.md's, on the test node (test/node's docShell runs

@@ -219,3 +219,79 @@ func revokeHolderLease(t *testing.T, cli *clientv3.Client, scope, key string) {
 		t.Error(err)
 	}
 }
+
+// TestGoClientElection: the Go client's elections, as an app uses them:
+// Lead elects the first candidate with its value, a second waits as
+// long as it takes; Leader and Observe tell the leader from either
+// sidecar; Proclaim changes its value; releasing the leadership resigns,
+// and the second leads with a larger fence, its context live.
+func TestGoClientElection(t *testing.T) {
+	a, b, _ := goClientSidecars(t, "goclient-election")
+	ctx := context.Background()
+	one, err := a.Lead(ctx, "scheduler", lockapi.Request{Owner: "replica-1", Value: "10.0.0.1:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Grant().Value != "10.0.0.1:8080" || one.Err() != nil {
+		t.Fatalf("elected %+v, err %v", one.Grant(), one.Err())
+	}
+	w, err := b.Observe(ctx, "scheduler", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	next := func(want string) lockapi.WatchEvent {
+		t.Helper()
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				t.Fatalf("observing: %v", err)
+			}
+			if ev.Event == want {
+				return ev
+			}
+		}
+	}
+	if ev := next(lockapi.WatchState); ev.Lock.Holder == nil || ev.Lock.Holder.Value != "10.0.0.1:8080" {
+		t.Fatalf("the observer's first line %+v", ev)
+	}
+	type led struct {
+		l   *baton.Lock
+		err error
+	}
+	second := make(chan led, 1)
+	go func() {
+		l, err := b.Lead(ctx, "scheduler", lockapi.Request{Owner: "replica-2", Value: "10.0.0.2:8080"})
+		second <- led{l, err}
+	}()
+	waitUntil(t, 10*time.Second, "the second candidate waiting", func() bool {
+		st, err := a.Leader(ctx, "scheduler")
+		return err == nil && st.Waiters == 1
+	})
+	if g, err := a.Proclaim(ctx, "scheduler", "replica-1", "10.0.0.1:9090"); err != nil || g.Value != "10.0.0.1:9090" || g.Fence != one.Fence() {
+		t.Fatalf("proclaim: %+v %v", g, err)
+	}
+	if ev := next(lockapi.WatchProclaimed); ev.Holder.Value != "10.0.0.1:9090" {
+		t.Fatalf("the observer heard %+v", ev)
+	}
+	if _, err := b.Proclaim(ctx, "scheduler", "replica-2", "me"); err == nil {
+		t.Fatal("a candidate that does not lead proclaimed")
+	}
+	if _, err := one.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := <-second
+	if s.err != nil || s.l.Fence() <= one.Fence() || s.l.Err() != nil {
+		t.Fatalf("the second candidate: %v, fence %d after %d", s.err, s.l.Fence(), one.Fence())
+	}
+	if st, err := b.Leader(ctx, "scheduler"); err != nil || st.Holder == nil || st.Holder.Owner != "replica-2" {
+		t.Fatalf("the leader after the hand-over: %+v %v", st, err)
+	}
+	if _, err := b.Resign(ctx, "scheduler", "replica-2"); err != nil {
+		t.Fatal(err)
+	}
+	<-s.l.Done()
+	if !errors.Is(s.l.Err(), baton.ErrReleased) {
+		t.Errorf("after its resignation the leader's context says %v", s.l.Err())
+	}
+}

@@ -54,7 +54,7 @@ for its own.)`,
 	root.SetErr(stderr)
 	root.SetContext(ctx)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newRunGuardCmd(stderr), newLocksCmd(getenv, stdout, stderr),
+	root.AddCommand(newServeCmd(getenv, stdout, stderr, setProcs), newRunCmd(getenv, stdout, stderr), newElectCmd(getenv, stdout, stderr), newRunGuardCmd(stderr), newLocksCmd(getenv, stdout, stderr),
 		newInstallCmd(stdout), newVersionCmd(stdout))
 	root.AddCommand(kubeCommands(getenv, stdout, stderr)...)
 	wrapArgs(root)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -37,6 +36,8 @@ type runOptions struct {
 	once      bool // --once KEY: key is the run-once key
 	ifDone    string
 	ifFailed  string
+	election  bool   // baton elect: key is the election's name
+	value     string // baton elect --value: what the leader announces
 }
 
 // runLong is `baton run --help`.
@@ -144,7 +145,11 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	// gives up the wait.
 	// The guard keeps the stream's connection too: killed, baton run
 	// leaves the lock held until the command's processes are gone.
-	stream, conn, err := c.HoldOnConn(context.WithoutCancel(ctx), o.key, o.request())
+	open := c.HoldOnConn
+	if o.election {
+		open = c.CampaignOnConn
+	}
+	stream, conn, err := open(context.WithoutCancel(ctx), o.key, o.request())
 	if err != nil {
 		return holdFailed(err, o)
 	}
@@ -163,8 +168,8 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	defer signal.Stop(sigs)
 	giveUp()
 	release := func(int) error {
-		if _, err := c.Release(context.Background(), o.key, granted.Owner); err != nil {
-			fmt.Fprintf(stderr, "baton: release %s: %v\n", o.key, err)
+		if _, err := o.letGo(context.Background(), c, granted.Owner); err != nil {
+			fmt.Fprintf(stderr, "baton: release %s: %v\n", o.what(), err)
 		}
 		return nil
 	}
@@ -178,7 +183,11 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 		return err
 	}
 
-	env := withEnv(os.Environ(), "BATON_KEY="+o.key, "BATON_OWNER="+granted.Owner,
+	named := "BATON_KEY="
+	if o.election {
+		named = "BATON_ELECTION="
+	}
+	env := withEnv(os.Environ(), named+o.key, "BATON_OWNER="+granted.Owner,
 		"BATON_FENCE="+strconv.FormatInt(granted.Fence, 10), "BATON_SOCKET="+o.socket)
 	finish := release
 	if o.once {
@@ -201,7 +210,7 @@ func runLocked(ctx context.Context, o runOptions, args []string, stdout, stderr 
 	letGo := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, _ = c.Release(ctx, o.key, granted.Owner)
+		_, _ = o.letGo(ctx, c, granted.Owner)
 	}
 	var stopAt time.Time
 	if o.shared() && !granted.MaxHoldAt.IsZero() {
@@ -249,12 +258,14 @@ func (o runOptions) checkClaim(cmd *cobra.Command) error {
 
 // request is the hold request o asks for.
 func (o runOptions) request() lockapi.Request {
-	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight, Once: o.once, IfDone: o.ifDone, IfFailed: o.ifFailed}
+	req := lockapi.Request{Owner: o.owner, Mode: o.mode, Limit: o.limit, Weight: o.weight, Once: o.once, IfDone: o.ifDone, IfFailed: o.ifFailed, Value: o.value}
 	switch {
 	case o.wait == waitForever:
 		req.Wait = lockapi.WaitForever
 	case o.wait > 0:
 		req.Wait = o.wait.String()
+	case o.election:
+		req.Wait = "0s" // a campaign without a wait would wait as long as it takes
 	}
 	if o.ttl > 0 {
 		req.TTL = o.ttl.String()
@@ -266,6 +277,31 @@ func (o runOptions) request() lockapi.Request {
 		req.LockDelay = d.String()
 	}
 	return req
+}
+
+// letGo releases the lock held as owner, or resigns the election.
+func (o runOptions) letGo(ctx context.Context, c *baton.Client, owner string) (lockapi.Released, error) {
+	if o.election {
+		return c.Resign(ctx, o.key, owner)
+	}
+	return c.Release(ctx, o.key, owner)
+}
+
+// command is the command o runs as: baton run, or baton elect.
+func (o runOptions) command() string {
+	if o.election {
+		return "baton elect"
+	}
+	return "baton run"
+}
+
+// what names what o holds, for messages: "lock K", or "the leadership of
+// election N".
+func (o runOptions) what() string {
+	if o.election {
+		return "the leadership of election " + o.key
+	}
+	return "lock " + o.key
 }
 
 // shared reports whether o asks for a reader's or a semaphore's share of
@@ -297,7 +333,7 @@ func awaitGrant(ctx context.Context, stream *baton.Stream, o runOptions, stderr 
 		}
 		switch ev.Event {
 		case lockapi.EventQueued:
-			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.key, ev.Position)
+			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.what(), ev.Position)
 		case lockapi.EventGranted:
 			return ev, nil
 		case lockapi.EventRefused, lockapi.EventError:
@@ -305,73 +341,3 @@ func awaitGrant(ctx context.Context, stream *baton.Stream, o runOptions, stderr 
 		}
 	}
 }
-
-// waitForever is --wait forever.
-const waitForever = time.Duration(math.MaxInt64)
-
-// waitValue is --wait: a duration, or forever.
-type waitValue time.Duration
-
-func (w *waitValue) String() string {
-	switch time.Duration(*w) {
-	case waitForever:
-		return "forever"
-	case 0:
-		return "0" // no default shown in help
-	}
-	return time.Duration(*w).String()
-}
-
-func (w *waitValue) Set(s string) error {
-	if s == "forever" {
-		*w = waitValue(waitForever)
-		return nil
-	}
-	d, err := parseSeconds(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 30s, 1h, or 30 for seconds) or forever", s)
-	}
-	*w = waitValue(d)
-	return nil
-}
-
-// secondsValue is a duration flag that, as the API does, also takes a
-// number of seconds: --ttl 90 is --ttl 90s.
-type secondsValue time.Duration
-
-// String is the value as help shows it: "0" when unset, so that pflag
-// shows no default for it.
-func (v *secondsValue) String() string {
-	if *v == 0 {
-		return "0"
-	}
-	return time.Duration(*v).String()
-}
-
-func (v *secondsValue) Set(s string) error {
-	d, err := parseSeconds(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 30s, 1h, or 30 for seconds)", s)
-	}
-	*v = secondsValue(d)
-	return nil
-}
-
-func (v *secondsValue) Type() string { return "duration" }
-
-// parseSeconds reads a Go duration ("1m30s") or a number of seconds ("90",
-// "0.5").
-func parseSeconds(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	// 2^63 ns is the first duration out of range; a float64 holds it
-	// exactly, so the comparison is exact.
-	if err != nil || math.IsNaN(f) || math.Abs(math.Round(f*float64(time.Second))) >= 0x1p63 {
-		return 0, fmt.Errorf("%q is not a duration", s)
-	}
-	return time.Duration(math.Round(f * float64(time.Second))), nil
-}
-
-func (w *waitValue) Type() string { return "duration" }

@@ -54,8 +54,8 @@ func refusal(ae *lockapi.Error, o runOptions) error {
 		return exitError{exitUnavailable, ae.Message + "; is --socket (BATON_SOCKET) a Baton sidecar's?"}
 	}
 	if ae.Code == lockapi.CodeInvalidLockDelay && !o.shared() && o.lockDelay < o.holdBack() {
-		return usageError{fmt.Errorf("--kill-grace %v: baton run holds a lock it ends other than by releasing it back from everyone for the kill grace plus 1s (a lock delay of %v), so that the command's processes are gone before the next holder starts, and the sidecar refuses that: %s; lower --kill-grace, or raise the sidecar's --max-lock-delay",
-			o.killGrace, o.holdBack(), ae.Message)}
+		return usageError{fmt.Errorf("--kill-grace %v: %s holds %s it ends other than by letting go back from everyone for the kill grace plus 1s (a lock delay of %v), so that the command's processes are gone before the next holder starts, and the sidecar refuses that: %s; lower --kill-grace, or raise the sidecar's --max-lock-delay",
+			o.killGrace, o.command(), o.what(), o.holdBack(), ae.Message)}
 	}
 	if ae.Status == 400 || strings.HasPrefix(ae.Code, "invalid_") {
 		return usageError{errors.New(ae.Message)}

@@ -51,7 +51,7 @@ func supervise(tree *guard.Tree, stream *baton.Stream, o runOptions, watch bool,
 		case s := <-sigs:
 			tree.Forward(s)
 		case l := <-lost:
-			fmt.Fprintf(stderr, "baton: lock %s lost: %s; stopping the command and every process it started\n", o.key, l.why)
+			fmt.Fprintf(stderr, "baton: %s lost: %s; stopping the command and every process it started\n", o.what(), l.why)
 			tree.Stop()
 			var e guard.Ending
 			select {
@@ -68,7 +68,7 @@ func supervise(tree *guard.Tree, stream *baton.Stream, o runOptions, watch bool,
 			if l.letGo {
 				letGo() // the tree is gone: no need for the lock delay
 			}
-			return exitError{exitLost, fmt.Sprintf("lock %s lost while the command ran: %s", o.key, l.why)}
+			return exitError{exitLost, fmt.Sprintf("%s lost while the command ran: %s", o.what(), l.why)}
 		}
 	}
 }
@@ -80,8 +80,8 @@ func report(e guard.Ending, o runOptions, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "baton: %s\n", e.Died)
 	}
 	if len(e.Left) > 0 {
-		return exitError{exitLost, fmt.Sprintf("%d process(es) of the command's could not be stopped (pids %v; in uninterruptible sleep, or another user's): the lock %s is not released but left to its lock delay",
-			len(e.Left), e.Left, o.key)}
+		return exitError{exitLost, fmt.Sprintf("%d process(es) of the command's could not be stopped (pids %v; in uninterruptible sleep, or another user's): %s is not released but left to its lock delay",
+			len(e.Left), e.Left, o.what())}
 	}
 	return nil
 }
@@ -179,7 +179,7 @@ func watchHold(stream *baton.Stream, lead time.Duration, stopAt time.Time) <-cha
 // runs until the sidecar says the lock is lost, and a warning says so.
 func (o runOptions) graceFor(ev lockapi.Event, validUntil time.Time, stderr io.Writer) (grace time.Duration, watch bool, err error) {
 	if !validUntil.IsZero() && time.Until(validUntil) <= stopMargin {
-		return 0, false, exitError{exitNoEtcd, fmt.Sprintf("the sidecar cannot confirm lock %s for long enough to run the command (it is losing etcd): nothing was run", o.key)}
+		return 0, false, exitError{exitNoEtcd, fmt.Sprintf("the sidecar cannot confirm %s for long enough to run the command (it is losing etcd): nothing was run", o.what())}
 	}
 	if !o.shared() || ev.LeaseTTL == 0 {
 		return o.killGrace, true, nil

@@ -139,6 +139,14 @@ func (c *Coordinator) change(ctx context.Context, k keyspace.Key, owner string, 
 	defer c.unlock()
 	h.settleLocked()
 	if err != nil {
+		refused := errors.Is(err, ErrNoSpace) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrCorrupt) || errors.Is(err, lockstore.ErrLeaseGone)
+		if ch.value != nil && e.held == h && !refused {
+			// Not refused: the value may be in etcd. The lock's next write
+			// (a renewal) carries it, rather than undo it with the one
+			// before.
+			h.moreOf().value = *ch.value
+			return Grant{}, unavailable(ch.op+" (its outcome is unknown: the leader's next renewal writes the value asked for)", err)
+		}
 		return Grant{}, unavailable(ch.op, err)
 	}
 	if e.held != h {
@@ -152,13 +160,16 @@ func (c *Coordinator) change(ctx context.Context, k keyspace.Key, owner string, 
 		e.passTurnLocked()
 		return Grant{}, fmt.Errorf("%s: %w", ch.op, c.ended.lost(c.now(), k, owner))
 	}
+	// The lock as etcd now has it, before its record is compared with it.
 	if ch.value != nil {
 		h.moreOf().value = *ch.value
+	}
+	if ch.ttl > 0 {
+		h.expiresAt, h.ttl = rec.ExpiresAt, ch.ttl
 	}
 	e.wroteLocked(h.etcdKey, h.fence, out.Rev, rec)
 	h.goneAfterLocked(out.Rev)
 	if ch.ttl > 0 {
-		h.expiresAt, h.ttl = rec.ExpiresAt, ch.ttl
 		c.deadlines.arm(h, h.expiresAt.Sub(c.now()))
 		h.changedLocked(false)
 		c.log.Log(ctx, ch.level, "lock extended", "lock", k.String(), "owner", owner, "fence", h.fence, "expiresAt", h.expiresAt)

@@ -115,7 +115,10 @@ func (e *Engine) build(reg prometheus.Registerer) error {
 	}
 	elections := cfg.Coordinator
 	elections.Space = keyspace.Elections
-	if e.elect, err = coordinator.New(elections, e.store, e.sessions, e.log.With("space", "elections"),
+	// A store of its own: etcd's refusals of the elections' keys (an etcd
+	// role older than them) are told apart from the locks'.
+	electStore := etcdstore.New(e.cli, cfg.Coordinator.RequestTimeout, etcdstore.OnCommit(e.metrics.Committed), etcdstore.User(cfg.EtcdUser))
+	if e.elect, err = coordinator.New(elections, electStore, e.sessions, e.log.With("space", "elections"),
 		coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func (e *Engine) rewound(err error) {
 	}
 	coord, store := e.coord, e.store
 	go coord.Rewound(err)
+	go e.elect.Rewound(err)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*e.cfg.Coordinator.RequestTimeout)
 		defer cancel()

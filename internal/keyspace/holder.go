@@ -3,6 +3,7 @@ package keyspace
 import (
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 )
 
 // Holder is the record stored as the value of a contender key. Other
@@ -56,9 +57,21 @@ func (h Holder) Encode() string {
 func DecodeHolder(v []byte) Holder {
 	var h Holder
 	if len(v) == 0 || json.Unmarshal(v, &h) != nil || h.Owner == "" {
-		return Holder{Foreign: true, Value: string(v)}
+		return Holder{Foreign: true, Value: cut(v, MaxValue)}
 	}
 	return h
+}
+
+// cut returns v as a string of at most n bytes, cut at a character's
+// start when it is UTF-8.
+func cut(v []byte, n int) string {
+	if len(v) <= n {
+		return string(v)
+	}
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return string(v[:n])
 }
 
 // MaxValue bounds the value a candidate of an election announces.

@@ -2,7 +2,9 @@ package keyspace
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestElectionsLayout: an election's keys are etcd's concurrency.Election
@@ -43,5 +45,21 @@ func TestElectionsLayout(t *testing.T) {
 		if !slices.Contains(writable, p) {
 			t.Errorf("the sidecars' role does not let them write %s: %v", p, writable)
 		}
+	}
+}
+
+// TestForeignValue: a contender that is not Baton's (etcdctl elect) is
+// told with its value, cut at MaxValue bytes on a character's start; a
+// Baton record keeps the value it announced.
+func TestForeignValue(t *testing.T) {
+	if h := DecodeHolder([]byte("10.0.0.9:8080")); !h.Foreign || h.Value != "10.0.0.9:8080" || h.Owner != "" {
+		t.Errorf("etcdctl elect's value: %+v", h)
+	}
+	long := strings.Repeat("é", MaxValue) // 2 bytes each
+	if h := DecodeHolder([]byte(long)); len(h.Value) != MaxValue || !utf8.ValidString(h.Value) {
+		t.Errorf("a long foreign value is cut to %d bytes (valid UTF-8: %v), want %d", len(h.Value), utf8.ValidString(h.Value), MaxValue)
+	}
+	if h := DecodeHolder([]byte(Holder{Owner: "o", Value: "v"}.Encode())); h.Foreign || h.Value != "v" {
+		t.Errorf("a Baton record: %+v", h)
 	}
 }

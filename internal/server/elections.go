@@ -77,6 +77,9 @@ func (s *Server) proclaim(w http.ResponseWriter, r *http.Request, k keyspace.Key
 	case b.Owner == "":
 		writeError(w, badRequest(lockapi.CodeInvalidOwner, "owner is required to proclaim: the leader's owner, as it campaigned"))
 		return
+	case !b.valueGiven:
+		writeError(w, badRequest(lockapi.CodeInvalidValue, `proclaim needs value: what the leader announces from now on ("" to announce nothing)`))
+		return
 	case b.TTL != 0 || b.waitGiven || b.MaxHold != 0 || b.claimed || b.Once != nil || b.LockDelay != 0:
 		writeError(w, badRequest(lockapi.CodeInvalidRequest, "proclaim takes owner and value only"))
 		return
@@ -87,6 +90,15 @@ func (s *Server) proclaim(w http.ResponseWriter, r *http.Request, k keyspace.Key
 		return
 	}
 	writeJSON(w, http.StatusOK, grantOf(g))
+}
+
+// kind names what s serves a line of, for messages: "lock", or "the
+// leadership of election".
+func (s *Server) kind() string {
+	if s.electionsServed() {
+		return "the leadership of election"
+	}
+	return "lock"
 }
 
 // electionsServed says whether s serves elections.

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-dev/baton/clients/go/lockapi"
+	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
 )
 
@@ -179,6 +180,8 @@ func TestElectionBadInput(t *testing.T) {
 		{"GET", "/v1/electionsx", "", 404, lockapi.CodeNotFound},
 		{"GET", "/v1/elections/a/../b", "", 400, lockapi.CodeInvalidKey},
 		{"DELETE", "/v1/elections/k", "", 400, lockapi.CodeInvalidOwner},
+		{"POST", "/v1/elections/k:proclaim", `{"owner":"o"}`, 400, lockapi.CodeInvalidValue},
+		{"POST", "/v1/locks/k:extend", `{"owner":"o","value":"v"}`, 400, lockapi.CodeInvalidRequest},
 	}
 	for _, c := range cases {
 		r := a.do(c.method, c.path, c.body)
@@ -234,5 +237,37 @@ func TestElectionLeaderHearsLoss(t *testing.T) {
 	}
 	if g2 := two.next(); g2["event"] != lockapi.EventGranted || g2["fence"].(float64) <= g["fence"].(float64) {
 		t.Fatalf("the second candidate heard %v; want granted above fence %v", g2, g["fence"])
+	}
+}
+
+// TestObserverNeverGoesBack: after an etcd restore brings back an older
+// leader (80, after 100 was told), the observer is told 100's end, neither
+// 80's leadership nor its end, and then the next, newer leader.
+func TestObserverNeverGoesBack(t *testing.T) {
+	k := mustKey(t, "e")
+	held := func(f int64) coordinator.Status { return coordinator.Status{Key: k, Held: f != 0, Fence: f} }
+	leaders := map[string]int64{}
+	for i, c := range []struct {
+		ev   coordinator.LockEvent
+		told bool
+	}{
+		{coordinator.LockEvent{Kind: coordinator.EventState, Key: k, Status: held(90)}, true},
+		{coordinator.LockEvent{Kind: coordinator.EventReleased, Key: k, Fence: 90, Status: held(0)}, true},
+		{coordinator.LockEvent{Kind: coordinator.EventGranted, Key: k, Fence: 100, Status: held(100)}, true},
+		{coordinator.LockEvent{Kind: coordinator.EventProclaimed, Key: k, Fence: 100, Status: held(100)}, true},
+		// etcd restored: 100's key is gone, 80's is back.
+		{coordinator.LockEvent{Kind: coordinator.EventLost, Key: k, Fence: 100, Status: held(80), Resynced: true}, true},
+		{coordinator.LockEvent{Kind: coordinator.EventGranted, Key: k, Fence: 80, Status: held(80), Resynced: true}, false},
+		{coordinator.LockEvent{Kind: coordinator.EventQueued, Key: k, Status: held(80)}, false},
+		{coordinator.LockEvent{Kind: coordinator.EventReleased, Key: k, Fence: 80, Status: held(0)}, false},
+		{coordinator.LockEvent{Kind: coordinator.EventGranted, Key: k, Fence: 120, Status: held(120)}, true},
+		{coordinator.LockEvent{Kind: coordinator.EventQueued, Key: k, Status: held(120)}, true},
+	} {
+		if told := !olderLeader(leaders, c.ev); told != c.told {
+			t.Errorf("event %d (%s of fence %d): told %v, want %v", i, c.ev.Kind, c.ev.Fence, told, c.told)
+		}
+	}
+	if olderLeader(nil, coordinator.LockEvent{Kind: coordinator.EventGranted, Key: k, Fence: 1}) {
+		t.Error("a lock's watch skipped an event")
 	}
 }

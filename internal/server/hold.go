@@ -157,7 +157,7 @@ func (s *Server) keep(ctx context.Context, st *stream, k keyspace.Key, g coordin
 		case <-draining:
 			draining = nil
 			_ = st.send(lockapi.Event{Event: lockapi.EventLost, Key: k.String(), Owner: g.Owner, Fence: g.Fence, Reason: string(coordinator.Shutdown), Code: lockapi.CodeLockLost,
-				Message: fmt.Sprintf("lock %q (fence %d) held by %s: the sidecar is shutting down; stop the work and hang up: the lock is kept until then, for the sidecar's --shutdown-grace at most", k.String(), g.Fence, g.Owner)})
+				Message: fmt.Sprintf("%s %q (fence %d) held by %s: the sidecar is shutting down; stop the work and hang up: it is kept until then, for the sidecar's --shutdown-grace at most", s.kind(), k.String(), g.Fence, g.Owner)})
 		case <-renewed:
 			// The lease was renewed: the holder hears at once how much
 			// longer its lock is certainly its own.

@@ -96,8 +96,8 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request, k keyspace.Key) 
 	case b.MaxHold != 0:
 		writeError(w, badRequest(lockapi.CodeInvalidMaxHold, "extend takes no max_hold: a hold stream's cap is set when it opens"))
 		return
-	case b.claimed || b.Once != nil || b.LockDelay != 0:
-		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight, lock_delay or once: the lock keeps what it was granted with"))
+	case b.claimed || b.Once != nil || b.LockDelay != 0 || b.valueGiven:
+		writeError(w, badRequest(lockapi.CodeInvalidRequest, "extend takes no mode, limit, weight, lock_delay, once or value: the lock keeps what it was granted with"))
 		return
 	}
 	g, err := s.co.Extend(r.Context(), k, b.Owner, b.TTL)
@@ -129,7 +129,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, k keyspace.Key)
 		return
 	}
 	if owner == "" {
-		writeError(w, badRequest(lockapi.CodeInvalidOwner, "the owner query parameter is required: DELETE /v1/locks/KEY?owner=ID (an operator may add force=true instead)"))
+		path := "/v1/locks/KEY"
+		if s.electionsServed() {
+			path = "/v1/elections/NAME"
+		}
+		writeError(w, badRequest(lockapi.CodeInvalidOwner, "the owner query parameter is required: DELETE "+path+"?owner=ID (an operator may add force=true instead)"))
 		return
 	}
 	rel, err := s.co.Release(r.Context(), k, owner)

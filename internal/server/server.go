@@ -83,15 +83,20 @@ func New(cfg Config, locks *coordinator.Coordinator, log *slog.Logger, opts ...O
 	if s.elections != nil {
 		es := *s // the same options, drain and process reader
 		es.co, es.elections = s.elections.co, nil
+		es.log = s.log.With("space", "elections")
 		s.elections = &es
 	}
 	return s, nil
 }
 
 // WithElections serves the scope's elections, from co (a coordinator of
-// keyspace.Elections), under /v1/elections.
+// keyspace.Elections), under /v1/elections; a nil co serves none.
 func WithElections(co *coordinator.Coordinator) Option {
-	return func(s *Server) { s.elections = &Server{co: co} }
+	return func(s *Server) {
+		if co != nil {
+			s.elections = &Server{co: co}
+		}
+	}
 }
 
 // Handler returns the whole socket API. It routes by hand rather than
@@ -165,7 +170,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path != "/healthz" && r.URL.Path != "/readyz":
 		writeError(w, &apiError{status: http.StatusNotFound, code: lockapi.CodeNotFound,
-			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks", r.Method, r.URL.Path)})
+			msg: fmt.Sprintf("no such endpoint %s %s; the API is under /v1/locks and /v1/elections", r.Method, r.URL.Path)})
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		notAllowed(w, r, "GET")
 	case r.URL.Path == "/healthz":

@@ -73,20 +73,28 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, k keyspace.Key) {
 	}
 }
 
-// olderLeader says whether ev shows an election led by a leader older than
-// one told before on the stream, and notes its leader otherwise (leaders
-// is nil for locks). Fences grow along etcd's history, so only an etcd
-// restored from an older snapshot brings an older leader back: an observer
-// is never told of it, but of the next leader, which is newer.
+// olderLeader says whether ev is about an election's leader older than one
+// told before on the stream, and notes the leader it tells otherwise
+// (leaders, by name, is nil for locks). Fences grow along etcd's history,
+// so only an etcd restored from an older snapshot brings an older leader
+// back: an observer is told neither its leadership (granted, proclaimed,
+// a state) nor its end, but the end of the leader it was told, and the
+// next leader, which is newer.
 func olderLeader(leaders map[string]int64, ev coordinator.LockEvent) bool {
-	if leaders == nil || !ev.Status.Held {
+	if leaders == nil {
 		return false
 	}
+	fence := ev.Fence
+	if ev.Kind == coordinator.EventState || ev.Kind == coordinator.EventQueued {
+		fence = ev.Status.Fence // 0 when nobody leads
+	}
 	name := ev.Key.String()
-	if ev.Status.Fence < leaders[name] {
+	if fence < leaders[name] && fence != 0 {
 		return true
 	}
-	leaders[name] = ev.Status.Fence
+	if ev.Kind == coordinator.EventGranted || ev.Kind == coordinator.EventProclaimed || ev.Kind == coordinator.EventState {
+		leaders[name] = max(leaders[name], fence)
+	}
 	return false
 }
 

@@ -29,6 +29,9 @@ type acquireBody struct {
 	// waitGiven says that wait was given: a campaign without it waits
 	// as long as it takes.
 	waitGiven bool
+	// valueGiven says that value was given ("" included): a proclaim
+	// needs it, an extend takes none.
+	valueGiven bool
 }
 
 // decodeBody reads one JSON object strictly: unknown fields (names match
@@ -92,7 +95,8 @@ func decodeBody(r io.Reader) (acquireBody, error) {
 	if b.LockDelay, err = parseDuration("lock_delay", raw[10]); err != nil {
 		return acquireBody{}, err
 	}
-	if given(raw[11]) && json.Unmarshal(raw[11], &b.Value) != nil {
+	b.valueGiven = given(raw[11])
+	if b.valueGiven && json.Unmarshal(raw[11], &b.Value) != nil {
 		return acquireBody{}, badRequest(lockapi.CodeInvalidValue, fmt.Sprintf("value must be a string, not %s", clip(raw[11])))
 	}
 	return b, nil

@@ -21,7 +21,7 @@ func TestDecodeBody(t *testing.T) {
 		{`{"owner":"o","ttl":"5m","wait":"30s"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "o", TTL: 5 * time.Minute, Wait: 30 * time.Second}, waitGiven: true}},
 		{`{"ttl":90,"wait":0.5}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: 90 * time.Second, Wait: 500 * time.Millisecond}, waitGiven: true}},
 		{`{"wait":0}`, acquireBody{waitGiven: true}},
-		{`{"wait":null,"value":"10.0.0.1"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Value: "10.0.0.1"}}},
+		{`{"wait":null,"value":"10.0.0.1"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{Value: "10.0.0.1"}, valueGiven: true}},
 		{`{"owner":null,"ttl":null}`, acquireBody{}},
 		{" \n{\"owner\":\"x\"}\n", acquireBody{AcquireRequest: coordinator.AcquireRequest{Owner: "x"}}},
 		{`{"ttl":"1m","max_hold":"2h"}`, acquireBody{AcquireRequest: coordinator.AcquireRequest{TTL: time.Minute, MaxHold: 2 * time.Hour}}},
