@@ -20,7 +20,7 @@ import (
 // flagOf names no field that Validate never reports.
 func TestEveryConfigFieldHasItsFlag(t *testing.T) {
 	unset := []string{ // fields no flag of baton sets
-		"lease.RetryMin", "lease.MaxLeases", "coordinator.EndedRetention",
+		"lease.RetryMin", "lease.MaxLeases", "coordinator.EndedRetention", "coordinator.Space",
 		"server.MaxBodyBytes", "server.ReadHeaderTimeout", "server.IdleTimeout", "server.BodyTimeout", "server.HeartbeatInterval",
 		"embedetcd.PeerURL", "embedetcd.StartTimeout", "embedetcd.TLS", "mirror.RequestTimeout", "mirror.RetryInterval",
 		"pki.CommonName", "pki.Usage", "pki.DNSNames", "pki.Validity", "access.Resync",

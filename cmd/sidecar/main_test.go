@@ -305,11 +305,11 @@ func TestEveryFlagReadsTheEnvironment(t *testing.T) {
 			cmd.ParseFlags(nil)
 			fs := cmd.Flags()
 			want := sampleValue(f)
-			if c.Name() == "run" && (f.Name == "key" || f.Name == "owner") {
-				// What a run exports to its command is never read back
-				// as a nested run's flags.
+			if (c.Name() == "run" || c.Name() == "elect") && (f.Name == "key" || f.Name == "owner") {
+				// What a run or an elect exports to its command is never
+				// read back as a nested one's flags.
 				tree := newRootCmd(context.Background(), env(map[string]string{envName(f.Name): want}), io.Discard, io.Discard, nil)
-				run, _, _ := tree.Find([]string{"run"})
+				run, _, _ := tree.Find([]string{c.Name()})
 				run.ParseFlags(nil)
 				if err := run.PersistentPreRunE(run, nil); err != nil || run.Flags().Lookup(f.Name).Value.String() != "" {
 					t.Errorf("run --%s was set from %s: %q (%v)", f.Name, envName(f.Name), run.Flags().Lookup(f.Name).Value.String(), err)

@@ -34,6 +34,9 @@ type serveOptions struct {
 	engine engine.Config // the lock engine: the session, the coordinator, the state file, the policy
 	server server.Config
 	dapr   daprOptions
+
+	campaign   string // --campaign: the election the sidecar campaigns in for its pod
+	leaderAddr string // --leader-addr: where it tells that election's leader (GET /, GET /sse)
 }
 
 func newServeCmd(getenv func(string) string, stdout, stderr io.Writer, setProcs func(int) int) *cobra.Command {
@@ -128,6 +131,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.embedded.quota, "embedded-quota", o.embedded.quota, "the embedded etcd's space quota in bytes (etcd's --quota-backend-bytes): at it, etcd takes no more writes and no lock is granted until room is made, which the sidecar's maintenance does")
 	addMaintFlags(fs, &o.embedded.maint, "the embedded etcd's (with no --etcd-endpoints)")
 	o.dapr.addFlags(fs)
+	fs.StringVar(&o.campaign, "campaign", "", "campaign in this election for the pod for as long as the sidecar runs, its value the pod's name, as the election sidecars of Kubernetes and nais do (the sidecar resigns as it stops)")
+	fs.StringVar(&o.leaderAddr, "leader-addr", "", "with --campaign, tell that election's leader on this TCP address as those sidecars do: GET / answers {\"name\",\"last_update\"}, GET /sse streams it (e.g. localhost:4040, nais' 127.0.0.1:6060); empty disables")
 }
 
 // followLeaseTTL fits the etcd request timeout to a short lease when it
@@ -206,6 +211,9 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	if err := o.dapr.validate(); err != nil {
+		return err
+	}
+	if err := o.validateCampaign(); err != nil {
 		return err
 	}
 	if len(o.etcd.endpoints) == 0 {

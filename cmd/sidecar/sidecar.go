@@ -66,6 +66,7 @@ type sidecar struct {
 	endpoints []string
 	engine    *engine.Engine
 	api       *server.Server
+	cand      *candidacy // --campaign's; nil without
 
 	closers []func() // run by close, last first
 }
@@ -108,6 +109,9 @@ func (sc *sidecar) listen() error {
 		}
 		*t.l = l
 		sc.closers = append(sc.closers, func() { l.Close() })
+	}
+	if err := sc.listenLeader(); err != nil {
+		return err
 	}
 	closers, err := sc.o.dapr.built.listen(&sc.o.dapr)
 	sc.closers = append(sc.closers, closers...)
@@ -197,11 +201,12 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	}
 	serveOn(sc.sock, api)
 	sc.o.dapr.built.serve(serveCtx, &wg, adopting, adopted, sc.log)
+	sc.runCandidacy(serveCtx, &wg)
 	sc.log.Info("listening", "socket", sc.o.socketPath, "etcd", sc.endpoints)
 	var stopping time.Time // the way down starts with the drain
 	err := sc.engine.Run(ctx, engine.Hooks{
 		Ready: func() { sc.announce(stdout) },
-		Drain: func(ctx context.Context) { stopping = time.Now(); sc.api.Drain(ctx) },
+		Drain: func(ctx context.Context) { stopping = time.Now(); sc.resign(); sc.api.Drain(ctx) },
 	})
 	stopServing()
 	stopRun()

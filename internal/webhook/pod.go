@@ -46,6 +46,7 @@ type overrides struct {
 	leaseTTL  time.Duration
 	resources corev1.ResourceRequirements
 	dapr      daprOverrides
+	election  electionOverrides
 }
 
 // resourceAnnotation says which resource a resource annotation sets, and
@@ -76,6 +77,7 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 		name, limit, isResource := resourceAnnotation(key)
 		switch {
 		case key == AnnotationDapr || key == AnnotationDaprAppID: // daprOf's
+		case key == AnnotationElection || key == AnnotationElectionPort: // electionOf's
 		case key == AnnotationLeaseTTL:
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -99,8 +101,9 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 			}
 			(*list)[name] = q
 		default:
-			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s, %s, %s and %s",
-				key, AnnotationLeaseTTL, AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationDapr, AnnotationDaprAppID)
+			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s, %s, %s, %s, %s and %s",
+				key, AnnotationLeaseTTL, AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationDapr, AnnotationDaprAppID,
+				AnnotationElection, AnnotationElectionPort)
 		}
 	}
 	if err := checkResources(o.resources); err != nil {
@@ -111,6 +114,9 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 		return overrides{}, err
 	}
 	o.dapr = d
+	if o.election, err = electionOf(annotations); err != nil {
+		return overrides{}, err
+	}
 	return o, nil
 }
 
@@ -153,6 +159,9 @@ func injectSpec(spec *corev1.PodSpec, cfg Config, o overrides) error {
 			if o.dapr.on {
 				daprEnv(&list[i])
 			}
+			if o.election.name != "" {
+				electionEnv(&list[i], o.election)
+			}
 		}
 	}
 	if hasSidecar {
@@ -188,6 +197,9 @@ func checkFree(spec *corev1.PodSpec, cfg Config, o overrides) error {
 	if o.dapr.on {
 		ports = append(ports, DaprHTTPPort, DaprGRPCPort)
 	}
+	if o.election.name != "" {
+		ports = append(ports, o.election.port)
+	}
 	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range list {
 			if c.Name == ContainerName {
@@ -195,7 +207,8 @@ func checkFree(spec *corev1.PodSpec, cfg Config, o overrides) error {
 			}
 			for _, p := range c.Ports {
 				if slices.Contains(ports, p.ContainerPort) {
-					return fmt.Errorf("container %s uses port %d, which the Baton sidecar needs (the injector's healthPort and metricsPort, and with %s daprd's 3500 and 50001: a pod runs Baton's Dapr API or daprd, not both)", c.Name, p.ContainerPort, AnnotationDapr)
+					return fmt.Errorf("container %s uses port %d, which the Baton sidecar needs (the injector's healthPort and metricsPort, with %s daprd's 3500 and 50001: a pod runs Baton's Dapr API or daprd, not both, and with %s its %s, 4040 by default: a pod runs Baton's candidacy or another election sidecar, not both)",
+						c.Name, p.ContainerPort, AnnotationDapr, AnnotationElection, AnnotationElectionPort)
 				}
 			}
 		}
@@ -250,6 +263,7 @@ func sidecar(cfg Config, o overrides) corev1.Container {
 		args = append(args, "--cluster-name="+cfg.ClusterName)
 	}
 	args = append(args, daprArgs(cfg, o.dapr)...)
+	args = append(args, electionArgs(o.election)...)
 	args = append(args, cfg.Args...)
 	env := []corev1.EnvVar{
 		fieldEnv("POD_NAME", "metadata.name"),

@@ -36,11 +36,13 @@ def claim(
     once: bool = False,
     if_done: Optional[str] = None,
     if_failed: Optional[str] = None,
+    value: Optional[str] = None,
 ) -> dict[str, Any]:
-    """The body of an acquire or a hold: the fields given, as the API names them."""
+    """The body of an acquire or a hold: the fields given, as the API names
+    them (value is an election's: a lock refuses it, 400 invalid_value)."""
     body = {"owner": owner, "ttl": ttl, "wait": wait, "max_hold": max_hold, "mode": mode, "limit": limit,
             "weight": weight, "lock_delay": lock_delay, "once": once or None, "if_done": if_done,
-            "if_failed": if_failed}
+            "if_failed": if_failed, "value": value}
     return {k: v for k, v in body.items() if v is not None}
 
 
