@@ -172,9 +172,20 @@ func (l Layout) ParseContender(etcdKey string) (k Key, lockPrefix string, ok boo
 	return k, l.base + rest[:i+1], true
 }
 
-// ParseAnyContender splits a contender key of any scope into its scope,
-// its lock key and its lock prefix. ok is false for other keys.
+// ParseAnyContender splits a contender key of any scope's locks into its
+// scope, its lock key and its lock prefix. ok is false for other keys.
 func ParseAnyContender(etcdKey string) (scope string, k Key, lockPrefix string, ok bool) {
+	return parseAny(etcdKey, Locks)
+}
+
+// ParseAnyCandidate splits a candidate key of any scope's elections into
+// its scope, its election's name and its prefix. ok is false for other
+// keys.
+func ParseAnyCandidate(etcdKey string) (scope string, k Key, prefix string, ok bool) {
+	return parseAny(etcdKey, Elections)
+}
+
+func parseAny(etcdKey string, s Space) (scope string, k Key, prefix string, ok bool) {
 	rest, found := strings.CutPrefix(etcdKey, Root)
 	if !found {
 		return "", Key{}, "", false
@@ -187,8 +198,8 @@ func ParseAnyContender(etcdKey string) (scope string, k Key, lockPrefix string, 
 	if err != nil {
 		return "", Key{}, "", false
 	}
-	k, lockPrefix, ok = l.ParseContender(etcdKey)
-	return scope, k, lockPrefix, ok
+	k, prefix, ok = l.In(s).ParseContender(etcdKey)
+	return scope, k, prefix, ok
 }
 
 // Grant is a key range an etcd role gives: [Key, RangeEnd), or the single

@@ -59,10 +59,10 @@ func (c Config) prefixes() []string {
 	if len(c.Scopes) == 0 {
 		return []string{keyspace.Root}
 	}
-	out := make([]string, len(c.Scopes))
-	for i, s := range c.Scopes {
+	var out []string
+	for _, s := range c.Scopes {
 		l, _ := keyspace.NewLayout(s) // validated
-		out[i] = l.Base()
+		out = append(out, l.Base(), l.In(keyspace.Elections).Base())
 	}
 	return out
 }

@@ -27,7 +27,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("all scopes: prefixes %v", got)
 	}
 	c.Scopes = []string{"team-a", "team-b"}
-	if got := c.prefixes(); !slices.Equal(got, []string{"/baton/v1/team-a/locks/", "/baton/v1/team-b/locks/"}) || !c.inScope("team-b") || c.inScope("team-c") {
+	if got := c.prefixes(); !slices.Equal(got, []string{"/baton/v1/team-a/locks/", "/baton/v1/team-a/elections/", "/baton/v1/team-b/locks/", "/baton/v1/team-b/elections/"}) || !c.inScope("team-b") || c.inScope("team-c") {
 		t.Errorf("two scopes: prefixes %v", got)
 	}
 }

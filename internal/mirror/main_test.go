@@ -167,8 +167,9 @@ func namespace(t *testing.T, c client.Client, name string) string {
 
 // sidecar is a lock engine as a sidecar runs it, in this process.
 type sidecar struct {
-	c   *coordinator.Coordinator
-	cli *clientv3.Client
+	c     *coordinator.Coordinator
+	elect *coordinator.Coordinator // its elections
+	cli   *clientv3.Client
 }
 
 func newSidecar(t *testing.T, scope, pod string) *sidecar {
@@ -192,7 +193,7 @@ func newSidecarIn(t *testing.T, dial engine.Dial, scope, pod, cluster string) *s
 		c.Coordinator.Scope = scope
 		c.Coordinator.Identity = coordinator.Identity{Pod: pod, Namespace: scope, Node: "node-1", Cluster: cluster}
 	})
-	return &sidecar{c: e.Coord, cli: e.Client}
+	return &sidecar{c: e.Coord, elect: e.Elect, cli: e.Client}
 }
 
 func key(t *testing.T, s string) keyspace.Key {

@@ -33,8 +33,9 @@ type Mirror struct {
 	recorder recorder.EventRecorder
 	log      logr.Logger
 	view     *view
-	events   chan event.GenericEvent
-	forced   func() // hears each force release (OnForceRelease)
+	events   chan event.GenericEvent // the Locks to look at
+	leases   chan event.GenericEvent // the elections' Leases to look at
+	forced   func()                  // hears each force release (OnForceRelease)
 }
 
 // Option configures a Mirror.
@@ -56,6 +57,7 @@ func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client, opts ...Optio
 		log:      mgr.GetLogger().WithName("mirror"),
 		view:     newView(),
 		events:   make(chan event.GenericEvent, 1024),
+		leases:   make(chan event.GenericEvent, 1024),
 		forced:   func() {},
 	}
 	for _, o := range opts {
@@ -74,6 +76,16 @@ func Setup(mgr manager.Manager, cfg Config, etcd *clientv3.Client, opts ...Optio
 		Complete(m)
 	if err != nil {
 		return nil, fmt.Errorf("set up the Lock controller: %w", err)
+	}
+	// No For: the Leases are read past the cache, which would otherwise
+	// hold every Lease of the cluster (the nodes' among them).
+	err = builder.ControllerManagedBy(mgr).
+		Named("election-mirror").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		WatchesRawSource(source.Channel(m.leases, &handler.EnqueueRequestForObject{})).
+		Complete(electionMirror{m})
+	if err != nil {
+		return nil, fmt.Errorf("set up the election controller: %w", err)
 	}
 	return m, nil
 }

@@ -44,7 +44,7 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 const conflictRetry = 100 * time.Millisecond
 
 func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	ref := objectRef{req.Namespace, req.Name}
+	ref := objectRef{namespace: req.Namespace, name: req.Name}
 	if !m.cfg.inScope(ref.namespace) {
 		return reconcile.Result{}, nil
 	}

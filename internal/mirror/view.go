@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -16,10 +17,15 @@ type contender struct {
 	createRev int64
 	lease     int64
 	holder    keyspace.Holder
+	seen      time.Time // when the mirror read this version of it
 }
 
-// objectRef names a Lock object: namespace (the scope) and name.
-type objectRef struct{ namespace, name string }
+// objectRef names a Lock object, or for an election (election set) its
+// Lease: namespace (the scope) and name.
+type objectRef struct {
+	namespace, name string
+	election        bool
+}
 
 // lockView is the contenders of one lock.
 type lockView struct {
@@ -31,11 +37,12 @@ type lockView struct {
 // then by the watch.
 type view struct {
 	mu    sync.Mutex
-	locks map[objectRef]*lockView
-	rev   int64 // the etcd revision the view reflects
+	locks map[objectRef]*lockView // the elections too, by their Leases' refs
+	rev   int64                   // the etcd revision the view reflects
+	now   func() time.Time
 }
 
-func newView() *view { return &view{locks: map[objectRef]*lockView{}} }
+func newView() *view { return &view{locks: map[objectRef]*lockView{}, now: time.Now} }
 
 // reset replaces the view with kvs, read at revision rev, and returns every
 // lock it had or has now.
@@ -65,18 +72,29 @@ func (v *view) put(kv *mvccpb.KeyValue) (objectRef, bool) {
 }
 
 func (v *view) putLocked(kv *mvccpb.KeyValue) (objectRef, bool) {
-	scope, k, _, ok := keyspace.ParseAnyContender(string(kv.Key))
+	ref, k, ok := refOf(string(kv.Key))
 	if !ok {
 		return objectRef{}, false
 	}
-	ref := objectRef{scope, ObjectName(k.String())}
 	l := v.locks[ref]
 	if l == nil {
 		l = &lockView{key: k.String(), contenders: map[string]contender{}}
 		v.locks[ref] = l
 	}
-	l.contenders[string(kv.Key)] = contender{etcdKey: string(kv.Key), createRev: kv.CreateRevision, lease: kv.Lease, holder: keyspace.DecodeHolder(kv.Value)}
+	l.contenders[string(kv.Key)] = contender{etcdKey: string(kv.Key), createRev: kv.CreateRevision, lease: kv.Lease, holder: keyspace.DecodeHolder(kv.Value), seen: v.now()}
 	return ref, true
+}
+
+// refOf is the object an etcd key is mirrored into: a lock's contender
+// key's Lock, an election's candidate key's Lease.
+func refOf(etcdKey string) (objectRef, keyspace.Key, bool) {
+	if scope, k, _, ok := keyspace.ParseAnyContender(etcdKey); ok {
+		return objectRef{namespace: scope, name: ObjectName(k.String())}, k, true
+	}
+	if scope, k, _, ok := keyspace.ParseAnyCandidate(etcdKey); ok {
+		return objectRef{namespace: scope, name: ObjectName(k.String()), election: true}, k, true
+	}
+	return objectRef{}, keyspace.Key{}, false
 }
 
 // remove records the delete of a contender key at revision rev.
@@ -84,11 +102,10 @@ func (v *view) remove(etcdKey string, rev int64) (objectRef, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.rev = max(v.rev, rev)
-	scope, k, _, ok := keyspace.ParseAnyContender(etcdKey)
+	ref, _, ok := refOf(etcdKey)
 	if !ok {
 		return objectRef{}, false
 	}
-	ref := objectRef{scope, ObjectName(k.String())}
 	if l := v.locks[ref]; l != nil {
 		delete(l.contenders, etcdKey)
 		if len(l.contenders) == 0 {

@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	batonv1 "github.com/baton-dev/baton/api/v1alpha1"
@@ -59,7 +61,14 @@ func (m *Mirror) load(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("list Lock objects: %w", err)
 	}
 	for _, o := range objs.Items {
-		refs = append(refs, objectRef{o.Namespace, o.Name})
+		refs = append(refs, objectRef{namespace: o.Namespace, name: o.Name})
+	}
+	var leases coordinationv1.LeaseList
+	if err := m.live.List(ctx, &leases, client.MatchingLabels{LabelManagedBy: ManagedBy}, client.HasLabels{LabelElection}); err != nil {
+		return 0, fmt.Errorf("list the elections' Leases: %w", err)
+	}
+	for _, l := range leases.Items {
+		refs = append(refs, objectRef{namespace: l.Namespace, name: l.Name, election: true})
 	}
 	for _, ref := range refs {
 		m.enqueue(ctx, ref)
@@ -122,15 +131,21 @@ func (m *Mirror) watch(ctx context.Context, from int64) error {
 	}
 }
 
-// enqueue asks the reconciler to look at the Lock ref.
+// enqueue asks the reconciler to look at the Lock ref, or the election's
+// to look at its Lease.
 func (m *Mirror) enqueue(ctx context.Context, ref objectRef) {
 	if !m.cfg.inScope(ref.namespace) {
 		return
 	}
-	obj := &batonv1.Lock{}
-	obj.Namespace, obj.Name = ref.namespace, ref.name
+	var obj client.Object = &batonv1.Lock{}
+	to := m.events
+	if ref.election {
+		obj, to = &coordinationv1.Lease{}, m.leases
+	}
+	obj.SetNamespace(ref.namespace)
+	obj.SetName(ref.name)
 	select {
-	case m.events <- event.GenericEvent{Object: obj}:
+	case to <- event.GenericEvent{Object: obj}:
 	case <-ctx.Done():
 	}
 }

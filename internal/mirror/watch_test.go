@@ -50,7 +50,7 @@ func TestWatchEndsAtCompaction(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no change sent to the reconciler")
 	}
-	if key, cs, _ := m.view.get(objectRef{"compact", ObjectName("b")}); key != "b" || len(cs) != 1 || cs[0].holder.Owner != "w" {
+	if key, cs, _ := m.view.get(objectRef{namespace: "compact", name: ObjectName("b")}); key != "b" || len(cs) != 1 || cs[0].holder.Owner != "w" {
 		t.Errorf("view of b: %q %+v", key, cs)
 	}
 	wcancel()
