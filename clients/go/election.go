@@ -41,9 +41,13 @@ func (c *Client) CampaignOnConn(ctx context.Context, name string, req lockapi.Re
 }
 
 // Proclaim has owner, the leader of election name, announce value instead
-// of what it announced; its fence stays.
+// of what it announced ("" to announce nothing); its fence stays.
 func (c *Client) Proclaim(ctx context.Context, name, owner, value string) (lockapi.Grant, error) {
-	resp, err := c.do(ctx, http.MethodPost, elections.path+name+":proclaim", lockapi.Request{Owner: owner, Value: value})
+	body := struct {
+		Owner string `json:"owner"`
+		Value string `json:"value"` // sent even when "": the API needs it
+	}{owner, value}
+	resp, err := c.do(ctx, http.MethodPost, elections.path+name+":proclaim", body)
 	if err != nil {
 		return lockapi.Grant{}, err
 	}

@@ -43,6 +43,7 @@ func (o *serveOptions) validateCampaign() error {
 // runs.
 type candidacy struct {
 	cfg    electcompat.Config
+	self   electcompat.Self
 	leader *electcompat.Leader
 	l      net.Listener // --leader-addr's; nil when not served
 
@@ -71,7 +72,8 @@ func (sc *sidecar) listenLeader() error {
 
 // runCandidacy campaigns, follows the election and serves its leader
 // until serveCtx ends; the campaign itself ends (and resigns) at
-// resign.
+// resign. It campaigns once the engine has taken over the keys of the
+// process before it, whose candidate's key it deletes.
 func (sc *sidecar) runCandidacy(serveCtx context.Context, wg *sync.WaitGroup) {
 	c := sc.cand
 	if c == nil {
@@ -83,12 +85,17 @@ func (sc *sidecar) runCandidacy(serveCtx context.Context, wg *sync.WaitGroup) {
 	c.stop = stop
 	go func() {
 		defer close(c.stopped)
-		electcompat.Campaign(ctx, co, c.cfg, log)
+		select {
+		case <-sc.engine.Adopted():
+		case <-ctx.Done():
+			return
+		}
+		electcompat.Campaign(ctx, co, c.cfg, &c.self, log)
 	}()
 	if c.l == nil {
 		return
 	}
-	c.leader = electcompat.NewLeader(c.cfg.Election, log)
+	c.leader = electcompat.NewLeader(c.cfg.Election, c.cfg.Candidate, &c.self, log)
 	wg.Go(func() { c.leader.Follow(serveCtx, co) })
 	srv := &http.Server{Handler: c.leader.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	wg.Go(func() {
@@ -100,10 +107,15 @@ func (sc *sidecar) runCandidacy(serveCtx context.Context, wg *sync.WaitGroup) {
 }
 
 // resign ends the sidecar's campaign, resigning if it leads, and returns
-// once it has: the next candidate leads at once.
-func (sc *sidecar) resign() {
+// once it has (the next candidate leads at once), or when ctx ends (etcd
+// out of reach: the leadership then goes with the sidecar's lease).
+func (sc *sidecar) resign(ctx context.Context) {
 	if c := sc.cand; c != nil && c.stop != nil {
 		c.stop()
-		<-c.stopped
+		select {
+		case <-c.stopped:
+		case <-ctx.Done():
+			sc.log.Warn("could not resign within the shutdown grace", "election", c.cfg.Election.String())
+		}
 	}
 }

@@ -277,6 +277,12 @@ func TestGoClientElection(t *testing.T) {
 	if _, err := b.Proclaim(ctx, "scheduler", "replica-2", "me"); err == nil {
 		t.Fatal("a candidate that does not lead proclaimed")
 	}
+	if g, err := a.Proclaim(ctx, "scheduler", "replica-1", ""); err != nil || g.Value != "" {
+		t.Fatalf("proclaim nothing: %+v %v", g, err)
+	}
+	if ev := next(lockapi.WatchProclaimed); ev.Holder.Value != "" {
+		t.Fatalf("the observer heard %+v; want no value", ev)
+	}
 	if _, err := one.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -44,14 +44,13 @@ func kubeCommands(getenv func(string) string, stdout, stderr io.Writer) []*cobra
 	return []*cobra.Command{newMirrorCmd(getenv, stderr), newEtcdGateCmd(stderr), newEtcdBackupCmd(getenv, stdout, stderr), newEtcdRestoreCmd(stdout)}
 }
 
-func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "mirror",
-		Short: "Copy the locks in etcd into Lock objects (kubectl get locks -A), carry out force releases, inject sidecars",
-		Long: `Copy the locks in etcd into Lock custom resources, one per held or
+// mirrorLong is `baton mirror --help`.
+const mirrorLong = `Copy the locks in etcd into Lock custom resources, one per held or
 waited-on lock, in the namespace named by the lock's scope, and delete a
 lock's key when its Lock is annotated baton.dev/force-release=<reason>
-(only if the holder shown still holds it).
+(only if the holder shown still holds it). Show each election as a
+coordination.k8s.io Lease of its namespace (and, with --leader-labels,
+label its leader's pod).
 
 With --inject-config it also serves the sidecar injector, a mutating
 admission webhook that adds Baton to each pod labelled
@@ -62,8 +61,14 @@ coordination.k8s.io Lease) and mirrors; the others wait. Every replica
 serves the injector. The Kubernetes client configuration comes from
 --kubeconfig, $KUBECONFIG, the in-cluster service account or
 ~/.kube/config, in that order. Every flag can also be set
-by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
-		Args: cobra.NoArgs,
+by an environment variable (--free-retention by BATON_FREE_RETENTION).`
+
+func newMirrorCmd(getenv func(string) string, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mirror",
+		Short: "Copy the locks in etcd into Lock objects (kubectl get locks -A), carry out force releases, inject sidecars",
+		Long:  mirrorLong,
+		Args:  cobra.NoArgs,
 	}
 	o := &mirrorOptions{
 		etcd:      etcdOptions{dialTimeout: 5 * time.Second},
@@ -83,6 +88,8 @@ by an environment variable (--free-retention by BATON_FREE_RETENTION).`,
 	o.etcd.addFlags(fs, "etcd client URLs, comma-separated (required)")
 	fs.StringSliceVar(&o.ctl.Mirror.Scopes, "scopes", nil, "mirror only these scopes, and write only their lock policies, comma-separated; default: all")
 	fs.DurationVar(&o.ctl.Mirror.FreeRetention, "free-retention", o.ctl.Mirror.FreeRetention, "how long a freed lock's object shows its last holder before it is deleted")
+	fs.BoolVar(&o.ctl.Mirror.LeaderLabels, "leader-labels", false, "label the pod of each election's leader that is annotated baton.dev/leader-label=true with leader.baton.dev/<the election's Lease>, so that a Service can select the leader; needs get, list and patch on pods")
+	fs.StringVar(&o.ctl.Mirror.Cluster, "cluster-name", "", "this Kubernetes cluster's name when clusters share one etcd (the sidecars' --cluster-name): with --leader-labels, only a leader of this cluster's has its pod labelled")
 	fs.BoolVar(&o.ctl.LeaderElection, "leader-elect", o.ctl.LeaderElection, "elect one leader among the replicas (a Lease); turn off only for a single replica")
 	fs.StringVar(&o.ctl.ElectionNamespace, "leader-election-namespace", o.ctl.ElectionNamespace, "namespace of the election's Lease; default $POD_NAMESPACE or default")
 	fs.StringVar(&o.ctl.Fences.Name, "fences-configmap", o.ctl.Fences.Name, "the ConfigMap, in the leader election's namespace, that keeps the highest etcd revision seen, so that no fence is granted twice after etcd is restored from an older snapshot or loses its data (see docs/reliability.md); empty: none")

@@ -206,7 +206,7 @@ func (sc *sidecar) run(ctx context.Context, stdout io.Writer) error {
 	var stopping time.Time // the way down starts with the drain
 	err := sc.engine.Run(ctx, engine.Hooks{
 		Ready: func() { sc.announce(stdout) },
-		Drain: func(ctx context.Context) { stopping = time.Now(); sc.resign(); sc.api.Drain(ctx) },
+		Drain: func(ctx context.Context) { stopping = time.Now(); sc.resign(ctx); sc.api.Drain(ctx) },
 	})
 	stopServing()
 	stopRun()

@@ -24,23 +24,32 @@ type Answer struct {
 
 // Leader follows an election and answers who leads it.
 type Leader struct {
-	election keyspace.Key
-	log      *slog.Logger
+	election  keyspace.Key
+	log       *slog.Logger
+	candidate string // the pod's name, when it campaigns (self)
+	self      *Self  // nil when the pod does not campaign
 
 	mu    sync.Mutex
-	now   Answer
-	fence int64                // the leader told's; 0 when none
+	name  string               // the leader etcd was last seen to have; "" when none
+	fence int64                // its fence; 0 when none
+	now   Answer               // the answer told
+	told  int64                // the fence of the leader told
 	subs  map[chan Answer]bool // the /sse streams
 }
 
 // NewLeader returns a Leader of election; Follow keeps it up to date.
-func NewLeader(election keyspace.Key, log *slog.Logger) *Leader {
-	return &Leader{election: election, log: log, subs: map[chan Answer]bool{}}
+// When the pod campaigns as candidate (Campaign, with self), the pod is
+// named leader only while self says its leadership is certainly its own.
+func NewLeader(election keyspace.Key, candidate string, self *Self, log *slog.Logger) *Leader {
+	return &Leader{election: election, candidate: candidate, self: self, log: log, subs: map[chan Answer]bool{}}
 }
 
 // Follow follows the election in co until ctx ends, watching it again
-// after a failure.
+// after a failure, and looks every second whether the pod's own
+// leadership, if it is told, is still certain.
 func (l *Leader) Follow(ctx context.Context, co *coordinator.Coordinator) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for ctx.Err() == nil {
 		events, err := co.Observe(ctx, l.election, "")
 		if err != nil {
@@ -48,9 +57,14 @@ func (l *Leader) Follow(ctx context.Context, co *coordinator.Coordinator) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		for ev := range events {
-			if ev.Kind != coordinator.EventSynced {
-				l.tell(ev.Status)
+		for open := true; open; {
+			select {
+			case ev, ok := <-events:
+				if open = ok; ok && ev.Kind != coordinator.EventSynced {
+					l.tell(ev.Status)
+				}
+			case <-tick.C:
+				l.recheck()
 			}
 		}
 	}
@@ -58,20 +72,36 @@ func (l *Leader) Follow(ctx context.Context, co *coordinator.Coordinator) {
 
 // tell takes in the election's status after a change.
 func (l *Leader) tell(st coordinator.Status) {
-	name := ""
-	if st.Held {
-		name = nameOf(st.Holder)
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fence := st.Fence
-	if !st.Held {
-		fence = 0
+	l.name, l.fence = "", 0
+	if st.Held {
+		l.name, l.fence = nameOf(st.Holder), st.Fence
 	}
-	if name == l.now.Name && fence == l.fence && l.now.LastUpdate != "" {
+	l.answerLocked(true)
+}
+
+// recheck tells the answer again if the pod's own leadership stopped (or
+// started) being certain.
+func (l *Leader) recheck() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answerLocked(false)
+}
+
+// answerLocked makes the answer the leader seen, but for the pod itself
+// while its leadership is not certain; it tells the streams when the
+// answer changed, or when changed says the leader did (the same pod
+// elected again).
+func (l *Leader) answerLocked(changed bool) {
+	name := l.name
+	if l.self != nil && name == l.candidate && !l.self.leads(time.Now()) {
+		name = ""
+	}
+	if l.now.LastUpdate != "" && name == l.now.Name && (!changed || l.fence == l.told) {
 		return // the same leader: a renewal, a change of the waiters
 	}
-	l.now, l.fence = Answer{Name: name, LastUpdate: time.Now().UTC().Format(time.RFC3339)}, fence
+	l.now, l.told = Answer{Name: name, LastUpdate: time.Now().UTC().Format(time.RFC3339)}, l.fence
 	for ch := range l.subs {
 		select {
 		case ch <- l.now:

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/coordinator"
 	"github.com/baton-dev/baton/internal/keyspace"
@@ -21,7 +22,7 @@ import (
 // leading leaves name out.
 func TestLeaderAnswers(t *testing.T) {
 	k, _ := keyspace.ParseKey("jobs")
-	l := NewLeader(k, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := NewLeader(k, "", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := httptest.NewServer(l.Handler())
 	defer srv.Close()
 	get := func() string {
@@ -85,5 +86,39 @@ func TestLeaderAnswers(t *testing.T) {
 	l.tell(led(11, keyspace.Holder{Owner: "etcdctl", Foreign: true}))
 	if a := next(); a.Name != "etcdctl" {
 		t.Errorf("a leader with neither value nor pod is named %q; want its owner", a.Name)
+	}
+}
+
+// valid is a leadership valid until a time.
+type valid struct{ until time.Time }
+
+func (v valid) ValidFor(now time.Time) time.Duration { return max(v.until.Sub(now), 0) }
+
+// TestLeaderNamesThePodOnlyWhileItsLeadershipIsCertain: a pod that
+// campaigns is named leader while its own campaign holds a leadership
+// that is certainly its own, not on etcd's word alone: cut off from etcd,
+// it hears no other leader elected, but knows when its own may have ended.
+func TestLeaderNamesThePodOnlyWhileItsLeadershipIsCertain(t *testing.T) {
+	k, _ := keyspace.ParseKey("jobs")
+	var self Self
+	l := NewLeader(k, "pod-a", &self, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	led := coordinator.Status{Key: k, Held: true, Fence: 7, Holder: keyspace.Holder{Owner: "pod-a", Pod: "pod-a", Value: "pod-a"}}
+	l.tell(led)
+	if a := l.Answer(); a.Name != "" {
+		t.Fatalf("etcd names pod-a, its campaign holds nothing yet: answered %+v", a)
+	}
+	self.set(valid{time.Now().Add(time.Hour)})
+	l.recheck()
+	if a := l.Answer(); a.Name != "pod-a" {
+		t.Fatalf("with its leadership certain: answered %+v", a)
+	}
+	self.set(valid{time.Now().Add(-time.Second)}) // not confirmed in time
+	l.recheck()
+	if a := l.Answer(); a.Name != "" {
+		t.Fatalf("its leadership no longer certain: answered %+v", a)
+	}
+	l.tell(coordinator.Status{Key: k, Held: true, Fence: 9, Holder: keyspace.Holder{Owner: "pod-b", Pod: "pod-b", Value: "pod-b"}})
+	if a := l.Answer(); a.Name != "pod-b" {
+		t.Fatalf("another pod leading: answered %+v", a)
 	}
 }

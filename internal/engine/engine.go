@@ -118,8 +118,12 @@ func (e *Engine) build(reg prometheus.Registerer) error {
 	// A store of its own: etcd's refusals of the elections' keys (an etcd
 	// role older than them) are told apart from the locks'.
 	electStore := etcdstore.New(e.cli, cfg.Coordinator.RequestTimeout, etcdstore.OnCommit(e.metrics.Committed), etcdstore.User(cfg.EtcdUser))
+	electMetrics, err := metrics.NewElections(reg)
+	if err != nil {
+		return err
+	}
 	if e.elect, err = coordinator.New(elections, electStore, e.sessions, e.log.With("space", "elections"),
-		coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
+		coordinator.WithObserver(electMetrics), coordinator.WithPolicy(e.guard), coordinator.WithHistory(e.history), coordinator.WithClock(clock)); err != nil {
 		return err
 	}
 	e.coord.Remember(e.prev.Lost)

@@ -22,6 +22,14 @@ type Config struct {
 	// RetryInterval is the pause before the etcd watch is opened again
 	// after it failed. Default 1s.
 	RetryInterval time.Duration
+	// LeaderLabels labels the pod of each election's leader that asks for
+	// it (AnnotationLeaderLabel), which needs the permission to get, list
+	// and patch pods. Default: off.
+	LeaderLabels bool
+	// Cluster is this Kubernetes cluster's name when clusters share one
+	// etcd (the sidecars' --cluster-name): a leader of another cluster's
+	// has no pod here, whatever its pod's name. Default: not shared.
+	Cluster string
 	// Owner, when not nil, is made the owner of every Lock object the
 	// mirror writes, so that deleting it has Kubernetes' garbage collector
 	// delete them all: the chart's controller ClusterRole, which helm

@@ -50,9 +50,6 @@ const (
 	LeaderLabelPrefix = "leader." + batonv1.Group + "/"
 )
 
-// The mirror's permissions for the leaders' pods' labels.
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;patch
-
 // electionMirror reconciles the Leases of elections.
 type electionMirror struct{ m *Mirror }
 
@@ -84,7 +81,7 @@ func (m *Mirror) reconcileElection(ctx context.Context, req reconcile.Request) (
 		m.log.Info("a Lease of the election's name is not Baton's: the election is not shown", "lease", req.NamespacedName)
 		return reconcile.Result{}, nil
 	case len(cs) == 0 && !exists:
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, m.labelLeader(ctx, ref, keyspace.Holder{})
 	case len(cs) == 0:
 		return m.noLeader(ctx, &lease)
 	}
@@ -157,20 +154,24 @@ func leaderName(h keyspace.Holder) string {
 	return h.Owner
 }
 
-// noLeader shows an election nobody campaigns in any more: no holder, no
-// leader's label; the Lease goes once the mirror's free retention passed.
+// noLeader shows an election nobody campaigns in any more: no holder
+// (the fence annotation keeps the last leader's, so that the next counts
+// as a transition), no leader's label; the Lease goes once the mirror's
+// free retention passed.
 func (m *Mirror) noLeader(ctx context.Context, l *coordinationv1.Lease) (reconcile.Result, error) {
 	ref := objectRef{namespace: l.Namespace, name: l.Name, election: true}
+	if err := m.labelLeader(ctx, ref, keyspace.Holder{}); err != nil {
+		return reconcile.Result{}, err
+	}
 	if l.Spec.HolderIdentity != nil {
 		next := l.DeepCopy()
 		next.Spec.HolderIdentity, next.Spec.LeaseDurationSeconds = nil, nil
 		next.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-		delete(next.Annotations, AnnotationFence)
 		delete(next.Annotations, AnnotationValue)
 		if err := m.client.Update(ctx, next); err != nil {
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{RequeueAfter: m.cfg.FreeRetention}, m.labelLeader(ctx, ref, keyspace.Holder{})
+		return reconcile.Result{RequeueAfter: m.cfg.FreeRetention}, nil
 	}
 	if l.Spec.RenewTime != nil {
 		if left := time.Until(l.Spec.RenewTime.Add(m.cfg.FreeRetention)); left > 0 {

@@ -77,8 +77,22 @@ func TestElectionLease(t *testing.T) {
 	if err := c.Create(ctx, theirs); err != nil {
 		t.Fatal(err)
 	}
-	startMirror(t, 2*time.Second)
+	cli, _ := testEtcd.Client(t)
+	startMirrorWith(t, restConfig, cli, 2*time.Second, nil, func(c *Config) { c.LeaderLabels = true })
 	a, b := newSidecar(t, ns, "web-0"), newSidecar(t, ns, "web-1")
+	// A pod of the same name in another cluster sharing the etcd: its
+	// leadership labels no pod of this one.
+	east := newSidecarIn(t, onTestEtcd(t), ns, "web-0", "east")
+	ge, err := east.elect.Acquire(ctx, coordinator.AcquireRequest{Key: key(t, "jobs/east"), Owner: "web-0", Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseShows(t, c, ns, "jobs/east", "east's leader shown", func(l *coordinationv1.Lease) error {
+		if ptr.Deref(l.Spec.HolderIdentity, "") != "web-0" || l.Annotations[AnnotationFence] != strconv.FormatInt(ge.Fence, 10) {
+			return fmt.Errorf("holder %v, annotations %v", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations)
+		}
+		return nil
+	})
 	label := LeaderLabelPrefix + ObjectName("jobs/scheduler")
 	labelled := func(want string) func() error {
 		return func() error {
@@ -131,8 +145,8 @@ func TestElectionLease(t *testing.T) {
 
 	h2.Release("resigned")
 	leaseShows(t, c, ns, "jobs/scheduler", "no leader shown", func(l *coordinationv1.Lease) error {
-		if l.Spec.HolderIdentity != nil || l.Annotations[AnnotationFence] != "" {
-			return fmt.Errorf("holder %v, fence %q", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[AnnotationFence])
+		if l.Spec.HolderIdentity != nil || l.Annotations[AnnotationValue] != "" {
+			return fmt.Errorf("holder %v, value %q", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[AnnotationValue])
 		}
 		return nil
 	})
@@ -144,6 +158,10 @@ func TestElectionLease(t *testing.T) {
 		}
 		return nil
 	})
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-0"}, &pod); err != nil || pod.Labels[LeaderLabelPrefix+ObjectName("jobs/east")] != "" {
+		t.Errorf("web-0 of this cluster wears the label of east's leadership: %v %v", pod.Labels, err)
+	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil || ptr.Deref(theirs.Spec.HolderIdentity, "") != "client-go" {
 		t.Errorf("a Lease that is not Baton's: %+v %v; want it left alone", theirs.Spec, err)
 	}

@@ -19,12 +19,15 @@ import (
 // a Service selecting that label routes to the leader alone. Pods are read
 // past the cache: the controller caches none.
 func (m *Mirror) labelLeader(ctx context.Context, ref objectRef, leader keyspace.Holder) error {
+	if !m.cfg.LeaderLabels {
+		return nil
+	}
 	label := LeaderLabelPrefix + ref.name
 	var labelled corev1.PodList
 	if err := m.live.List(ctx, &labelled, client.InNamespace(ref.namespace), client.HasLabels{label}); err != nil {
 		return fmt.Errorf("list the pods labelled %s: %w", label, err)
 	}
-	mine := leader.Pod != "" && !leader.Foreign && (leader.Namespace == "" || leader.Namespace == ref.namespace)
+	mine := leader.Pod != "" && !leader.Foreign && leader.Cluster == m.cfg.Cluster && (leader.Namespace == "" || leader.Namespace == ref.namespace)
 	has := false
 	for _, p := range labelled.Items {
 		if mine && p.Name == leader.Pod {

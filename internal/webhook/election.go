@@ -18,11 +18,15 @@ const (
 	// long as its sidecar runs (--campaign), announcing the pod's name;
 	// the sidecar tells the leader on 127.0.0.1:4040 (--leader-addr):
 	// GET / answers {"name","last_update"}, GET /sse streams it, and every
-	// other container gets $ELECTOR_PATH, $ELECTOR_GET_URL and
-	// $ELECTOR_SSE_URL, as nais/elector's pods do.
+	// other container gets $ELECTOR_PATH (127.0.0.1:4040), $ELECTOR_GET_URL
+	// and $ELECTOR_SSE_URL, as nais/elector's pods do.
 	AnnotationElection = "baton.dev/election"
 	// AnnotationElectionPort moves that port, e.g. to nais/elector's 6060.
 	AnnotationElectionPort = "baton.dev/election-port"
+	// AnnotationLeaderLabel "true" asks the controller to label the pod
+	// while it leads an election (the mirror's, with --leader-labels):
+	// "true" or "false".
+	AnnotationLeaderLabel = "baton.dev/leader-label"
 
 	// ElectionPort is the retired Kubernetes election sidecar's port, which
 	// its apps ask on localhost.
@@ -38,8 +42,11 @@ type electionOverrides struct {
 // electionOf reads the election annotations.
 func electionOf(annotations map[string]string) (electionOverrides, error) {
 	e := electionOverrides{name: annotations[AnnotationElection], port: ElectionPort}
-	if e.name != "" {
-		if _, err := keyspace.ParseKey(e.name); err != nil {
+	if v, ok := annotations[AnnotationLeaderLabel]; ok && v != "true" && v != "false" {
+		return e, fmt.Errorf("annotation %s %q: want true or false", AnnotationLeaderLabel, v)
+	}
+	if name, ok := annotations[AnnotationElection]; ok {
+		if _, err := keyspace.ParseKey(name); err != nil {
 			return e, fmt.Errorf("annotation %s: %w", AnnotationElection, err)
 		}
 	}
@@ -67,7 +74,7 @@ func electionArgs(e electionOverrides) []string {
 // electionEnv tells c where the leader is answered, as nais/elector's
 // pods are told, unless c says already.
 func electionEnv(c *corev1.Container, e electionOverrides) {
-	addr := "localhost:" + strconv.Itoa(int(e.port))
+	addr := "127.0.0.1:" + strconv.Itoa(int(e.port)) // where it listens: not ::1, which localhost may be first
 	for _, v := range []corev1.EnvVar{
 		{Name: "ELECTOR_PATH", Value: addr},
 		{Name: "ELECTOR_GET_URL", Value: "http://" + addr + "/"},

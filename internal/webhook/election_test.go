@@ -20,7 +20,7 @@ func TestInjectElection(t *testing.T) {
 		port        string
 	}{
 		{map[string]string{AnnotationElection: "jobs/cron"}, "4040"},
-		{map[string]string{AnnotationElection: "jobs/cron", AnnotationElectionPort: "6060"}, "6060"},
+		{map[string]string{AnnotationElection: "jobs/cron", AnnotationElectionPort: "6060", AnnotationLeaderLabel: "true"}, "6060"},
 	} {
 		pod := appPod(tt.annotations)
 		if err := Inject(pod, cfg); err != nil {
@@ -33,8 +33,8 @@ func TestInjectElection(t *testing.T) {
 			}
 		}
 		for _, c := range append(pod.Spec.InitContainers[1:], pod.Spec.Containers...) {
-			for name, v := range map[string]string{"ELECTOR_PATH": "localhost:" + tt.port, "ELECTOR_GET_URL": "http://localhost:" + tt.port + "/",
-				"ELECTOR_SSE_URL": "http://localhost:" + tt.port + "/sse"} {
+			for name, v := range map[string]string{"ELECTOR_PATH": "127.0.0.1:" + tt.port, "ELECTOR_GET_URL": "http://127.0.0.1:" + tt.port + "/",
+				"ELECTOR_SSE_URL": "http://127.0.0.1:" + tt.port + "/sse"} {
 				if e := env(&c, name); e == nil || e.Value != v {
 					t.Errorf("container %s: %s %+v, want %s", c.Name, name, e, v)
 				}
@@ -63,6 +63,9 @@ func TestInjectElection(t *testing.T) {
 		{appPod(map[string]string{AnnotationElectionPort: "6060"}), "campaigns in no election"},
 		{appPod(map[string]string{AnnotationElection: "jobs", AnnotationElectionPort: "http"}), "want a port"},
 		{elector, "container elector uses port 4040"},
+		{appPod(map[string]string{AnnotationElection: ""}), "annotation baton.dev/election"},
+		{appPod(map[string]string{AnnotationElection: "jobs", AnnotationElectionPort: "9810"}), "a port the sidecar serves already"},
+		{appPod(map[string]string{AnnotationLeaderLabel: "yes"}), `annotation baton.dev/leader-label "yes": want true or false`},
 	} {
 		before := tt.pod.DeepCopy()
 		if err := Inject(tt.pod, cfg); err == nil || !strings.Contains(err.Error(), tt.want) {

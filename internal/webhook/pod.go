@@ -78,6 +78,7 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 		switch {
 		case key == AnnotationDapr || key == AnnotationDaprAppID: // daprOf's
 		case key == AnnotationElection || key == AnnotationElectionPort: // electionOf's
+		case key == AnnotationLeaderLabel: // the controller's (electionOf checks it)
 		case key == AnnotationLeaseTTL:
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -101,9 +102,9 @@ func overridesOf(annotations map[string]string, cfg Config) (overrides, error) {
 			}
 			(*list)[name] = q
 		default:
-			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s, %s, %s, %s, %s and %s",
+			return overrides{}, fmt.Errorf("annotation %s: Baton has no such setting; a pod may set %s, %s, %s, %s, %s, %s, %s, %s, %s and %s",
 				key, AnnotationLeaseTTL, AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationDapr, AnnotationDaprAppID,
-				AnnotationElection, AnnotationElectionPort)
+				AnnotationElection, AnnotationElectionPort, AnnotationLeaderLabel)
 		}
 	}
 	if err := checkResources(o.resources); err != nil {
@@ -198,6 +199,9 @@ func checkFree(spec *corev1.PodSpec, cfg Config, o overrides) error {
 		ports = append(ports, DaprHTTPPort, DaprGRPCPort)
 	}
 	if o.election.name != "" {
+		if slices.Contains(ports, o.election.port) {
+			return fmt.Errorf("annotation %s %d: a port the sidecar serves already (its healthPort, metricsPort or Dapr's); choose another", AnnotationElectionPort, o.election.port)
+		}
 		ports = append(ports, o.election.port)
 	}
 	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {

@@ -1,6 +1,7 @@
 package alerts
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -351,6 +352,11 @@ func workload(t *testing.T, ctx context.Context, sidecars []sidecar) {
 			t.Fatalf("%s %s %s: %d %s, want %d", st.method, st.path, st.body, code, body, st.want)
 		}
 	}
+	// An election: its leader on one sidecar, a candidate waiting on the
+	// other, for as long as the test runs.
+	for i, s := range sidecars {
+		campaign(t, ctx, s, "scheduler", fmt.Sprintf("replica-%d", i))
+	}
 	// Then two callers taking turns at one lock, one on each sidecar,
 	// with a wait each time: grants, waits and holds every second.
 	var wg sync.WaitGroup
@@ -459,4 +465,26 @@ func freePortOf(t *testing.T) int {
 	var p int
 	fmt.Sscan(port, &p)
 	return p
+}
+
+// campaign has owner campaign in election name on s until ctx ends, and
+// returns once it leads or waits.
+func campaign(t *testing.T, ctx context.Context, s sidecar, name, owner string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", s.socket)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://baton/v1/elections/"+name+":campaign", strings.NewReader(`{"owner":"`+owner+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, `"event":"granted"`) && !strings.Contains(line, `"event":"queued"`) {
+		t.Fatalf("%s's campaign: %q %v", owner, line, err)
+	}
 }
