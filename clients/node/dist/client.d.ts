@@ -9,6 +9,7 @@ export interface CallOptions {
 }
 /** The client of one sidecar. */
 export declare class Client {
+    #private;
     /** The sidecar's socket. */
     readonly socket: string;
     /** A client of the sidecar serving socket (default: as the baton command finds it, socketPath()). */
@@ -45,6 +46,27 @@ export declare class Client {
      * lock.
      */
     hold(key: string, claim?: Claim, options?: HoldOptions & CallOptions): Promise<Hold>;
+    /**
+     * Campaign in election name, as long as it takes unless claim.wait says
+     * otherwise (claim.value is what the leader announces), and return the
+     * Hold of the leadership once elected: hold.signal aborts the moment it
+     * may be lost, hold.release() resigns.
+     */
+    lead(name: string, claim?: Claim, options?: HoldOptions & CallOptions): Promise<Hold>;
+    /** Who leads election name: a status whose holder is the leader (with its value) when held. */
+    leader(name: string): Promise<Status>;
+    /** The leader (owner) of election name announces value instead; its fence stays. */
+    proclaim(name: string, owner: string, value: string): Promise<Grant>;
+    /** End owner's leadership of election name, or its candidacy. */
+    resign(name: string, owner: string): Promise<Released>;
+    /**
+     * Follow election name, or every election under options.prefix: its
+     * state, then each new leader (granted), each end, each value proclaimed;
+     * never a leader older than one told.
+     */
+    observe(name?: string, options?: {
+        prefix?: string;
+    } & CallOptions): AsyncGenerator<WatchEvent>;
     /**
      * Run fn under the lock, held through a hold stream for as long as fn
      * runs, and release it after. fn gets the Hold: pass lock.signal to what

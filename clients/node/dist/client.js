@@ -1,6 +1,6 @@
 import { BatonError } from "./errors.js";
 import { Hold } from "./hold.js";
-import { call, lockPath, open, parse, query, socketPath } from "./wire.js";
+import { call, electionPath, lockPath, open, parse, query, socketPath } from "./wire.js";
 /** The client of one sidecar. */
 export class Client {
     /** The sidecar's socket. */
@@ -49,9 +49,42 @@ export class Client {
      * withdraws the wait when it aborts, and, once granted, releases the
      * lock.
      */
-    async hold(key, claim = {}, options = {}) {
+    hold(key, claim = {}, options = {}) {
+        return this.#stream(lockPath, "hold", key, claim, options);
+    }
+    /**
+     * Campaign in election name, as long as it takes unless claim.wait says
+     * otherwise (claim.value is what the leader announces), and return the
+     * Hold of the leadership once elected: hold.signal aborts the moment it
+     * may be lost, hold.release() resigns.
+     */
+    lead(name, claim = {}, options = {}) {
+        return this.#stream(electionPath, "campaign", name, claim, options);
+    }
+    /** Who leads election name: a status whose holder is the leader (with its value) when held. */
+    leader(name) {
+        return call(this.socket, "GET", electionPath(name));
+    }
+    /** The leader (owner) of election name announces value instead; its fence stays. */
+    proclaim(name, owner, value) {
+        return call(this.socket, "POST", electionPath(name, "proclaim"), { owner, value });
+    }
+    /** End owner's leadership of election name, or its candidacy. */
+    resign(name, owner) {
+        return call(this.socket, "DELETE", electionPath(name) + query({ owner }));
+    }
+    /**
+     * Follow election name, or every election under options.prefix: its
+     * state, then each new leader (granted), each end, each value proclaimed;
+     * never a leader older than one told.
+     */
+    observe(name, options = {}) {
+        return this.#follow(name ? electionPath(name, "observe") : "/v1/elections:observe" + query({ prefix: options.prefix }), options);
+    }
+    /** The stream of a lock's hold (path lockPath) or an election's campaign (electionPath), until the grant. */
+    async #stream(path, verb, key, claim, options) {
         const { signal } = options;
-        const answer = await open(this.socket, "POST", lockPath(key, "hold"), claim, signal);
+        const answer = await open(this.socket, "POST", path(key, verb), claim, signal);
         const onAbort = () => answer.close();
         signal?.addEventListener("abort", onAbort, { once: true });
         try {
@@ -76,10 +109,10 @@ export class Client {
                 if (signal?.aborted) {
                     // Granted as the caller gave up: let it go by its owner's DELETE
                     // (hanging up alone would be a loss, held back by a lock delay).
-                    await call(this.socket, "DELETE", lockPath(key) + query({ owner: event.owner })).catch(() => undefined);
+                    await call(this.socket, "DELETE", path(key) + query({ owner: event.owner })).catch(() => undefined);
                     break;
                 }
-                const lock = new Hold(this.socket, key, event, answer, options);
+                const lock = new Hold(this.socket, key, event, answer, options, (k) => path(k));
                 if (signal) {
                     const release = () => void lock.release().catch(() => undefined);
                     signal.addEventListener("abort", release, { once: true });
@@ -125,8 +158,11 @@ export class Client {
      * Follow a lock (key), or every lock under options.prefix: its state,
      * synced, then each change, until the signal aborts or the loop breaks.
      */
-    async *watch(key, options = {}) {
-        const path = key ? lockPath(key, "watch") : "/v1/locks:watch" + query({ prefix: options.prefix });
+    watch(key, options = {}) {
+        return this.#follow(key ? lockPath(key, "watch") : "/v1/locks:watch" + query({ prefix: options.prefix }), options);
+    }
+    /** The events of a watch at path, until the signal aborts or the loop breaks. */
+    async *#follow(path, options) {
         const answer = await open(this.socket, "GET", path, undefined, options.signal);
         const onAbort = () => answer.close();
         options.signal?.addEventListener("abort", onAbort, { once: true });

@@ -27,8 +27,8 @@ export declare class Hold {
     readonly signal: AbortSignal;
     /** The loss, once the lock may be lost; undefined while held or once released by release(). */
     lost: LockLost | undefined;
-    /** @internal Client.hold makes holds. */
-    constructor(socket: string, key: string, grant: Event, answer: Answer, options?: HoldOptions);
+    /** @internal Client.hold and Client.lead make holds; path is where the lock (or leadership) is let go. */
+    constructor(socket: string, key: string, grant: Event, answer: Answer, options?: HoldOptions, path?: (key: string) => string);
     /** The lock's fencing token: pass it to what the work writes. */
     get fence(): number;
     /** The holder's owner (execution id). */

@@ -31,9 +31,11 @@ export class Hold {
     #releasedLine;
     #sawReleased = false;
     #following;
-    /** @internal Client.hold makes holds. */
-    constructor(socket, key, grant, answer, options = {}) {
+    #path;
+    /** @internal Client.hold and Client.lead make holds; path is where the lock (or leadership) is let go. */
+    constructor(socket, key, grant, answer, options = {}, path = lockPath) {
         this.#socket = socket;
+        this.#path = path;
         this.key = key;
         this.grant = grant;
         this.#answer = answer;
@@ -134,7 +136,7 @@ export class Hold {
             const line = new Promise((resolve) => (this.#releasedLine = resolve));
             this.#abort.abort(new BatonError("released", `lock ${JSON.stringify(this.key)} released by its holder`));
             try {
-                await call(this.#socket, "DELETE", lockPath(this.key) + query({ owner: this.owner }));
+                await call(this.#socket, "DELETE", this.#path(this.key) + query({ owner: this.owner }));
             }
             catch (err) {
                 if (err instanceof BatonError && gone.has(err.code)) {

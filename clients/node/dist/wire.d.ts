@@ -8,6 +8,8 @@ export declare const DEFAULT_SOCKET = "/var/run/baton/baton.sock";
 export declare function socketPath(path?: string): string;
 /** The path of a lock's resource, or of an action on it (KEY:hold). */
 export declare function lockPath(key: string, action?: string): string;
+/** The path of election name, with a custom method (campaign, proclaim, observe) after a colon. */
+export declare function electionPath(name: string, action?: string): string;
 /** A query string of the parameters that are set. */
 export declare function query(params: Record<string, string | number | boolean | undefined>): string;
 /**

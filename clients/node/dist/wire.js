@@ -17,6 +17,11 @@ export function lockPath(key, action = "") {
     const escaped = key.split("/").map(encodeURIComponent).join("/");
     return `/v1/locks/${escaped}${action ? ":" + action : ""}`;
 }
+/** The path of election name, with a custom method (campaign, proclaim, observe) after a colon. */
+export function electionPath(name, action = "") {
+    const escaped = name.split("/").map(encodeURIComponent).join("/");
+    return `/v1/elections/${escaped}${action ? ":" + action : ""}`;
+}
 /** A query string of the parameters that are set. */
 export function query(params) {
     const q = new URLSearchParams();

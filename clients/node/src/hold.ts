@@ -44,9 +44,12 @@ export class Hold {
   #sawReleased = false;
   readonly #following: Promise<void>;
 
-  /** @internal Client.hold makes holds. */
-  constructor(socket: string, key: string, grant: Event, answer: Answer, options: HoldOptions = {}) {
+  readonly #path: (key: string) => string;
+
+  /** @internal Client.hold and Client.lead make holds; path is where the lock (or leadership) is let go. */
+  constructor(socket: string, key: string, grant: Event, answer: Answer, options: HoldOptions = {}, path: (key: string) => string = lockPath) {
     this.#socket = socket;
+    this.#path = path;
     this.key = key;
     this.grant = grant;
     this.#answer = answer;
@@ -157,7 +160,7 @@ export class Hold {
       const line = new Promise<void>((resolve) => (this.#releasedLine = resolve));
       this.#abort.abort(new BatonError("released", `lock ${JSON.stringify(this.key)} released by its holder`));
       try {
-        await call(this.#socket, "DELETE", lockPath(this.key) + query({ owner: this.owner }));
+        await call(this.#socket, "DELETE", this.#path(this.key) + query({ owner: this.owner }));
       } catch (err) {
         if (err instanceof BatonError && gone.has(err.code)) {
           this.lost = new LockLost(this.key, this.fence, err.body.reason ?? err.code, err.body.message ?? err.message);

@@ -22,6 +22,12 @@ export function lockPath(key: string, action = ""): string {
   return `/v1/locks/${escaped}${action ? ":" + action : ""}`;
 }
 
+/** The path of election name, with a custom method (campaign, proclaim, observe) after a colon. */
+export function electionPath(name: string, action = ""): string {
+  const escaped = name.split("/").map(encodeURIComponent).join("/");
+  return `/v1/elections/${escaped}${action ? ":" + action : ""}`;
+}
+
 /** A query string of the parameters that are set. */
 export function query(params: Record<string, string | number | boolean | undefined>): string {
   const q = new URLSearchParams();

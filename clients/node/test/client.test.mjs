@@ -253,6 +253,39 @@ describe("the client", () => {
     await lock.release();
   });
 
+  it("elects a leader, proclaims, observes and hands over on resignation", async () => {
+    const a = new Client({ socket: A });
+    const b = new Client({ socket: B });
+    const told = [];
+    const observing = (async () => {
+      for await (const ev of b.observe("node/scheduler")) {
+        if (ev.event !== "queued" && ev.event !== "heartbeat") {
+          told.push(ev);
+        }
+        if (told.filter((e) => e.event === "granted").length === 2) {
+          return; // the second leader
+        }
+      }
+    })();
+    await until(() => told.some((e) => e.event === "synced"), "the observer synced");
+    const one = await a.lead("node/scheduler", { owner: "replica-1", value: "10.0.0.1" });
+    assert.equal(one.grant.value, "10.0.0.1");
+    assert.equal((await b.leader("node/scheduler")).holder.value, "10.0.0.1");
+    const other = await refusal(b.proclaim("node/scheduler", "replica-2", "me"));
+    assert.equal(other.code, "not_owner");
+    assert.equal((await a.proclaim("node/scheduler", "replica-1", "")).fence, one.fence);
+    const standby = b.lead("node/scheduler", { owner: "replica-2", value: "10.0.0.2" });
+    await until(async () => (await a.leader("node/scheduler")).waiters === 1, "replica-2 campaigning");
+    await one.release();
+    const two = await standby;
+    assert.ok(two.fence > one.fence, `the second leader's fence ${two.fence} after ${one.fence}`);
+    await observing;
+    assert.deepEqual(told.map((e) => e.event).filter((e) => e !== "released"), ["state", "synced", "granted", "proclaimed", "granted"]);
+    assert.equal(told.at(-1).fence, two.fence);
+    await b.resign("node/scheduler", "replica-2");
+    await until(() => two.signal.aborted, "the leadership's signal aborted by the resignation");
+  });
+
   // Last: it freezes the first sidecar, whose lease then expires.
   it("stops the work when its sidecar freezes, before the next holder is granted the lock", async () => {
     const lock = await new Client({ socket: A }).hold("node/frozen", { owner: "exec-1" });

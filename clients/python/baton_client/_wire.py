@@ -24,6 +24,10 @@ def lock_path(key: str, action: str = "") -> str:
     return "/v1/locks/" + urllib.parse.quote(key, safe="/") + (":" + action if action else "")
 
 
+def election_path(name: str, action: str = "") -> str:
+    return "/v1/elections/" + urllib.parse.quote(name, safe="/") + (":" + action if action else "")
+
+
 def claim(
     owner: Optional[str] = None,
     ttl: Optional[str] = None,
@@ -88,6 +92,15 @@ class Held:
     grant: dict[str, Any]
     lost: Optional[LockLost]
     _on_lost: Optional[Callable[[LockLost], None]]
+    election: bool = False  # a leadership (lead), not a lock (hold)
+
+    def _stream_path(self) -> str:
+        """Where the stream is asked for: a hold's, or a campaign's."""
+        return election_path(self.key, "campaign") if self.election else lock_path(self.key, "hold")
+
+    def _let_go_path(self) -> str:
+        """Where the lock is released, or the leadership resigned."""
+        return (election_path(self.key) if self.election else lock_path(self.key)) + query(owner=self.owner)
 
     @property
     def fence(self) -> int:

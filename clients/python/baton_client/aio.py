@@ -143,6 +143,36 @@ class AsyncClient:
         valid_for_seconds), and the block raises LockLost with the reason."""
         return AsyncHold(self, key, _wire.claim(**claim), on_lost)
 
+    def lead(self, name: str, on_lost: Optional[Callable[[LockLost], None]] = None, **claim: Any) -> "AsyncHold":
+        """Campaign in election name and lead for as long as the async with
+        block runs (Client.lead): the task running it is cancelled as soon
+        as the leadership may be lost."""
+        h = AsyncHold(self, name, _wire.claim(**claim), on_lost)
+        h.election = True
+        return h
+
+    async def leader(self, name: str) -> dict[str, Any]:
+        """Who leads election name (Client.leader)."""
+        return await self._call("GET", _wire.election_path(name))
+
+    async def proclaim(self, name: str, owner: str, value: str) -> dict[str, Any]:
+        """The leader (owner) announces value instead; its fence stays."""
+        return await self._call("POST", _wire.election_path(name, "proclaim"), {"owner": owner, "value": value})
+
+    async def resign(self, name: str, owner: str) -> dict[str, Any]:
+        """End owner's leadership of election name, or its candidacy."""
+        return await self._call("DELETE", _wire.election_path(name) + _wire.query(owner=owner))
+
+    async def observe(self, name: Optional[str] = None, prefix: str = "") -> AsyncIterator[dict[str, Any]]:
+        """Follow election name, or every election under prefix (Client.observe)."""
+        path = _wire.election_path(name, "observe") if name else "/v1/elections:observe" + _wire.query(prefix=prefix)
+        answer = await self._open("GET", path)
+        try:
+            while line := await answer.readline():
+                yield json.loads(line)
+        finally:
+            answer.close()
+
     async def watch(self, key: Optional[str] = None, prefix: str = "") -> AsyncIterator[dict[str, Any]]:
         """Follow a lock, or every lock under prefix (Client.watch)."""
         path = _wire.lock_path(key, "watch") if key else "/v1/locks:watch" + _wire.query(prefix=prefix)
@@ -171,7 +201,7 @@ class AsyncHold(_wire.Held):
         self._exiting = False
 
     async def __aenter__(self) -> "AsyncHold":
-        answer = await self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
+        answer = await self._client._open("POST", self._stream_path(), self._body)
         try:
             while (event := _wire.granted(self.key, await answer.readline())) is None:
                 pass
@@ -234,7 +264,7 @@ class AsyncHold(_wire.Held):
             if self.lost is None and not self._released.is_set() and not self._delete_sent:
                 self._delete_sent = True
                 try:
-                    await self._client.release(self.key, self.owner)
+                    await self._client._call("DELETE", self._let_go_path())
                 except BatonError as err:  # not released by this DELETE: the lock is not ours
                     self._end(err.body.get("reason") or err.code, err.message)
                 else:

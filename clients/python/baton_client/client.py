@@ -91,6 +91,41 @@ class Client:
         LockLost when it ends, even if it ended without error."""
         return Hold(self, key, _wire.claim(**claim), on_lost)
 
+    def lead(self, name: str, on_lost: Optional[Callable[[LockLost], None]] = None, **claim: Any) -> "Hold":
+        """Campaign in election name, as long as it takes unless wait says
+        otherwise, and lead for as long as the with block runs, as hold
+        does for a lock: claim takes owner, value (what the leader
+        announces), wait, ttl, max_hold, lock_delay. Ending the block
+        resigns."""
+        h = Hold(self, name, _wire.claim(**claim), on_lost)
+        h.election = True
+        return h
+
+    def leader(self, name: str) -> dict[str, Any]:
+        """Who leads election name: a status whose holder is the leader
+        (with its value) when held, and fence its fence."""
+        return self._call("GET", _wire.election_path(name))
+
+    def proclaim(self, name: str, owner: str, value: str) -> dict[str, Any]:
+        """The leader (owner) announces value instead; its fence stays."""
+        return self._call("POST", _wire.election_path(name, "proclaim"), {"owner": owner, "value": value})
+
+    def resign(self, name: str, owner: str) -> dict[str, Any]:
+        """End owner's leadership of election name, or its candidacy."""
+        return self._call("DELETE", _wire.election_path(name) + _wire.query(owner=owner))
+
+    def observe(self, name: Optional[str] = None, prefix: str = "") -> Iterator[dict[str, Any]]:
+        """Follow election name, or every election under prefix: its state,
+        then each new leader (granted), each end, each value proclaimed;
+        never a leader older than one told."""
+        path = _wire.election_path(name, "observe") if name else "/v1/elections:observe" + _wire.query(prefix=prefix)
+        conn, resp = self._open("GET", path)
+        try:
+            for line in resp:
+                yield json.loads(line)
+        finally:
+            conn.close()
+
     def watch(self, key: Optional[str] = None, prefix: str = "") -> Iterator[dict[str, Any]]:
         """Follow a lock, or every lock under prefix: its state, then each
         change, one event at a time (docs/api.md, watching locks)."""
@@ -121,7 +156,7 @@ class Hold(_wire.Held):
         self._reader: Optional[threading.Thread] = None
 
     def __enter__(self) -> "Hold":
-        self._conn, resp = self._client._open("POST", _wire.lock_path(self.key, "hold"), self._body)
+        self._conn, resp = self._client._open("POST", self._stream_path(), self._body)
         try:
             while (event := _wire.granted(self.key, resp.readline())) is None:
                 pass
@@ -208,7 +243,7 @@ class Hold(_wire.Held):
         try:
             if send:
                 try:
-                    self._client.release(self.key, self.owner)
+                    self._client._call("DELETE", self._let_go_path())
                 except BatonError as err:  # not released by this DELETE: the lock is not ours
                     self._end(err.body.get("reason") or err.code, err.message)
                 else:

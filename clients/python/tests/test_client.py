@@ -151,8 +151,58 @@ class Plain(unittest.TestCase):
         self.assertEqual(events[-1]["fence"], grant["fence"])
         Client(A).release("py/watched", "w1")
 
+    def test_election(self):
+        a, b = Client(A), Client(B)
+        told = []
+        synced = threading.Event()
+
+        def observe():
+            for ev in b.observe("py/scheduler"):
+                if ev["event"] not in ("queued", "heartbeat"):
+                    told.append(ev)
+                if ev["event"] == "synced":
+                    synced.set()
+                if len(told) >= 6:  # state, synced, granted, proclaimed, released, granted
+                    return
+
+        watcher = threading.Thread(target=observe, daemon=True)
+        watcher.start()
+        self.assertTrue(synced.wait(10))
+        second = {}
+
+        def standby():
+            with b.lead("py/scheduler", owner="replica-2", value="10.0.0.2") as two:
+                second["fence"], second["value"] = two.fence, two.grant["value"]
+
+        with a.lead("py/scheduler", owner="replica-1", value="10.0.0.1") as one:
+            self.assertEqual(one.grant["value"], "10.0.0.1")
+            self.assertEqual(b.leader("py/scheduler")["holder"]["value"], "10.0.0.1")
+            with self.assertRaises(BatonError) as other:
+                b.proclaim("py/scheduler", "replica-2", "me")
+            self.assertEqual(other.exception.code, "not_owner")
+            self.assertEqual(a.proclaim("py/scheduler", "replica-1", "10.0.0.1:9090")["fence"], one.fence)
+            t = threading.Thread(target=standby)
+            t.start()
+            wait_until(lambda: a.leader("py/scheduler")["waiters"] == 1, "replica-2 campaigning")
+            first = one.fence
+        t.join(10)
+        self.assertGreater(second["fence"], first)
+        self.assertEqual(second["value"], "10.0.0.2")
+        watcher.join(10)
+        self.assertEqual([e["event"] for e in told], ["state", "synced", "granted", "proclaimed", "released", "granted"])
+        self.assertEqual(told[3]["holder"]["value"], "10.0.0.1:9090")
+        self.assertEqual(told[5]["fence"], second["fence"])
+
 
 class Async(unittest.IsolatedAsyncioTestCase):
+    async def test_lead_and_resign(self):
+        a, b = AsyncClient(A), AsyncClient(B)
+        async with a.lead("py/async-leader", owner="leader-1", value="v1") as lead:
+            self.assertEqual((await b.leader("py/async-leader"))["fence"], lead.fence)
+            await a.resign("py/async-leader", "leader-1")  # another caller of its sidecar resigns it
+            await asyncio.sleep(0.5)
+        self.assertFalse((await b.leader("py/async-leader"))["held"])
+
     async def test_loss_cancels_the_task(self):
         reached = False
 
