@@ -390,7 +390,7 @@ clean: ## Remove build output and the data of `make run`.
 	rm -rf $(BIN) ./.baton $(SOCKET)
 
 .PHONY: bench
-bench: build ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 8 minutes.
+bench: build envtest-assets ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 8 minutes.
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
 	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
 

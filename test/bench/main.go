@@ -45,7 +45,7 @@ func main() {
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the sidecar holding the most locks (scale) to this file")
 	flag.StringVar(&o.scaleArgs, "scale-args", "", "extra flags for the scale step's sidecar, space-separated (e.g. --keys-per-lease 1000000)")
 	flag.StringVar(&o.scaleOut, "scale-out", "10,100,1000,1000/10", "the scale-out step's sizes: sidecar engines in one scope, each with its own etcd client and session (3000 when asked for); N/P reaches etcd through P of etcd's gRPC proxies, as one per node")
-	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, scale, scale-out, etcd-cluster, footprint")
+	flag.StringVar(&o.only, "only", "", "run only these steps, comma-separated: cycles, refusals, hand-off, shared, crash, failover, scale, scale-out, etcd-cluster, footprint")
 	flag.Parse()
 	if !slices.Contains(concurrencies, o.profileC) {
 		fmt.Fprintf(os.Stderr, "bench: -profile-c %d: the cycles run at %v clients\n", o.profileC, concurrencies)
@@ -113,6 +113,7 @@ func run(ctx context.Context, o options) error {
 		{"hand-off", w.handoff},
 		{"shared", w.shared},
 		{"crash", w.crash},
+		{"failover", w.failover},
 		{"scale", w.scale},
 		{"scale-out", w.scaleOut},
 		{"etcd-cluster", w.etcdCluster},

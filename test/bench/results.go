@@ -24,6 +24,7 @@ type results struct {
 	sharedReads   map[string][]float64
 	crash         []time.Duration
 	crashTTL      time.Duration
+	failover      map[string][]time.Duration // how the leader goes → each hand-over's time without a leader
 	scale         []scaleResult
 	scaleOut      []scaleOutResult
 	cluster       map[string]map[int]series // etcd-cluster: contender → C → rounds
@@ -104,6 +105,9 @@ func (r *results) print(w io.Writer, o options) {
 	}
 	if r.crashTTL > 0 {
 		r.printCrash(w)
+	}
+	if len(r.failover) > 0 {
+		r.printFailover(w)
 	}
 	if len(r.scaleOut) > 0 {
 		r.printScaleOut(w)
