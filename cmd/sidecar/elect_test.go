@@ -174,3 +174,59 @@ func TestElectDoc(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdctlElect: etcdctl elect, the binary, in one election with
+// Baton's candidates, both ways: it waits while Baton leads and leads once
+// Baton's leader resigns, announcing its proposal, which Baton tells as a
+// leader that is not Baton's; Baton's next candidate waits behind it, and
+// leads with a larger fence once etcdctl resigns (interrupted, it revokes
+// its session).
+func TestEtcdctlElect(t *testing.T) {
+	sb := newSandbox(t)
+	first := campaignOn(t, sb.sock, "jobs", "baton-1")
+	c, out := sb.start(t, "exec etcdctl elect /baton/v1/default/elections/jobs etcdctl-proposal")
+	defer func() {
+		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		c.Wait()
+	}()
+	time.Sleep(time.Second)
+	if out.String() != "" {
+		t.Fatalf("etcdctl elect printed %q while Baton leads; want it waiting", out.String())
+	}
+	sb.do(t, "DELETE", "/v1/elections/jobs?owner=baton-1", "")
+	waitUntil(t, 10*time.Second, "etcdctl elect leading", func() bool { return strings.Contains(out.String(), "etcdctl-proposal") })
+	var st struct {
+		Held   bool  `json:"held"`
+		Fence  int64 `json:"fence"`
+		Holder struct {
+			Foreign bool   `json:"foreign"`
+			Value   string `json:"value"`
+		} `json:"holder"`
+	}
+	if err := json.Unmarshal([]byte(sb.do(t, "GET", "/v1/elections/jobs", "")), &st); err != nil || !st.Held || !st.Holder.Foreign || st.Holder.Value != "etcdctl-proposal" || st.Fence <= first {
+		t.Fatalf("Baton tells etcdctl's leadership as %+v (%v); want a foreign leader announcing etcdctl-proposal above fence %d", st, err, first)
+	}
+	granted := make(chan int64, 1)
+	go func() {
+		f, err := campaignIn(t, sb.sock, "jobs", "baton-2")
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- f
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case f := <-granted:
+		t.Fatalf("Baton's candidate led (fence %d) while etcdctl leads", f)
+	default:
+	}
+	syscall.Kill(-c.Process.Pid, syscall.SIGINT)
+	select {
+	case f := <-granted:
+		if f <= st.Fence {
+			t.Errorf("Baton's candidate leads at fence %d, not above etcdctl's %d", f, st.Fence)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Baton's candidate did not lead after etcdctl elect was interrupted")
+	}
+}

@@ -133,24 +133,33 @@ func TestObserveNeverGoesBack(t *testing.T) {
 // ends or the owner resigns.
 func campaignOn(t *testing.T, socket, name, owner string) int64 {
 	t.Helper()
+	fence, err := campaignIn(t, socket, name, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fence
+}
+
+// campaignIn is campaignOn for a goroutine other than the test's: it
+// returns the error.
+func campaignIn(t *testing.T, socket, name, owner string) (int64, error) {
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
 	resp, err := c.Post("http://baton/v1/elections/"+name+":campaign", "application/json", strings.NewReader(`{"owner":"`+owner+`"}`))
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		var ev lockapi.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		if ev.Event == lockapi.EventGranted {
-			return ev.Fence
+			return ev.Fence, nil
 		}
 	}
-	t.Fatalf("%s's campaign ended before its grant", owner)
-	return 0
+	return 0, fmt.Errorf("%s's campaign ended before its grant", owner)
 }
