@@ -390,9 +390,9 @@ clean: ## Remove build output and the data of `make run`.
 	rm -rf $(BIN) ./.baton $(SOCKET)
 
 .PHONY: bench
-bench: build envtest-assets ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed): about 8 minutes.
+bench: build envtest-assets ## Measure Baton against raw etcd, etcd's Mutex and Redis (when installed), and its elections' failover against client-go's leader election on a kube-apiserver: about 9 minutes.
 	$(GO) build $(GOFLAGS) -o $(BIN)/bench ./test/bench
-	$(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
+	KUBEBUILDER_ASSETS=$(K8S_BIN) $(BIN)/bench --baton $(BIN)/baton --sidecar $(BIN)/baton-sidecar --dapr-sidecar $(BIN)/baton-dapr $(BENCH_ARGS)
 
 # The scale-out step's sizes: sidecars in one scope on one etcd.
 SCALE_OUT ?= 10,100,1000,1000/10

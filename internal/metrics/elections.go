@@ -30,7 +30,7 @@ func NewElections(reg prometheus.Registerer) (*Elections, error) {
 			Name: "baton_election_candidates", Help: "Candidates of this sidecar campaigning in the election, not leading it.",
 		}, []string{"election"}),
 		elected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_election_elected_total", Help: "Times a candidate of this sidecar was elected: summed over the sidecars, the election's changes of leader.",
+			Name: "baton_election_elected_total", Help: "Times a candidate of this sidecar was elected (or its leadership taken over by a restarted sidecar): summed over the sidecars, about the election's changes of leader.",
 		}, []string{"election"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_election_leaderships_lost_total", Help: "Leaderships of this sidecar's candidates that ended without their resignation, by reason.",

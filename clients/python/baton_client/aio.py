@@ -228,7 +228,9 @@ class AsyncHold(_wire.Held):
             while line := await self._answer.readline():
                 event = json.loads(line)
                 if event.get("event") == "released":
-                    if self.lost is None:
+                    if not self._delete_sent:  # another caller of the same owner let it go: the work must stop
+                        self._end("released", "released by another caller with its owner")
+                    elif self.lost is None:
                         self._released.set()
                     return
                 if event.get("event") == "lost":

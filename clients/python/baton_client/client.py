@@ -189,7 +189,10 @@ class Hold(_wire.Held):
                 event = json.loads(line)
                 if event.get("event") == "released":
                     with self._mu:
-                        self._released = self.lost is None
+                        mine = self._delete_sent
+                        self._released = mine and self.lost is None
+                    if not mine:  # another caller of the same owner let it go: the work must stop
+                        self._end("released", "released by another caller with its owner")
                     return
                 if event.get("event") == "lost":
                     self._end(event.get("reason", "lost"), event.get("message", ""))
@@ -238,7 +241,7 @@ class Hold(_wire.Held):
         the stream. A lock that is gone (lost, or taken from its owner)
         is recorded in lost rather than raised."""
         with self._mu:
-            send = not self._delete_sent and self.lost is None
+            send = not self._delete_sent and self.lost is None and not self._released
             self._delete_sent = True
         try:
             if send:

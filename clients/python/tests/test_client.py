@@ -85,6 +85,19 @@ class Plain(unittest.TestCase):
         self.assertEqual(b.status("py/hold")["fence"], again["fence"])
         b.release("py/hold", "exec-3")
 
+    def test_release_by_another_caller_stops_the_work(self):
+        lost = []
+        with self.assertRaises(LockLost) as raised:
+            with Client(A).hold("py/taken", owner="exec-1", on_lost=lost.append) as lock:
+                Client(A).release("py/taken", "exec-1")  # the same owner, another caller
+                self.assertIsNotNone(lock.wait_lost(10))
+        self.assertEqual(raised.exception.reason, "released")
+        self.assertEqual(len(lost), 1)
+        again = Client(A).acquire("py/taken", owner="exec-1")  # no second DELETE frees it
+        self.assertTrue(Client(B).status("py/taken")["held"])
+        Client(A).release("py/taken", "exec-1")
+        self.assertGreater(again["fence"], 0)
+
     def test_loss_stops_the_work(self):
         lost = []
         with self.assertRaises(LockLost) as raised:
@@ -195,12 +208,14 @@ class Plain(unittest.TestCase):
 
 
 class Async(unittest.IsolatedAsyncioTestCase):
-    async def test_lead_and_resign(self):
+    async def test_resigned_by_another_caller_stops_the_leader(self):
         a, b = AsyncClient(A), AsyncClient(B)
-        async with a.lead("py/async-leader", owner="leader-1", value="v1") as lead:
-            self.assertEqual((await b.leader("py/async-leader"))["fence"], lead.fence)
-            await a.resign("py/async-leader", "leader-1")  # another caller of its sidecar resigns it
-            await asyncio.sleep(0.5)
+        with self.assertRaises(LockLost) as lost:
+            async with a.lead("py/async-leader", owner="leader-1", value="v1") as lead:
+                self.assertEqual((await b.leader("py/async-leader"))["fence"], lead.fence)
+                await a.resign("py/async-leader", "leader-1")  # another caller of its sidecar resigns it
+                await asyncio.sleep(30)  # cancelled as the released line comes
+        self.assertEqual(lost.exception.reason, "released")
         self.assertFalse((await b.leader("py/async-leader"))["held"])
 
     async def test_loss_cancels_the_task(self):
