@@ -77,7 +77,7 @@ func (l *Leader) tell(st coordinator.Status) {
 	defer l.mu.Unlock()
 	l.name, l.fence = "", 0
 	if st.Held {
-		l.name, l.fence = nameOf(st.Holder), st.Fence
+		l.name, l.fence = st.Holder.LeaderName(), st.Fence
 	}
 	l.answerLocked(true)
 }
@@ -114,18 +114,6 @@ func (l *Leader) answerLocked(changed bool) {
 			ch <- l.now
 		}
 	}
-}
-
-// nameOf is a leader's name: the value it announced, else its pod, else
-// its owner.
-func nameOf(h keyspace.Holder) string {
-	switch {
-	case h.Value != "":
-		return h.Value
-	case h.Pod != "":
-		return h.Pod
-	}
-	return h.Owner
 }
 
 // Answer returns who leads now.

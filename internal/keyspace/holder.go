@@ -77,6 +77,18 @@ func cut(v []byte, n int) string {
 // MaxValue bounds the value a candidate of an election announces.
 const MaxValue = 4096
 
+// LeaderName is how an election's leader is named to those who ask who
+// leads: the value it announced, else its pod, else its owner.
+func (h Holder) LeaderName() string {
+	switch {
+	case h.Value != "":
+		return h.Value
+	case h.Pod != "":
+		return h.Pod
+	}
+	return h.Owner
+}
+
 // Callers is how many callers the contender stands for: its own and those
 // its sidecar queues behind it. The callers waiting for a lock are the sum
 // over its contenders less one, the holder.

@@ -133,25 +133,13 @@ func showLeader(l *coordinationv1.Lease, name string, leader contender) {
 	} else {
 		delete(l.Annotations, AnnotationValue)
 	}
-	l.Spec.HolderIdentity = ptr.To(leaderName(h))
+	l.Spec.HolderIdentity = ptr.To(h.LeaderName())
 	l.Spec.RenewTime = &metav1.MicroTime{Time: leader.seen}
 	l.Spec.LeaseTransitions = ptr.To(transitions)
 	l.Spec.LeaseDurationSeconds = nil
 	if !h.ExpiresAt.IsZero() {
 		l.Spec.LeaseDurationSeconds = ptr.To(int32(max(1, math.Ceil(h.ExpiresAt.Sub(leader.seen).Seconds()))))
 	}
-}
-
-// leaderName is how a leader is named: the value it announced, else its
-// pod, else its owner.
-func leaderName(h keyspace.Holder) string {
-	switch {
-	case h.Value != "":
-		return h.Value
-	case h.Pod != "":
-		return h.Pod
-	}
-	return h.Owner
 }
 
 // noLeader shows an election nobody campaigns in any more: no holder
