@@ -295,6 +295,15 @@ func (o runOptions) command() string {
 	return "baton run"
 }
 
+// awaited names what o waits for: the lock's key, or "the leadership of
+// election N".
+func (o runOptions) awaited() string {
+	if o.election {
+		return o.what()
+	}
+	return o.key
+}
+
 // what names what o holds, for messages: "lock K", or "the leadership of
 // election N".
 func (o runOptions) what() string {
@@ -333,7 +342,7 @@ func awaitGrant(ctx context.Context, stream *baton.Stream, o runOptions, stderr 
 		}
 		switch ev.Event {
 		case lockapi.EventQueued:
-			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.what(), ev.Position)
+			fmt.Fprintf(stderr, "baton: waiting for %s: %d ahead\n", o.awaited(), ev.Position)
 		case lockapi.EventGranted:
 			return ev, nil
 		case lockapi.EventRefused, lockapi.EventError:
