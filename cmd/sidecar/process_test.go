@@ -279,7 +279,10 @@ func TestServesBeforeEtcdIsReachable(t *testing.T) {
 	c := unixClient(sock)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		// Served, not only bound: the file exists between bind and
+		// listen, when a connection is refused.
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
 			break
 		}
 		if time.Now().After(deadline) {
