@@ -254,17 +254,13 @@ func (o *observer) apply(ch lockstore.Change) (pfx string, deleted *lockstore.Co
 // lock of a single-lock watch).
 func (o *observer) tell(ctx context.Context, pfx string, l *obsLine, rev int64, gone map[string]lockstore.Contender, resync bool) bool {
 	now := l.status()
-	was := map[int64]bool{}
+	was := map[int64]string{} // the holders told, by fence: the value each announced
 	for _, h := range l.told.Holders {
-		was[h.Fence] = true
+		was[h.Fence] = h.Holder.Value
 	}
 	is := map[int64]bool{}
 	for _, h := range now.Holders {
 		is[h.Fence] = true
-	}
-	said := map[int64]string{} // the values told, by fence
-	for _, h := range l.told.Holders {
-		said[h.Fence] = h.Holder.Value
 	}
 	var evs []LockEvent
 	for _, h := range l.told.Holders {
@@ -273,12 +269,12 @@ func (o *observer) tell(ctx context.Context, pfx string, l *obsLine, rev int64, 
 		}
 	}
 	for _, h := range now.Holders {
-		if !was[h.Fence] {
+		if _, told := was[h.Fence]; !told {
 			evs = append(evs, LockEvent{Kind: EventGranted, Key: l.key, Rev: rev, Holder: h.Holder, Fence: h.Fence, Status: now, Resynced: resync})
 		}
 	}
 	for _, h := range now.Holders {
-		if v, ok := said[h.Fence]; ok && v != h.Holder.Value {
+		if v, ok := was[h.Fence]; ok && v != h.Holder.Value {
 			evs = append(evs, LockEvent{Kind: EventProclaimed, Key: l.key, Rev: rev, Holder: h.Holder, Fence: h.Fence, Status: now, Resynced: resync})
 		}
 	}

@@ -118,18 +118,15 @@ class Client:
         """Follow election name, or every election under prefix: its state,
         then each new leader (granted), each end, each value proclaimed;
         never a leader older than one told."""
-        path = _wire.election_path(name, "observe") if name else "/v1/elections:observe" + _wire.query(prefix=prefix)
-        conn, resp = self._open("GET", path)
-        try:
-            for line in resp:
-                yield json.loads(line)
-        finally:
-            conn.close()
+        return self._events(_wire.election_path(name, "observe") if name else "/v1/elections:observe" + _wire.query(prefix=prefix))
 
     def watch(self, key: Optional[str] = None, prefix: str = "") -> Iterator[dict[str, Any]]:
         """Follow a lock, or every lock under prefix: its state, then each
         change, one event at a time (docs/api.md, watching locks)."""
-        path = _wire.lock_path(key, "watch") if key else "/v1/locks:watch" + _wire.query(prefix=prefix)
+        return self._events(_wire.lock_path(key, "watch") if key else "/v1/locks:watch" + _wire.query(prefix=prefix))
+
+    def _events(self, path: str) -> Iterator[dict[str, Any]]:
+        """The events of a watch at path, one at a time."""
         conn, resp = self._open("GET", path)
         try:
             for line in resp:
