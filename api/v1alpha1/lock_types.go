@@ -12,8 +12,13 @@ const (
 	// cut to 63 characters) for `kubectl get locks -l`; status.key has
 	// the exact key.
 	LabelKey = Group + "/key"
+	// LabelElection, on the Lock of an election, holds the election's
+	// name in a label-safe form, as LabelKey does a lock's key: `kubectl
+	// get locks -l baton.dev/election` lists the elections alone.
+	LabelElection = Group + "/election"
 	// AnnotationForceRelease, set to a reason, makes the mirror release the
-	// lock in etcd if the holder shown in status still holds it.
+	// lock in etcd if the holder shown in status still holds it (of an
+	// election: its leader resigns by force, and the next candidate leads).
 	AnnotationForceRelease = Group + "/force-release"
 )
 
@@ -75,12 +80,19 @@ type Holder struct {
 	// Fence is the holder's fencing token, in status.holders.
 	// +optional
 	Fence int64 `json:"fence,omitempty"`
+	// Value is what an election's leader announces.
+	// +optional
+	Value string `json:"value,omitempty"`
 }
 
 // LockStatus is the lock as etcd has it.
 type LockStatus struct {
-	// Key is the lock's key, as apps name it.
+	// Key is the lock's key, as apps name it; of an election, its name.
 	Key string `json:"key"`
+	// Election is true when the object shows an election: its holder is
+	// the leader, its waiters the candidates standing by.
+	// +optional
+	Election bool `json:"election,omitempty"`
 	// Scope is the Baton scope the lock belongs to.
 	Scope string `json:"scope"`
 	// Phase is Held or Free.
@@ -120,7 +132,8 @@ type LockStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// Lock mirrors one Baton lock. It has no spec: etcd decides, and the
+// Lock mirrors one Baton lock, or one election (status.election, its name
+// starting with "election-"). It has no spec: etcd decides, and the
 // object only shows. Its name is derived from the key (see the mirror);
 // status.key is the exact key.
 //
@@ -136,6 +149,7 @@ type LockStatus struct {
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
 // +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.status.limit`,priority=1
 // +kubebuilder:printcolumn:name="Units",type=integer,JSONPath=`.status.heldUnits`,priority=1
+// +kubebuilder:printcolumn:name="Election",type=boolean,JSONPath=`.status.election`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Lock struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -52,7 +52,7 @@ func TestSemaphoreLock(t *testing.T) {
 	})
 	out := kubectl(t, "get", "locks", "-n", ns, "-o", "wide")
 	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-	if strings.Join(header, " ") != "NAME KEY PHASE HOLDER POD CLUSTER FENCE WAITERS LIMIT UNITS AGE" || !strings.Contains(out, obj.Name) {
+	if strings.Join(header, " ") != "NAME KEY PHASE HOLDER POD CLUSTER FENCE WAITERS LIMIT UNITS ELECTION AGE" || !strings.Contains(out, obj.Name) {
 		t.Errorf("kubectl get locks -o wide:\n%s", out)
 	}
 	if _, err := a.c.Release(ctx, k, "p1"); err != nil {

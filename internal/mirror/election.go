@@ -34,8 +34,9 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	// ManagedBy is LabelManagedBy's value.
 	ManagedBy = "baton"
-	// LabelElection holds the election's name in a label-safe form.
-	LabelElection = batonv1.Group + "/election"
+	// LabelElection holds the election's name in a label-safe form, on
+	// its Lease and its Lock.
+	LabelElection = batonv1.LabelElection
 	// AnnotationElection holds the election's name as it is.
 	AnnotationElection = batonv1.Group + "/election-name"
 	// AnnotationFence holds the leader's fence: a new leader's is larger.

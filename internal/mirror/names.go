@@ -36,6 +36,15 @@ func ObjectName(key string) string {
 	return stem + "-" + hex.EncodeToString(sum[:4])
 }
 
+// electionPrefix starts the name of an election's Lock object.
+const electionPrefix = "election-"
+
+// ElectionObjectName derives the name of an election's Lock object from
+// its name: "election-" and ObjectName's, which names its Lease. A lock
+// of the same name has another object: the hash at the end is of a key
+// that the prefix is not part of.
+func ElectionObjectName(name string) string { return electionPrefix + ObjectName(name) }
+
 // LabelValue is the key in a form a label can hold, for `kubectl get locks
 // -l baton.dev/key=...`: '/' becomes '.', which is the key itself when that
 // is a valid label value; otherwise (too long) the object name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,17 +45,17 @@ func (m *Mirror) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 const conflictRetry = 100 * time.Millisecond
 
 func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	ref := objectRef{namespace: req.Namespace, name: req.Name}
-	if !m.cfg.inScope(ref.namespace) {
+	if !m.cfg.inScope(req.Namespace) {
 		return reconcile.Result{}, nil
 	}
-	key, cs, rev := m.view.get(ref)
 	var obj batonv1.Lock
 	err := m.client.Get(ctx, req.NamespacedName, &obj)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
+	ref := m.lockRef(req.Namespace, req.Name, exists, obj.Labels)
+	key, cs, rev := m.view.get(ref)
 	if exists {
 		if reason, ok := obj.Annotations[batonv1.AnnotationForceRelease]; ok {
 			return reconcile.Result{}, m.forceRelease(ctx, &obj, cs, reason)
@@ -71,19 +72,23 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	}
 	if !exists {
 		obj = batonv1.Lock{ObjectMeta: metav1.ObjectMeta{
-			Namespace: ref.namespace, Name: ref.name,
+			Namespace: req.Namespace, Name: req.Name,
 			Labels: map[string]string{batonv1.LabelScope: ref.namespace, batonv1.LabelKey: LabelValue(key)},
 		}}
+		if ref.election {
+			delete(obj.Labels, batonv1.LabelKey)
+			obj.Labels[batonv1.LabelElection] = LabelValue(key)
+		}
 		if m.cfg.Owner != nil {
 			obj.OwnerReferences = []metav1.OwnerReference{*m.cfg.Owner}
 		}
 		if err := m.client.Create(ctx, &obj); err != nil {
-			return reconcile.Result{}, fmt.Errorf("create Lock %s/%s for %q: %w", ref.namespace, ref.name, key, err)
+			return reconcile.Result{}, fmt.Errorf("create Lock %s/%s for %q: %w", req.Namespace, req.Name, key, err)
 		}
 	}
 	next := obj.DeepCopy()
 	s := &next.Status
-	s.Key, s.Scope, s.Phase, s.Revision = key, ref.namespace, batonv1.PhaseHeld, rev
+	s.Key, s.Election, s.Scope, s.Phase, s.Revision = key, ref.election, ref.namespace, batonv1.PhaseHeld, rev
 	s.Holder = holderOf(cs[0])
 	s.Fence = cs[0].createRev
 	n := holders(cs)
@@ -111,6 +116,26 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		Message: fmt.Sprintf("held by %s with fence %d", describe(s.Holder), s.Fence),
 	})
 	return reconcile.Result{}, m.updateStatus(ctx, &obj, next)
+}
+
+// lockRef is the line in etcd that the Lock object ns/name shows: a
+// lock's, or an election's, as the object's labels say, or for an object
+// not made yet, its name and the view.
+func (m *Mirror) lockRef(ns, name string, exists bool, labels map[string]string) objectRef {
+	lock := objectRef{namespace: ns, name: name}
+	election := objectRef{namespace: ns, name: strings.TrimPrefix(name, electionPrefix), election: true}
+	switch {
+	case !strings.HasPrefix(name, electionPrefix):
+		return lock
+	case exists:
+		if _, ok := labels[batonv1.LabelElection]; ok {
+			return election
+		}
+		return lock
+	case m.view.has(lock):
+		return lock
+	}
+	return election
 }
 
 // free shows a lock nobody holds any more as Free, then deletes it once
@@ -270,7 +295,7 @@ func (m *Mirror) updateStatus(ctx context.Context, obj, next *batonv1.Lock) erro
 
 // holderOf turns a contender into the Holder shown in status.
 func holderOf(c contender) *batonv1.Holder {
-	h := &batonv1.Holder{Lease: strconv.FormatInt(c.lease, 16), Foreign: c.holder.Foreign}
+	h := &batonv1.Holder{Lease: strconv.FormatInt(c.lease, 16), Foreign: c.holder.Foreign, Value: c.holder.Value}
 	if c.holder.Foreign {
 		return h
 	}

@@ -130,3 +130,10 @@ func (v *view) get(ref objectRef) (key string, cs []contender, rev int64) {
 	slices.SortFunc(cs, func(a, b contender) int { return cmp.Compare(a.createRev, b.createRev) })
 	return l.key, cs, v.rev
 }
+
+// has reports whether anyone contends for the lock ref.
+func (v *view) has(ref objectRef) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.locks[ref] != nil
+}

@@ -131,21 +131,24 @@ func (m *Mirror) watch(ctx context.Context, from int64) error {
 	}
 }
 
-// enqueue asks the reconciler to look at the Lock ref, or the election's
-// to look at its Lease.
+// enqueue asks the reconciler to look at the Lock ref; of an election,
+// the election's to look at its Lease, and the reconciler at its Lock.
 func (m *Mirror) enqueue(ctx context.Context, ref objectRef) {
 	if !m.cfg.inScope(ref.namespace) {
 		return
 	}
-	var obj client.Object = &batonv1.Lock{}
-	to := m.events
-	if ref.election {
-		obj, to = &coordinationv1.Lease{}, m.leases
+	send := func(obj client.Object, name string, to chan<- event.GenericEvent) {
+		obj.SetNamespace(ref.namespace)
+		obj.SetName(name)
+		select {
+		case to <- event.GenericEvent{Object: obj}:
+		case <-ctx.Done():
+		}
 	}
-	obj.SetNamespace(ref.namespace)
-	obj.SetName(ref.name)
-	select {
-	case to <- event.GenericEvent{Object: obj}:
-	case <-ctx.Done():
+	if !ref.election {
+		send(&batonv1.Lock{}, ref.name, m.events)
+		return
 	}
+	send(&coordinationv1.Lease{}, ref.name, m.leases)
+	send(&batonv1.Lock{}, electionPrefix+ref.name, m.events)
 }
