@@ -53,6 +53,13 @@ func TestNodeClient(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(clone, "examples", "clients", "node", "resume.mjs"), example, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	lead, err := os.ReadFile(filepath.Join(root, "examples", "clients", "node", "lead.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(clone, "examples", "clients", "node", "lead.mjs"), lead, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := append(os.Environ(), "PATH="+filepath.Dir(node)+":"+os.Getenv("PATH"), "npm_config_offline=true",
 		"npm_config_audit=false", "npm_config_fund=false", "npm_config_update_notifier=false", "NODE_OPTIONS=")
 	sh := func(dir, line string, extra ...string) string {
@@ -84,6 +91,11 @@ func TestNodeClient(t *testing.T) {
 	if strings.Count(got, "\n200 ") != 1 || strings.Count(got, "\n409 ") != 2 || !strings.Contains(got, `"running_execution_id":"exec-`) {
 		t.Errorf("the page's example printed:\n%s\nwant one 200 and two 409 naming the running execution", got)
 	}
+	replicasTakeTurns(t, "node/lead.mjs", [2]string{pa.socket, pb.socket}, func(socket, address string) *exec.Cmd {
+		cmd := exec.Command(node, filepath.Join(clone, "examples", "clients", "node", "lead.mjs"))
+		cmd.Dir, cmd.Env = clone, append(env, "BATON_SOCKET="+socket, "ADDRESS="+address)
+		return cmd
+	})
 
 	cli, _ := testEtcd.Client(t)
 	revoker := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
