@@ -111,11 +111,11 @@ test-e2e: ## Run the reliability suite (S1-S13, S15-S22) and write test/e2e/REPO
 	@cat test/e2e/REPORT.md
 
 .PHONY: soak
-soak: envtest-assets node-assets node-images $(BIN)/helm ## Run the long reliability suite, S14, and the chart's etcd under churn on the test node (about 40 minutes; not in CI).
+soak: envtest-assets node-assets node-images $(BIN)/helm ## Run the long reliability suite, S14, then on the test node the chart's etcd under churn and 200 forced failovers of an election (about 90 minutes; not in CI).
 	BATON_SOAK=1 BATON_E2E_REPORT=$(BIN)/soak-report.md $(GO) test $(GOFLAGS) -count=1 -timeout 90m -tags e2e ./test/e2e
 	@cat $(BIN)/soak-report.md
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image; \
-	BATON_SOAK=1 $(GO) test $(GOFLAGS) -count=1 -timeout 40m -v -run '^TestChartEtcdUnderChurn$$' ./test/node
+	BATON_SOAK=1 $(GO) test $(GOFLAGS) -count=1 -timeout 150m -v -run '^(TestChartEtcdUnderChurn|TestElectionFailovers)$$' ./test/node
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

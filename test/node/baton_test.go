@@ -389,6 +389,11 @@ func TestBatonOnANode(t *testing.T) {
 
 	t.Run("a LockPolicy governs running pods within seconds", lockPolicyOnANode)
 
+	t.Run("three replicas elect through their sidecars: failovers forced every way, never two leaders, the Lease and the leader's label following", func(t *testing.T) {
+		helm(t, "upgrade", release, chart, "--namespace", system, "--reuse-values", "--set", "controller.leaderLabels=true", "--wait", "--timeout", "5m")
+		electionFailovers(t, "elections", len(failoverKinds)+2)
+	})
+
 	t.Run("helm upgrade keeps running pods and their locks", func(t *testing.T) {
 		kubectl(t, "scale", "deployment/report", "-n", appNS, "--replicas=2")
 		kubectl(t, "-n", appNS, "rollout", "status", "deploy/report", "--timeout=2m")
