@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/clients/go/lockapi"
@@ -62,6 +63,9 @@ type Lock struct {
 	// ends the reader then.
 	ended chan struct{}
 	stop  chan struct{}
+	// byStream is set, before the context ends, when the stream ended the
+	// lock: lost, or released by another caller with the lock's owner.
+	byStream atomic.Bool
 	// released sends the lock's one DELETE; released, releaseErr its
 	// answer.
 	releasing  sync.Once
@@ -156,11 +160,13 @@ func (l *Lock) run(parent context.Context) {
 		select {
 		case r := <-events:
 			if cause := l.ends(r); cause != nil {
+				l.byStream.Store(true)
 				l.cancel(cause)
 				return
 			}
 			l.arm(silence)
 		case <-silence.C:
+			l.byStream.Store(true)
 			l.cancel(l.lost(ReasonSilent, fmt.Sprintf("nothing heard from the sidecar since the lock was valid until %s", l.stream.ValidUntil().Format(time.RFC3339Nano))))
 			return
 		case <-parent.Done():
@@ -245,13 +251,15 @@ func (l *Lock) letGo() {
 // error (410 lock_lost with the reason).
 func (l *Lock) Release(ctx context.Context) (lockapi.Released, error) {
 	l.releasing.Do(func() {
-		select {
-		case <-l.ended:
+		// Ended by the stream, even if its reader has not closed it yet
+		// (a caller that saw Done may get here first): nothing of the
+		// caller's is left to release, and a DELETE could free a later
+		// lock of the same owner.
+		if l.byStream.Load() {
 			if cause := context.Cause(l.ctx); !errors.Is(cause, ErrReleased) {
 				l.releaseErr = cause
 			}
 			return
-		default:
 		}
 		l.cancel(ErrReleased)
 		l.released, l.releaseErr = l.client.release(ctx, l.space, l.grant.Key, l.grant.Owner)

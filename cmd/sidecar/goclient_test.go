@@ -301,3 +301,29 @@ func TestGoClientElection(t *testing.T) {
 		t.Errorf("after its resignation the leader's context says %v", s.l.Err())
 	}
 }
+
+// TestGoClientReleaseAfterALoss: a Release called the moment a lock's
+// context ends with its loss (before the client closed the stream) returns
+// the loss and sends no DELETE, which could free a later lock of the same
+// owner.
+func TestGoClientReleaseAfterALoss(t *testing.T) {
+	const scope = "goclient-release-lost"
+	a, _, _ := goClientSidecars(t, scope)
+	ctx := context.Background()
+	for i := range 100 {
+		l, err := a.Lock(ctx, "report", lockapi.Request{Owner: "exec-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleteHolder(t, scope, keyspace.Locks, "report", l.Fence())
+		<-l.Done()
+		if _, err := l.Release(ctx); !isLost(err, "force_released") {
+			t.Fatalf("round %d: Release after the loss: %v; want the loss, force_released, and no DELETE", i, err)
+		}
+	}
+}
+
+func isLost(err error, reason string) bool {
+	lost, ok := errors.AsType[*baton.LostError](err)
+	return ok && lost.Reason == reason
+}

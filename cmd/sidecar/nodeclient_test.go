@@ -91,7 +91,7 @@ func TestNodeClient(t *testing.T) {
 	if strings.Count(got, "\n200 ") != 1 || strings.Count(got, "\n409 ") != 2 || !strings.Contains(got, `"running_execution_id":"exec-`) {
 		t.Errorf("the page's example printed:\n%s\nwant one 200 and two 409 naming the running execution", got)
 	}
-	replicasTakeTurns(t, "node/lead.mjs", [2]string{pa.socket, pb.socket}, func(socket, address string) *exec.Cmd {
+	replicasTakeTurns(t, "node/lead.mjs", scope, [2]string{pa.socket, pb.socket}, func(socket, address string) *exec.Cmd {
 		cmd := exec.Command(node, filepath.Join(clone, "examples", "clients", "node", "lead.mjs"))
 		cmd.Dir, cmd.Env = clone, append(env, "BATON_SOCKET="+socket, "ADDRESS="+address)
 		return cmd

@@ -82,9 +82,9 @@ func TestPythonClient(t *testing.T) {
 	if strings.Count(got, "\n200 ") != 1 || strings.Count(got, "\n409 ") != 2 || !strings.Contains(got, `"running_execution_id":"exec-`) {
 		t.Errorf("the page's example printed:\n%s\nwant one 200 and two 409 naming the running execution", got)
 	}
-	replicasTakeTurns(t, "python/lead.py", [2]string{pa.socket, pb.socket}, func(socket, address string) *exec.Cmd {
+	replicasTakeTurns(t, "python/lead.py", scope, [2]string{pa.socket, pb.socket}, func(socket, address string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(venv, "bin", "python3"), filepath.Join(root, "examples", "clients", "python", "lead.py"))
-		cmd.Env = append(env, "BATON_SOCKET="+socket, "ADDRESS="+address)
+		cmd.Env = append(env, "BATON_SOCKET="+socket, "ADDRESS="+address, "PYTHONUNBUFFERED=1")
 		return cmd
 	})
 }

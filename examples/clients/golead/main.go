@@ -1,14 +1,15 @@
 // Command golead is one replica of a scheduler that must run on one replica
 // at a time, with Baton's Go client: it campaigns in the election
 // "scheduler", announcing its address, stands by while another replica
-// leads, and runs the schedule's rounds only while it leads, under the
-// leadership's context, which ends the moment it may be lost, and with its
-// fence. Release resigns, and the next replica leads at once.
+// leads, and runs the schedule's rounds only while it leads (Done is closed
+// the moment the leadership may be lost), each with its fence. Release
+// resigns, and the next replica leads at once.
 package main
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -35,15 +36,18 @@ func main() {
 		log.Fatalf("baton: %v", err)
 	}
 	fmt.Printf("%s leads scheduler with fence %d\n", address, leadership.Fence())
-	for round := 0; round < 5; round++ {
+	for round := 0; round < 10 && leadership.Err() == nil; round++ {
 		select {
 		case <-leadership.Done(): // another replica may lead: stop before the next write
-			fmt.Printf("%s lost the leadership: %v\n", address, leadership.Err())
-			return
 		case <-time.After(200 * time.Millisecond): // a round of the schedule, writing with leadership.Fence()
 		}
 	}
+	// Resign; after a loss, Release says why.
 	if _, err := leadership.Release(ctx); err != nil {
+		if lost, ok := errors.AsType[*baton.LostError](err); ok {
+			fmt.Printf("%s lost the leadership: %s\n", address, lost.Reason)
+			return
+		}
 		log.Fatalf("baton: resign: %v", err)
 	}
 	fmt.Printf("%s resigned\n", address)

@@ -13,11 +13,11 @@ address = os.environ.get("ADDRESS", "10.0.0.5:8080")  # what this replica announ
 
 now = client.leader("scheduler")
 if now["held"]:
-    print(f"standby: {now['holder']['value']} leads with fence {now['fence']}")
+    print(f"standby: {now['holder'].get('value', '')} leads with fence {now['fence']}")
 try:
     with client.lead("scheduler", value=address) as leadership:
         print(f"{address} leads scheduler with fence {leadership.fence}")
-        for _ in range(5):
+        for _ in range(10):
             leadership.check()  # raises LockLost once the leadership may be lost
             time.sleep(0.2)  # a round of the schedule, writing with leadership.fence
     print(f"{address} resigned")
