@@ -33,7 +33,8 @@ func TestElect(t *testing.T) {
 	if err := os.WriteFile(pol, []byte(allowForce), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sc := startProc(t, filepath.Join(dir, "s.sock"), "elect-test-"+strconv.FormatInt(time.Now().UnixNano(), 36), "--policy-file", pol)
+	metrics := freePort(t)
+	sc := startProc(t, filepath.Join(dir, "s.sock"), "elect-test-"+strconv.FormatInt(time.Now().UnixNano(), 36), "--policy-file", pol, "--metrics-addr", metrics)
 	c := unixClient(sc.socket)
 
 	// The first's lock delay (its kill grace and a second) is longer than
@@ -90,6 +91,15 @@ func TestElect(t *testing.T) {
 	fence2, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out2.String()), "led fence=")), 10, 64)
 	if fence2 <= fence1 {
 		t.Errorf("the second leader's fence %d is not above the first's %d", fence2, fence1)
+	}
+	// The sidecar counts both leaderships, and tells how long the
+	// election had no leader before the standby led.
+	election := map[string]string{"election": "jobs/scheduler"}
+	fams := scrapeMetrics(t, metrics)
+	for name, want := range map[string]float64{"baton_election_elected_total": 2, "baton_election_leading": 1, "baton_election_candidates": 0, "baton_election_leaderless_seconds": 1} {
+		if got, ok := value(fams, name, election); !ok || got != want {
+			t.Errorf("%s%v = %v (%v), want %v", name, election, got, ok, want)
+		}
 	}
 
 	// An operator forces it out: its command and what it started stop.

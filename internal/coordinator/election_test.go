@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,5 +88,116 @@ func TestExtendLeavesTheRecordInStep(t *testing.T) {
 		if kept || due {
 			t.Fatalf("after an extend the lock keeps a record (%v) or schedules a write of it (%v)", kept, due)
 		}
+	}
+}
+
+// leaderless is an Observer that hears how long elections had no leader.
+type leaderless struct {
+	nopObserver
+	mu    sync.Mutex
+	heard map[string][]time.Duration
+}
+
+func (o *leaderless) Leaderless(name string, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.heard[name] = append(o.heard[name], d)
+}
+
+func (o *leaderless) of(name string) []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]time.Duration(nil), o.heard[name]...)
+}
+
+// TestLeaderlessTold: the sidecar of a candidate elected after standing by
+// tells how long the election had no leader, its lock delay included after
+// a leadership ended otherwise than by resigning; a candidate elected at
+// once tells nothing.
+func TestLeaderlessTold(t *testing.T) {
+	parallel(t)
+	ctx := context.Background()
+	k := key(t, "scheduler")
+	o := &leaderless{heard: map[string][]time.Duration{}}
+	w := newWorld(t)
+	a := newSidecarOn(t, w, "pod-a", elections)
+	b := newSidecarWith(t, w, "pod-b", []Option{WithObserver(o)}, elections)
+	if _, err := b.c.Acquire(ctx, AcquireRequest{Key: key(t, "free"), Owner: "replica-2", Hold: true}); err != nil {
+		t.Fatal(err)
+	}
+	if heard := o.of("free"); len(heard) != 0 {
+		t.Errorf("a candidate elected at once told %v", heard)
+	}
+	standBy := func() chan Grant {
+		elected := make(chan Grant, 1)
+		go func() {
+			g, err := b.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "replica-2", Hold: true, Wait: WaitForever})
+			if err != nil {
+				t.Error(err)
+			}
+			elected <- g
+		}()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if st, err := a.c.Status(ctx, k); err == nil && st.Waiters == 1 {
+				break
+			}
+		}
+		return elected
+	}
+
+	g, err := a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "replica-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := standBy()
+	if _, err := a.c.Release(ctx, k, "replica-1"); err != nil {
+		t.Fatal(err)
+	}
+	g2 := <-elected
+	if heard := o.of("scheduler"); len(heard) != 1 || heard[0] < 0 {
+		t.Fatalf("after a resignation the new leader's sidecar told %v; want one time without a leader", heard)
+	}
+	if _, err := b.c.Release(ctx, k, "replica-2"); err != nil || g2.Fence <= g.Fence {
+		t.Fatal(err, g2.Fence, g.Fence)
+	}
+
+	const delay = time.Second
+	g, err = a.c.Acquire(ctx, AcquireRequest{Key: k, Owner: "replica-1", LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected = standBy()
+	if _, err := b.c.ForceRelease(ctx, k, g.Fence, "test"); err != nil {
+		t.Fatal(err)
+	}
+	<-elected
+	if heard := o.of("scheduler"); len(heard) != 2 || heard[1] < delay {
+		t.Errorf("after a leader was forced out under a lock delay of %v the new leader's sidecar told %v; want the delay counted", delay, heard)
+	}
+
+	// Two candidates of one sidecar: the second waits in the sidecar's
+	// own line, not in etcd, and is told too.
+	local := key(t, "local")
+	if _, err := b.c.Acquire(ctx, AcquireRequest{Key: local, Owner: "replica-3", Hold: true}); err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan error, 1)
+	go func() {
+		_, err := b.c.Acquire(ctx, AcquireRequest{Key: local, Owner: "replica-4", Hold: true, Wait: WaitForever})
+		next <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err := b.c.Status(ctx, local); err == nil && st.Waiters == 1 {
+			break
+		}
+	}
+	if _, err := b.c.Release(ctx, local, "replica-3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-next; err != nil {
+		t.Fatal(err)
+	}
+	if heard := o.of("local"); len(heard) != 1 {
+		t.Errorf("a candidate elected after another of its sidecar resigned: told %v, want one time without a leader", heard)
 	}
 }

@@ -26,6 +26,16 @@ type Observer interface {
 	Units(key string, limit int, held bool, delta int)
 }
 
+// LeaderlessObserver, when the Observer implements it, hears how long an
+// election had no leader before a candidate of this sidecar was elected:
+// from the delete of the last key ahead of the candidate (the previous
+// leadership's end in etcd, as the candidate saw it) to its grant, a lock
+// delay included. A candidate elected at once tells nothing: when the
+// previous leadership ended is not known.
+type LeaderlessObserver interface {
+	Leaderless(name string, d time.Duration)
+}
+
 // Option configures a Coordinator.
 type Option func(*Coordinator)
 
@@ -66,6 +76,14 @@ func (o observed) acquired(req AcquireRequest, took time.Duration, err error) {
 		result = "error"
 	}
 	o.Acquired(req.Key.String(), result, req.Wait > 0, took)
+}
+
+// leaderless tells the observer, if it listens, how long key had no
+// holder before a waiter of this sidecar got it.
+func (o observed) leaderless(key keyspace.Key, d time.Duration) {
+	if l, ok := o.Observer.(LeaderlessObserver); ok {
+		l.Leaderless(key.String(), d)
+	}
 }
 
 // lockEvent is a grant or an end told to the observer once the engine's

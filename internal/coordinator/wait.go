@@ -60,6 +60,9 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return Grant{}, c.reads.waitFailed(ctx, req.Key, start, err)
 	}
+	if ch != nil {
+		w.turnAt = c.now()
+	}
 	return e.waitThrough(ctx, req, start, &w)
 }
 
@@ -70,6 +73,9 @@ func (e *entry) waitAdmitted(ctx context.Context, req AcquireRequest, start time
 type hearing struct {
 	w      *waiter
 	needed bool
+	// turnAt is when the waiter got the turn from a caller of this
+	// sidecar ahead of it (it ended), if it waited for it.
+	turnAt time.Time
 }
 
 // of returns the waiter registered for k, registering it the first time.
@@ -152,10 +158,12 @@ func (e mutexLine) wait(ctx context.Context, req AcquireRequest, start time.Time
 		return Grant{}, err
 	}
 	delayed := mayBeHeldBack(out)
+	first := w.turnAt // when the last contender ahead went, here or in etcd
 	if len(out.Ahead) > 0 {
 		if err := e.waitFirst(ctx, req, start, p, out.Ahead); err != nil {
 			return Grant{}, err
 		}
+		first = c.now()
 	}
 	if delayed {
 		if err := e.gate(ctx, req, start, p); err != nil {
@@ -172,16 +180,18 @@ func (e mutexLine) wait(ctx context.Context, req AcquireRequest, start time.Time
 		e.retire(p.key, p.rev, sess)
 		return Grant{}, err
 	}
-	if len(out.Ahead) == 0 && !delayed {
-		return e.grantPlaced(req, p, rec)
+	if len(out.Ahead) > 0 || delayed {
+		// First in line, and the key (so the session) was still there
+		// when etcd said so (etcd issue #11456), by a read or by the
+		// watch: granted, with no write on the way. The record's grant
+		// time and deadline follow off the hand-off's path.
+		rec = c.cfg.recordFor(req, c.now())
 	}
-	// First in line, and the key (so the session) was still there when
-	// etcd said so (etcd issue #11456), by a read or by the watch: granted,
-	// with no write on the way. The record's grant time and deadline follow
-	// off the hand-off's path.
-	now := c.now()
-	rec = c.cfg.recordFor(req, now)
-	return e.grantPlaced(req, p, rec)
+	g, err := e.grantPlaced(req, p, rec)
+	if err == nil && !first.IsZero() {
+		c.obs.leaderless(req.Key, c.now().Sub(first))
+	}
+	return g, err
 }
 
 // grantPlaced grants the waiter at p. A delete of its key that the watch

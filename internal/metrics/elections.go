@@ -18,6 +18,7 @@ type Elections struct {
 	candidates *prometheus.GaugeVec
 	elected    *prometheus.CounterVec
 	lost       *prometheus.CounterVec
+	leaderless *prometheus.HistogramVec
 }
 
 // NewElections registers the elections' collectors on reg.
@@ -35,8 +36,13 @@ func NewElections(reg prometheus.Registerer) (*Elections, error) {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_election_leaderships_lost_total", Help: "Leaderships of this sidecar's candidates that ended without their resignation, by reason.",
 		}, []string{"election", "reason"}),
+		leaderless: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "baton_election_leaderless_seconds",
+			Help:    "Time the election had no leader before a candidate of this sidecar, standing by, was elected: from the end of the previous leadership in etcd (the last key ahead of it deleted) to its grant, a lock delay included.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"election"}),
 	}
-	for _, c := range []prometheus.Collector{e.leading, e.candidates, e.elected, e.lost} {
+	for _, c := range []prometheus.Collector{e.leading, e.candidates, e.elected, e.lost, e.leaderless} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the elections' metrics: %w", err)
 		}
@@ -65,6 +71,12 @@ func (e *Elections) Ended(name, reason string, _ time.Duration) {
 	if reason != "" {
 		e.lost.WithLabelValues(name, reason).Inc()
 	}
+}
+
+// Leaderless implements coordinator.LeaderlessObserver: how long the
+// election had no leader before this sidecar's candidate led.
+func (e *Elections) Leaderless(name string, d time.Duration) {
+	e.leaderless.WithLabelValues(name).Observe(d.Seconds())
 }
 
 // Units implements coordinator.Observer: an election has none.
