@@ -36,7 +36,8 @@ func electionShows(t *testing.T, c client.Client, ns, name, what string, check f
 // candidates standing by. Its force release by annotation ends the
 // leadership alone (the leader learns it, the next candidate leads, the
 // lock of the same name stays held), and once nobody campaigns it shows
-// Free, then goes after the retention.
+// Free, then goes after the retention. A lock whose object's name starts
+// as an election's stays a lock.
 func TestElectionLock(t *testing.T) {
 	needAPIServer(t)
 	c := kube(t)
@@ -88,6 +89,19 @@ func TestElectionLock(t *testing.T) {
 	if obj.Name == ObjectName("jobs/scheduler") || !strings.HasPrefix(obj.Name, "election-") {
 		t.Errorf("the election's Lock is named %s", obj.Name)
 	}
+	// A lock whose object's name starts as an election's does is a lock.
+	look := key(t, "election/jobs/scheduler")
+	alike, err := a.c.Acquire(ctx, coordinator.AcquireRequest{Key: look, Owner: "nightly", Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.c.Keep(ctx, alike).Release("done")
+	lockShows(t, c, ns, look, 10*time.Second, "a lock named like an election shown as a lock", func(l *batonv1.Lock) error {
+		if !strings.HasPrefix(l.Name, "election-") || l.Status.Election || l.Status.Key != look.String() || l.Labels[batonv1.LabelKey] != "election.jobs.scheduler" {
+			return fmt.Errorf("%s: status %+v, labels %v", l.Name, l.Status, l.Labels)
+		}
+		return nil
+	})
 
 	kubectl(t, "annotate", "-n", ns, "lock", obj.Name, batonv1.AnnotationForceRelease+"=stuck leader")
 	select {

@@ -89,7 +89,7 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	next := obj.DeepCopy()
 	s := &next.Status
 	s.Key, s.Election, s.Scope, s.Phase, s.Revision = key, ref.election, ref.namespace, batonv1.PhaseHeld, rev
-	s.Holder = holderOf(cs[0])
+	s.Holder = holderOf(cs[0], ref.election)
 	s.Fence = cs[0].createRev
 	n := holders(cs)
 	s.Waiters = int32(-n)
@@ -105,7 +105,7 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	}
 	if n > 1 || s.Limit > 0 {
 		for _, c := range cs[:n] {
-			h := holderOf(c)
+			h := holderOf(c, ref.election)
 			h.Fence = c.createRev
 			s.Holders = append(s.Holders, *h)
 		}
@@ -219,8 +219,8 @@ func (m *Mirror) forceRelease(ctx context.Context, obj *batonv1.Lock, cs []conte
 			break
 		}
 		m.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ForceReleased", "ForceRelease",
-			"released %q held by %s with fence %d: %s", obj.Status.Key, describe(holderOf(*target)), shown, reason)
-		m.log.Info("force released", "lock", obj.Status.Key, "scope", obj.Namespace, "fence", shown, "holder", describe(holderOf(*target)), "reason", reason)
+			"released %q held by %s with fence %d: %s", obj.Status.Key, describe(holderOf(*target, false)), shown, reason)
+		m.log.Info("force released", "lock", obj.Status.Key, "scope", obj.Namespace, "fence", shown, "holder", describe(holderOf(*target, false)), "reason", reason)
 		m.forced()
 		// The release is done: its record in the status must not meet a
 		// conflict, or the next pass would not know and would tell the
@@ -293,9 +293,14 @@ func (m *Mirror) updateStatus(ctx context.Context, obj, next *batonv1.Lock) erro
 	return nil
 }
 
-// holderOf turns a contender into the Holder shown in status.
-func holderOf(c contender) *batonv1.Holder {
-	h := &batonv1.Holder{Lease: strconv.FormatInt(c.lease, 16), Foreign: c.holder.Foreign, Value: c.holder.Value}
+// holderOf turns a contender into the Holder shown in status; a leader of
+// an election (election) with the value it announced. (A foreign lock
+// holder's value in etcd, whatever it is, is not shown.)
+func holderOf(c contender, election bool) *batonv1.Holder {
+	h := &batonv1.Holder{Lease: strconv.FormatInt(c.lease, 16), Foreign: c.holder.Foreign}
+	if election {
+		h.Value = c.holder.Value
+	}
 	if c.holder.Foreign {
 		return h
 	}

@@ -66,10 +66,10 @@ type electors struct {
 
 // fault is one forced failover: what was done to the leader, and when.
 type fault struct {
-	kind    string
-	at      time.Time
-	from    leadership // the leadership it ended
-	resumed time.Time  // a stopped pod's or sidecar's SIGCONT
+	kind     string
+	at, done time.Time  // when it began, and when its changes were all seen
+	from     leadership // the leadership it ended
+	resumed  time.Time  // a stopped pod's or sidecar's SIGCONT
 }
 
 // electionFailovers runs the elector, three replicas of a Deployment
@@ -110,7 +110,7 @@ func electionFailovers(t *testing.T, ns string, n int) {
 	var faults []fault
 	var lags []time.Duration
 	first := e.ready(t)
-	for i := 0; len(e.store.since(first.fence))-1 < n; i++ {
+	for i := 0; i < len(failoverKinds) || len(e.store.since(first.fence))-1 < n; i++ {
 		f := fault{kind: failoverKinds[i%len(failoverKinds)], from: e.ready(t)}
 		lags = append(lags, e.force(t, &f)...)
 		faults = append(faults, f)

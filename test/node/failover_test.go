@@ -29,7 +29,9 @@ func (e *electors) force(t *testing.T, f *fault) []time.Duration {
 	var stopped []int
 	switch f.kind {
 	case "rollout":
-		return e.rollout(t, f)
+		lags := e.rollout(t, f)
+		f.done = time.Now()
+		return lags
 	case "delete":
 		if err := node.Client.CoreV1().Pods(e.ns).Delete(context.Background(), pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -53,10 +55,10 @@ func (e *electors) force(t *testing.T, f *fault) []time.Duration {
 	}
 	// A stopped leader stays stopped until another leads: past its lease.
 	next, ok := e.store.after(f.from.fence, 2*time.Minute)
+	f.resumed = time.Now()
 	for _, pid := range stopped {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
-	f.resumed = time.Now()
 	if !ok {
 		t.Fatalf("%s of the leader %s (fence %d): no other leader for 2 minutes", f.kind, pod, f.from.fence)
 	}
@@ -64,6 +66,7 @@ func (e *electors) force(t *testing.T, f *fault) []time.Duration {
 		t.Errorf("%s of the leader %s (fence %d): it led again next (fence %d), before the standbys queued ahead of it", f.kind, pod, f.from.fence, next.fence)
 	}
 	lag, _ := e.agree(t)
+	f.done = time.Now()
 	return []time.Duration{lag}
 }
 
@@ -84,27 +87,52 @@ func (e *electors) rollout(t *testing.T, f *fault) []time.Duration {
 		}
 		select {
 		case out := <-done:
-			if len(lags) > 0 {
-				return lags
+			if !strings.Contains(out, "successfully rolled out") {
+				t.Fatalf("kubectl rollout status: %s", out)
 			}
-			// The old leader's pod may be the last to go.
-			if _, ok := e.store.after(last, 2*time.Minute); !ok {
-				t.Fatalf("the rollout (%s) replaced every pod, but %s leads on with fence %d", strings.TrimSpace(out), f.from.pod, last)
+			// The old pods may still be going, the old leader's among them.
+			e.settled(t)
+			if _, ok := e.store.after(last, time.Second); ok || len(lags) == 0 {
+				if _, ok := e.store.after(f.from.fence, time.Minute); !ok {
+					t.Fatalf("the rollout replaced every pod, but %s leads on with fence %d", f.from.pod, f.from.fence)
+				}
+				lag, _ := e.agree(t)
+				lags = append(lags, lag)
 			}
-			lag, _ := e.agree(t)
-			return []time.Duration{lag}
+			return lags
 		default:
 		}
 	}
 }
 
-// check reads the store's verdicts: no fence ticked by two pods, and no
-// tick under an older fence after a newer one was written, but a frozen
-// pod's, refused, within frozenWrites of its SIGCONT.
+// settled waits until the Deployment's old pods are gone.
+func (e *electors) settled(t *testing.T) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "the old pods gone", func() error {
+		pods, err := node.Client.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + electorName})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 3 {
+			return fmt.Errorf("%d pods", len(pods.Items))
+		}
+		return nil
+	})
+}
+
+// check reads the store's verdicts: no fence ticked by two pods; no tick
+// under an older fence after a newer one was written, but a frozen pod's,
+// refused, after its SIGCONT and within frozenWrites of it; and no change
+// of leader but in a forced failover.
 func (e *electors) check(t *testing.T, faults []fault) {
 	t.Helper()
 	for _, l := range e.store.badLines() {
 		t.Errorf("the tick store: %s", l)
+	}
+	for _, l := range e.store.since(faults[0].from.fence)[1:] {
+		if forcedBy(faults, l) == "none" {
+			t.Errorf("%s led (fence %d) though no failover was forced then", l.pod, l.fence)
+		}
 	}
 	frozen := map[int64]time.Time{}
 	for _, f := range faults {
@@ -117,6 +145,8 @@ func (e *electors) check(t *testing.T, faults []fault) {
 		switch {
 		case !ok:
 			t.Errorf("%s wrote under fence %d after a newer leader wrote, though nothing froze it: two leaders", st.pod, st.fence)
+		case st.at.Before(resumed):
+			t.Errorf("%s wrote under fence %d after a newer leader wrote, while it was to be frozen: two leaders", st.pod, st.fence)
 		case st.at.After(resumed.Add(frozenWrites)):
 			t.Errorf("%s, frozen past its lease, still wrote under fence %d %v after its SIGCONT (the fence refused it)", st.pod, st.fence, st.at.Sub(resumed).Round(time.Millisecond))
 		}
@@ -131,12 +161,7 @@ func (e *electors) report(t *testing.T, faults []fault, lags []time.Duration) {
 	var all []time.Duration
 	ls := e.store.since(faults[0].from.fence)
 	for _, l := range ls[1:] {
-		kind := "none"
-		for _, f := range faults {
-			if !f.at.After(l.first) {
-				kind = f.kind
-			}
-		}
+		kind := forcedBy(faults, l)
 		gaps[kind] = append(gaps[kind], l.gap)
 		all = append(all, l.gap)
 	}
@@ -156,6 +181,16 @@ func (e *electors) report(t *testing.T, faults []fault, lags []time.Duration) {
 	refused := len(e.store.refused())
 	t.Logf("the Lease, the Lock, the leader label and etcd agreed with a new leader %s after its first write; %d of %d later than a second", spread(lags), late, len(lags))
 	t.Logf("writes under an older fence, all by a pod frozen past its lease and refused by the fence: %d", refused)
+}
+
+// forcedBy is the kind of the failover that l began in, or "none".
+func forcedBy(faults []fault, l leadership) string {
+	for _, f := range faults {
+		if !l.first.Before(f.at) && !l.first.After(f.done) {
+			return f.kind
+		}
+	}
+	return "none"
 }
 
 // spread is p50, p99 and the worst of ds.

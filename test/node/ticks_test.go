@@ -29,8 +29,9 @@ type tickStore struct {
 
 	mu          sync.Mutex
 	leaderships []*leadership
+	pods        map[int64]string // each fence's pod
 	stale       []staleTick
-	bad         []string // lines that are not ticks
+	bad         []string // lines that are not ticks, and fences ticked by two pods
 }
 
 // leadership is one leader's run of accepted ticks.
@@ -53,7 +54,7 @@ type staleTick struct {
 // newTickStore reads path until the test ends.
 func newTickStore(t *testing.T, path string) *tickStore {
 	t.Helper()
-	s := &tickStore{path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &tickStore{path: path, stop: make(chan struct{}), done: make(chan struct{}), pods: map[int64]string{}}
 	go s.read()
 	t.Cleanup(func() { close(s.stop); <-s.done })
 	return s
@@ -115,17 +116,17 @@ func (s *tickStore) take(line string, now time.Time) {
 		return
 	}
 	pod := f[1]
+	if was, ok := s.pods[fence]; ok && was != pod {
+		s.bad = append(s.bad, fmt.Sprintf("%s: fence %d ticked by %s and by %s", line, fence, was, pod))
+	}
 	n := len(s.leaderships)
 	switch {
 	case n > 0 && fence == s.leaderships[n-1].fence:
-		l := s.leaderships[n-1]
-		if l.pod != pod {
-			s.bad = append(s.bad, fmt.Sprintf("%s: fence %d ticked by %s and by %s", line, fence, l.pod, pod))
-		}
-		l.last = now
+		s.leaderships[n-1].last = now
 	case n > 0 && fence < s.leaderships[n-1].fence:
 		s.stale = append(s.stale, staleTick{pod, fence, now})
 	default:
+		s.pods[fence] = pod
 		l := &leadership{pod: pod, fence: fence, first: now, last: now}
 		if n > 0 {
 			l.gap = now.Sub(s.leaderships[n-1].last)
