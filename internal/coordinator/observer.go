@@ -26,8 +26,8 @@ type Observer interface {
 	Units(key string, limit int, held bool, delta int)
 }
 
-// LeaderlessObserver, when the Observer implements it, hears how long an
-// election had no leader before a candidate of this sidecar was elected:
+// LeaderlessObserver is what an Observer also implements to hear how long
+// an election had no leader before a candidate of this sidecar was elected:
 // from the delete of the last key ahead of the candidate (the previous
 // leadership's end in etcd, as the candidate saw it) to its grant, a lock
 // delay included. A candidate elected at once tells nothing: when the

@@ -598,30 +598,18 @@ func runPodLabelled(t *testing.T, ns, name string, labels map[string]string, che
 // sidecarPID finds the process of pod's Baton sidecar on the node.
 func sidecarPID(t *testing.T, pod string) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
+	pid, _ := podProcesses(t, pod)
+	if pid == 0 {
+		t.Fatalf("no sidecar process of pod %s", pod)
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if strings.HasPrefix(string(cmdline), "/baton\x00serve\x00") && strings.Contains("\x00"+string(env)+"\x00", "\x00POD_NAME="+pod+"\x00") {
-			return pid
-		}
-	}
-	t.Fatalf("no sidecar process of pod %s", pod)
-	return 0
+	return pid
 }
 
 // app is the Deployment of 2 replicas, labelled for injection, each
 // looping over a phase under baton run that appends start and end lines
 // to a file on the node, as another user than the sidecar.
 func app(shared string) *appsv1.Deployment {
-	two, user, group := int32(2), int64(appUser), int64(appGroup)
+	two := int32(2)
 	labels := map[string]string{"app": "report"}
 	// The shell is the container's first process: it forwards SIGTERM to
 	// baton run, which stops the phase and releases the lock.
@@ -645,19 +633,27 @@ done`, phaseKey, int(phaseTime.Seconds()))
 					Labels:      map[string]string{"app": "report", "baton.dev/inject": "true"},
 					Annotations: map[string]string{"baton.dev/lease-ttl": leaseTTL.String()},
 				},
-				Spec: corev1.PodSpec{
-					SecurityContext: &corev1.PodSecurityContext{FSGroup: &group},
-					Containers: []corev1.Container{{
-						Name: "worker", Image: "docker.io/baton/app:test", ImagePullPolicy: corev1.PullNever,
-						Command:         []string{"sh", "-c", script},
-						Env:             []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						SecurityContext: &corev1.SecurityContext{RunAsUser: &user, RunAsGroup: &user},
-						VolumeMounts:    []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: shared}}}},
-				},
+				Spec: workerSpec(shared, script),
 			},
 		},
+	}
+}
+
+// workerSpec is a test app's pod: its worker container runs script as
+// another user than the sidecar, with POD_NAME, and the node's directory
+// shared at /shared.
+func workerSpec(shared, script string) corev1.PodSpec {
+	user, group := int64(appUser), int64(appGroup)
+	return corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{FSGroup: &group},
+		Containers: []corev1.Container{{
+			Name: "worker", Image: "docker.io/baton/app:test", ImagePullPolicy: corev1.PullNever,
+			Command:         []string{"sh", "-c", script},
+			Env:             []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: &user, RunAsGroup: &user},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}},
+		}},
+		Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: shared}}}},
 	}
 }
 

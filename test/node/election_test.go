@@ -122,7 +122,7 @@ func electionFailovers(t *testing.T, ns string, n int) {
 // elector is the Deployment of three replicas, each campaigning with
 // baton elect in a loop, its command ticking every 100 ms while it leads.
 func elector(ns, shared string) *appsv1.Deployment {
-	three, user, group := int32(3), int64(appUser), int64(appGroup)
+	three := int32(3)
 	labels := map[string]string{"app": electorName}
 	script := fmt.Sprintf(`trap 'kill -TERM $run 2>/dev/null; wait $run; exit 0' TERM
 while true; do
@@ -143,17 +143,7 @@ done`, electionName)
 						"baton.dev/leader-label": "true",
 					},
 				},
-				Spec: corev1.PodSpec{
-					SecurityContext: &corev1.PodSecurityContext{FSGroup: &group},
-					Containers: []corev1.Container{{
-						Name: "worker", Image: "docker.io/baton/app:test", ImagePullPolicy: corev1.PullNever,
-						Command:         []string{"sh", "-c", script},
-						Env:             []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						SecurityContext: &corev1.SecurityContext{RunAsUser: &user, RunAsGroup: &user},
-						VolumeMounts:    []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: shared}}}},
-				},
+				Spec: workerSpec(shared, script),
 			},
 		},
 	}

@@ -37,10 +37,7 @@ func (e *electors) force(t *testing.T, f *fault) []time.Duration {
 			t.Fatal(err)
 		}
 	case "kill-sidecar", "stop-sidecar":
-		sidecar, _ := podProcesses(t, pod)
-		if sidecar == 0 {
-			t.Fatalf("no sidecar process of the leader %s", pod)
-		}
+		sidecar := sidecarPID(t, pod)
 		sig := syscall.SIGKILL
 		if f.kind == "stop-sidecar" {
 			sig, stopped = syscall.SIGSTOP, []int{sidecar}
