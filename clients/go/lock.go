@@ -247,8 +247,8 @@ func (l *Lock) letGo() {
 // first call of Release or by the end of the context given to Lock; later
 // calls return its answer. A lock that ended before (lost, or released by
 // another caller) is not asked for: Release then returns the loss (a
-// *LostError), or nil. A lock lost as it is released answers the API's
-// error (410 lock_lost with the reason).
+// *LostError), or nil. A lock found lost as it is released (the sidecar
+// answered 410 lock_lost) is a *LostError too, with the API's reason.
 func (l *Lock) Release(ctx context.Context) (lockapi.Released, error) {
 	l.releasing.Do(func() {
 		// Ended by the stream, even if its reader has not closed it yet
@@ -263,6 +263,9 @@ func (l *Lock) Release(ctx context.Context) (lockapi.Released, error) {
 		}
 		l.cancel(ErrReleased)
 		l.released, l.releaseErr = l.client.release(ctx, l.space, l.grant.Key, l.grant.Owner)
+		if e, ok := errors.AsType[*lockapi.Error](l.releaseErr); ok && e.Code == lockapi.CodeLockLost {
+			l.releaseErr = l.lost(e.Reason, e.Message)
+		}
 	})
 	if l.releaseErr != nil {
 		return l.released, l.releaseErr

@@ -28,10 +28,11 @@ type Observer interface {
 
 // LeaderlessObserver is what an Observer also implements to hear how long
 // an election had no leader before a candidate of this sidecar was elected:
-// from the delete of the last key ahead of the candidate (the previous
-// leadership's end in etcd, as the candidate saw it) to its grant, a lock
-// delay included. A candidate elected at once tells nothing: when the
-// previous leadership ended is not known.
+// from when the last candidate ahead of it went (its key deleted in etcd,
+// or the turn passed on in this sidecar: the previous leadership's end,
+// unless a standby ahead gave up after it) to its grant, a lock delay
+// included. A candidate elected at once tells nothing: when the previous
+// leadership ended is not known.
 type LeaderlessObserver interface {
 	Leaderless(name string, d time.Duration)
 }

@@ -87,7 +87,7 @@ func (r *hearing) of(h *hub, k keyspace.Key) *waiter {
 }
 
 // turnAgain lines a waiter up for the lock's turn again, and waits for it.
-func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Time) error {
+func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Time, w *hearing) error {
 	c := e.co
 	c.mu.Lock()
 	if e.busy && req.Position != nil {
@@ -97,6 +97,10 @@ func (e *entry) turnAgain(ctx context.Context, req AcquireRequest, start time.Ti
 	c.unlock()
 	if err := e.awaitTurn(ctx, ch, true); err != nil {
 		return c.reads.waitFailed(ctx, req.Key, start, err)
+	}
+	w.turnAt = time.Time{}
+	if ch != nil {
+		w.turnAt = c.now()
 	}
 	return nil
 }
@@ -130,7 +134,7 @@ func (e *entry) waitThrough(ctx context.Context, req AcquireRequest, start time.
 			c.hub.need(req.Key, 0)
 			w.needed = true
 		}
-		if err := e.turnAgain(ctx, req, start); err != nil {
+		if err := e.turnAgain(ctx, req, start, w); err != nil {
 			return Grant{}, err
 		}
 	}
