@@ -75,7 +75,7 @@ testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
 .PHONY: test
-test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names prometheus-deps dapr-node python-deps postgres-deps testreport ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
+test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(BIN)/promql-names $(BIN)/baton-last-release prometheus-deps dapr-node python-deps postgres-deps testreport ## Run every test (with -race) against a real embedded etcd and a real kube-apiserver, the coordinator's on the in-memory store and again on etcd, Dapr's Node and Go SDKs against real sidecars, the alerts' promtool unit tests, fuzz seeds and the reliability suite included.
 	@mkdir -p $(BIN)
 	@# The real node's tests (test/node) mostly wait for kubelet and pods:
 	@# they run beside the other packages rather than after them. The
@@ -95,7 +95,7 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(B
 	( $(call gotest,coordinator-etcd-test,$(GOFLAGS) $(TEST_FLAGS) ./internal/coordinator,BATON_STORE=etcd) ) > /dev/null & coord=$$!; \
 	wait $$node; \
 	$(call gotest,lockcount-test,$(GOFLAGS) -count=1 -tags lockcount -run '^TestMutexTakenPerOperation$$' ./internal/coordinator); \
-	$(call gotest,e2e-test,$(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e,BATON_E2E_REPORT=$(BIN)/e2e-report.md); \
+	$(call gotest,e2e-test,$(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e,BATON_E2E_REPORT=$(BIN)/e2e-report.md BATON_LAST_RELEASE=$(BIN)/baton-last-release); \
 	wait $$coord; \
 	echo "--- the real node's tests:"; cat $(BIN)/node-test.log; \
 	echo "--- the coordinator's tests on etcd:"; cat $(BIN)/coordinator-etcd-test.log; \
@@ -106,13 +106,27 @@ test: vet envtest-assets node-assets node-images $(BIN)/helm $(BIN)/promtool $(B
 	  $(BIN)/testreport -summary $(BIN)/rest-test.json $(BIN)/client-go-test.json $(BIN)/node-test.json $(BIN)/lockcount-test.json $(BIN)/e2e-test.json $(BIN)/coordinator-etcd-test.json; exit 1; fi
 
 .PHONY: test-e2e
-test-e2e: ## Run the reliability suite (S1-S13, S15-S22) and write test/e2e/REPORT.md.
-	BATON_E2E_REPORT=$(CURDIR)/test/e2e/REPORT.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
+test-e2e: $(BIN)/baton-last-release ## Run the reliability suite (S1-S13, S15-S24) and write test/e2e/REPORT.md.
+	BATON_LAST_RELEASE=$(BIN)/baton-last-release BATON_E2E_REPORT=$(CURDIR)/test/e2e/REPORT.md $(GO) test $(GOFLAGS) $(TEST_FLAGS) -tags e2e ./test/e2e
 	@cat test/e2e/REPORT.md
 
+# The last release's sidecar, built from the commit hack/last-release names
+# (git history: a shallow clone is deepened first), for the reliability
+# suite's mixed-version scenario.
+LAST_RELEASE = $(shell sed -n '/^[0-9a-f]\{7,40\}$$/p' hack/last-release)
+$(BIN)/baton-last-release: hack/last-release
+	@git cat-file -e '$(LAST_RELEASE)^{commit}' 2>/dev/null || git fetch --quiet --unshallow 2>/dev/null || true
+	@git cat-file -e '$(LAST_RELEASE)^{commit}' 2>/dev/null || { echo "the last release's commit '$(LAST_RELEASE)' (hack/last-release) is not in this clone's history, and git fetch --unshallow could not bring it: clone the repository whole"; exit 1; }
+	@rm -rf $(BIN)/last-release-src && mkdir -p $(BIN)/last-release-src
+	git archive $(LAST_RELEASE) | tar -x -C $(BIN)/last-release-src
+	cd $(BIN)/last-release-src && CGO_ENABLED=0 $(GO) build -trimpath \
+	  -ldflags '-X github.com/baton-dev/baton/internal/version.version=last-release -X github.com/baton-dev/baton/internal/version.commit=$(LAST_RELEASE)' \
+	  -o $@ ./cmd/sidecar
+	@rm -rf $(BIN)/last-release-src
+
 .PHONY: soak
-soak: envtest-assets node-assets node-images $(BIN)/helm ## Run the long reliability suite, S14, then on the test node the chart's etcd under churn and 200 forced failovers of an election (about 90 minutes; not in CI).
-	BATON_SOAK=1 BATON_E2E_REPORT=$(BIN)/soak-report.md $(GO) test $(GOFLAGS) -count=1 -timeout 90m -tags e2e ./test/e2e
+soak: envtest-assets node-assets node-images $(BIN)/helm $(BIN)/baton-last-release ## Run the long reliability suite, S14, then on the test node the chart's etcd under churn and 200 forced failovers of an election (about 90 minutes; not in CI).
+	BATON_SOAK=1 BATON_LAST_RELEASE=$(BIN)/baton-last-release BATON_E2E_REPORT=$(BIN)/soak-report.md $(GO) test $(GOFLAGS) -count=1 -timeout 90m -tags e2e ./test/e2e
 	@cat $(BIN)/soak-report.md
 	export KUBEBUILDER_ASSETS=$(K8S_BIN) HELM=$(BIN)/helm BATON_IMAGES=$(IMAGES) BATON_IMAGE_TOOL=$(BIN)/image; \
 	BATON_SOAK=1 $(GO) test $(GOFLAGS) -count=1 -timeout 150m -v -run '^(TestChartEtcdUnderChurn|TestElectionFailovers)$$' ./test/node

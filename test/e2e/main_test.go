@@ -7,7 +7,7 @@
 // two holders ever act: the fence and lost-update invariants always, the
 // porcupine mutex model on fault-free runs. See RELIABILITY.md for the plan.
 //
-// It runs in `make test` with short versions of S1–S13 and S15–S22; BATON_SOAK=1 (make
+// It runs in `make test` with short versions of S1–S13 and S15–S24; BATON_SOAK=1 (make
 // soak) runs S14 and longer versions. BATON_E2E_REPORT=path writes the
 // summary as markdown (make test-e2e writes test/e2e/REPORT.md).
 package e2e

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net/url"
@@ -31,6 +32,7 @@ const leaseTTL = 2 * time.Second
 // or starved.
 type sidecar struct {
 	name   string
+	bin    string // the baton binary it runs
 	socket string
 	args   []string
 	netns  string
@@ -48,6 +50,7 @@ type sidecarOptions struct {
 	direct bool     // dial etcd directly, no proxy
 	netns  string   // run in this network namespace (ip netns exec)
 	extra  []string // more flags
+	bin    string   // another baton binary than this build's (S24)
 	// unready: do not wait for the ready line, only for the socket.
 	unready bool
 }
@@ -55,7 +58,7 @@ type sidecarOptions struct {
 // startSidecar starts a sidecar named name in dir on the given etcd.
 func startSidecar(t *testing.T, dir, name string, endpoints []string, o sidecarOptions) *sidecar {
 	t.Helper()
-	s := &sidecar{name: name, socket: filepath.Join(dir, name+".sock"), netns: o.netns}
+	s := &sidecar{name: name, bin: cmp.Or(o.bin, batonBin), socket: filepath.Join(dir, name+".sock"), netns: o.netns}
 	eps := endpoints
 	if !o.direct {
 		if len(endpoints) != 1 || !strings.HasPrefix(endpoints[0], "unix://") {
@@ -96,9 +99,9 @@ func (s *sidecar) startUnready(t *testing.T) { s.run(t, false) }
 func (s *sidecar) run(t *testing.T, ready bool) {
 	t.Helper()
 	os.Remove(s.socket)
-	cmd := exec.Command(batonBin, s.args...)
+	cmd := exec.Command(s.bin, s.args...)
 	if s.netns != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", s.netns, batonBin}, s.args...)...)
+		cmd = exec.Command("ip", append([]string{"netns", "exec", s.netns, s.bin}, s.args...)...)
 	}
 	cmd.Env = append(os.Environ(), "POD_NAME="+s.name, "GORACE=halt_on_error=1")
 	stderr := &lockedBuffer{}
