@@ -111,18 +111,18 @@ test-e2e: $(BIN)/baton-last-release ## Run the reliability suite (S1-S13, S15-S2
 	@cat test/e2e/REPORT.md
 
 # The last release's sidecar, built from the commit hack/last-release names
-# (git history: a shallow clone is deepened first), for the reliability
-# suite's mixed-version scenario.
-LAST_RELEASE = $(shell sed -n '/^[0-9a-f]\{7,40\}$$/p' hack/last-release)
+# (git history: a shallow clone is deepened first), outside the tree, for
+# the reliability suite's mixed-version scenario.
+LAST_RELEASE = $(shell sed -n '/^[0-9a-f]\{40\}$$/p' hack/last-release)
 $(BIN)/baton-last-release: hack/last-release
-	@git cat-file -e '$(LAST_RELEASE)^{commit}' 2>/dev/null || git fetch --quiet --unshallow 2>/dev/null || true
-	@git cat-file -e '$(LAST_RELEASE)^{commit}' 2>/dev/null || { echo "the last release's commit '$(LAST_RELEASE)' (hack/last-release) is not in this clone's history, and git fetch --unshallow could not bring it: clone the repository whole"; exit 1; }
-	@rm -rf $(BIN)/last-release-src && mkdir -p $(BIN)/last-release-src
-	git archive $(LAST_RELEASE) | tar -x -C $(BIN)/last-release-src
-	cd $(BIN)/last-release-src && CGO_ENABLED=0 $(GO) build -trimpath \
+	@git cat-file -e '$(LAST_RELEASE)^{commit}' 2>/dev/null || test ! -f "$$(git rev-parse --git-dir)/shallow" || git fetch --unshallow
+	@git cat-file -e '$(LAST_RELEASE)^{commit}' || { echo "the last release's commit '$(LAST_RELEASE)' (hack/last-release) is not in this repository's history: fetch it, or clone the repository whole"; exit 1; }
+	@mkdir -p $(BIN)
+	set -e; src=$$(mktemp -d); trap 'rm -rf "$$src"' EXIT; \
+	git archive --format=tar -o "$$src/src.tar" $(LAST_RELEASE); tar -x -C "$$src" -f "$$src/src.tar"; \
+	cd "$$src" && CGO_ENABLED=0 $(GO) build -trimpath \
 	  -ldflags '-X github.com/baton-dev/baton/internal/version.version=last-release -X github.com/baton-dev/baton/internal/version.commit=$(LAST_RELEASE)' \
 	  -o $@ ./cmd/sidecar
-	@rm -rf $(BIN)/last-release-src
 
 .PHONY: soak
 soak: envtest-assets node-assets node-images $(BIN)/helm $(BIN)/baton-last-release ## Run the long reliability suite, S14, then on the test node the chart's etcd under churn and 200 forced failovers of an election (about 90 minutes; not in CI).

@@ -33,20 +33,35 @@ func TestS24MixedVersions(t *testing.T) {
 	olds := e.addSidecars(3, sidecarOptions{bin: last})
 	news := e.addSidecars(3, sidecarOptions{})
 
-	var apps []*app
-	for _, sc := range e.sidecars {
-		apps = append(apps, e.apps(sc, 3, 5*time.Millisecond)...)
+	// Every lock has clients on every sidecar, of both versions: on each,
+	// one on the lock, one on the semaphore, one reader and, on one
+	// sidecar of three, a writer.
+	var onLock, onSem, reading, writing []*app
+	for i, sc := range e.sidecars {
+		a := e.apps(sc, 4, 5*time.Millisecond)
+		onLock, onSem, reading = append(onLock, a[0]), append(onSem, a[1]), append(reading, a[2])
+		if i%3 == 2 {
+			writing = append(writing, a[3])
+		}
 	}
+	apps := slices.Concat(onLock, onSem, reading, writing)
 	stop := make(chan struct{})
-	mutex := runApps(apps[:6], stop, "s24", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond})
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop) // a failed scenario's clients stop too
+		}
+	})
+	mutex := runApps(onLock, stop, "s24", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond})
 	const limit = 2
-	sem := runApps(apps[6:12], stop, "s24sem", 0, holdPlan{wait: 30 * time.Second, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond, limit: limit})
-	readers := runApps(apps[12:16], stop, "s24rw", 0, holdPlan{wait: 30 * time.Second, holdFor: 100 * time.Millisecond, pause: 50 * time.Millisecond, mode: "read"})
-	writers := runApps(apps[16:], stop, "s24rw", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 50 * time.Millisecond, pause: 100 * time.Millisecond})
+	sem := runApps(onSem, stop, "s24sem", 0, holdPlan{wait: 30 * time.Second, holdFor: 200 * time.Millisecond, pause: 50 * time.Millisecond, limit: limit})
+	readers := runApps(reading, stop, "s24rw", 0, holdPlan{wait: 30 * time.Second, holdFor: 100 * time.Millisecond, pause: 50 * time.Millisecond, mode: "read"})
+	writers := runApps(writing, stop, "s24rw", 0, holdPlan{wait: 30 * time.Second, increments: 1, holdFor: 50 * time.Millisecond, pause: 100 * time.Millisecond})
 	locks := []string{"s24", "s24sem", "s24rw"}
 	killed := map[bool]int{} // by version: true for the last release
 	end := time.Now().Add(scale(20*time.Second, 5*time.Minute))
-	for i := 0; time.Now().Before(end) || killed[true] == 0 || killed[false] == 0; i++ {
+	for i := 0; time.Now().Before(end); i++ {
 		time.Sleep(scale(2*time.Second, 5*time.Second))
 		old := i%2 == 0
 		x := e.holderAmong(locks, map[bool][]*sidecar{true: olds, false: news}[old])
@@ -168,7 +183,7 @@ func lastReleaseName() string {
 	}
 	for _, l := range slices.Backward(strings.Split(string(b), "\n")) {
 		if l != "" && l[0] != '#' {
-			return l
+			return l[:min(len(l), 12)]
 		}
 	}
 	return "?"
