@@ -38,7 +38,7 @@ func NewElections(reg prometheus.Registerer) (*Elections, error) {
 		}, []string{"election", "reason"}),
 		leaderless: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "baton_election_leaderless_seconds",
-			Help:    "Time the election had no leader before a candidate of this sidecar, standing by, was elected: from the end of the previous leadership in etcd (the last key ahead of it deleted) to its grant, a lock delay included.",
+			Help:    "Time the election had no leader before a candidate of this sidecar, standing by, was elected: from when the last candidate ahead of it went (its key deleted in etcd, or the turn passed on in this sidecar) to its grant, a lock delay included.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"election"}),
 	}

@@ -71,14 +71,14 @@ func (m *Mirror) reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		return m.free(ctx, &obj, rev)
 	}
 	if !exists {
+		named := batonv1.LabelKey
+		if ref.election {
+			named = batonv1.LabelElection
+		}
 		obj = batonv1.Lock{ObjectMeta: metav1.ObjectMeta{
 			Namespace: req.Namespace, Name: req.Name,
-			Labels: map[string]string{batonv1.LabelScope: ref.namespace, batonv1.LabelKey: LabelValue(key)},
+			Labels: map[string]string{batonv1.LabelScope: ref.namespace, named: LabelValue(key)},
 		}}
-		if ref.election {
-			delete(obj.Labels, batonv1.LabelKey)
-			obj.Labels[batonv1.LabelElection] = LabelValue(key)
-		}
 		if m.cfg.Owner != nil {
 			obj.OwnerReferences = []metav1.OwnerReference{*m.cfg.Owner}
 		}
